@@ -1,0 +1,1 @@
+"""gangrun: preemption-tolerant multi-node training gangs."""
