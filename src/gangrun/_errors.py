@@ -1,0 +1,85 @@
+"""Every error gangrun raises, in one tree.
+
+    GangrunError                      base; the CLI prints "<Type>: <message>" and exits 2
+    ├── SpecError                     a manifest is invalid; the message names the field
+    ├── UsageError                    a command was called wrongly (unknown task, unknown queue, ...)
+    ├── BackendError                  a backend could not do what was asked
+    │   ├── ApiError(status)          the Kubernetes API answered with an error status
+    │   │   ├── NotFound              404
+    │   │   ├── Conflict              409 (optimistic concurrency lost)
+    │   │   └── TooManyRequests       429
+    │   └── DaemonUnavailable         the local control plane cannot be reached or started
+    ├── CheckpointError               a checkpoint could not be read or written
+    │   ├── NoCommittedCheckpoint     nothing committed where one was required
+    │   └── CommitFailed              a save did not commit (the background writer's error, raised once)
+    └── TemporaryError(delay)         retry later; `delay` is the suggested wait in seconds
+
+User mistakes (SpecError, UsageError) are reported without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class GangrunError(Exception):
+    """Base class of every error gangrun raises on purpose."""
+
+
+class SpecError(GangrunError):
+    """A manifest is invalid. `field` is the dotted path of the offending field."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}" if field else problem)
+
+
+class UsageError(GangrunError):
+    """A command or call was used wrongly: unknown task, unknown queue, bad flag value."""
+
+
+class BackendError(GangrunError):
+    """A backend could not carry out a request."""
+
+
+class ApiError(BackendError):
+    """The Kubernetes API server answered with an error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(f"{status}: {message}")
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):
+    pass
+
+
+class TooManyRequests(ApiError):
+    pass
+
+
+class DaemonUnavailable(BackendError):
+    """The local control plane cannot be reached or started."""
+
+
+class CheckpointError(GangrunError):
+    """A checkpoint could not be read or written."""
+
+
+class NoCommittedCheckpoint(CheckpointError):
+    """No committed checkpoint exists where one was required."""
+
+
+class CommitFailed(CheckpointError):
+    """A save did not commit; raised once, by the next call that waits for it."""
+
+
+class TemporaryError(GangrunError):
+    """Something that may succeed later; `delay` is the suggested wait in seconds."""
+
+    def __init__(self, message: str, *, delay: float = 60.0) -> None:
+        self.delay = delay
+        super().__init__(message)
