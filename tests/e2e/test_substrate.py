@@ -1,0 +1,297 @@
+"""The real substrate behaves as gangrun relies on it: Kueue admits, preempts, deactivates and
+readmits JobSets; JobSet and the Job controller run their pods on kwok nodes and complete them.
+
+No gangrun code runs here. With ``GANGRUN_CAPTURE_FIXTURES=1`` the Workload and JobSet objects
+seen in each state are written to ``tests/fixtures/kube/`` (managedFields stripped) for the
+controller's adapter tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from controlplane import (
+    ANNOTATION_COMPLETE_AFTER,
+    ANNOTATION_FAIL_AFTER,
+    LOCAL_QUEUE,
+    NODE_CPU,
+    ControlPlane,
+    Kube,
+    condition,
+    has_condition,
+)
+
+pytestmark = pytest.mark.e2e
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kube"
+TIMEOUT = 90.0
+
+
+def capture(name: str, obj: dict) -> None:
+    if not os.environ.get("GANGRUN_CAPTURE_FIXTURES"):
+        return
+    obj = json.loads(json.dumps(obj))
+    obj.get("metadata", {}).pop("managedFields", None)
+    FIXTURES.mkdir(parents=True, exist_ok=True)
+    (FIXTURES / f"{name}.json").write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+# ------------------------------------------------------------------------------- builders
+
+
+def jobset(name: str, ns: str, *, replicas: int = 2, cpu: int = NODE_CPU,
+           priority: str | None = "low", queue: str | None = LOCAL_QUEUE,
+           annotations: dict | None = None, max_restarts: int | None = None) -> dict:
+    labels = {}
+    if queue:
+        labels["kueue.x-k8s.io/queue-name"] = queue
+    if priority:
+        labels["kueue.x-k8s.io/priority-class"] = priority
+    spec: dict = {
+        "suspend": bool(queue),
+        "replicatedJobs": [{
+            "name": "workers",
+            "replicas": replicas,
+            "template": {"spec": {
+                "parallelism": 1, "completions": 1, "completionMode": "Indexed",
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"annotations": annotations or {}},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "trainer", "image": "example.invalid/trainer:1",
+                                        "resources": {"requests": {"cpu": str(cpu)}}}],
+                    },
+                },
+            }},
+        }],
+    }
+    if max_restarts is not None:
+        spec["failurePolicy"] = {"maxRestarts": max_restarts}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": spec}
+
+
+def batch_job(name: str, ns: str, *, parallelism: int, cpu: int = NODE_CPU,
+              priority: str = "high") -> dict:
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": {
+            "kueue.x-k8s.io/queue-name": LOCAL_QUEUE, "kueue.x-k8s.io/priority-class": priority}},
+        "spec": {
+            "suspend": True, "parallelism": parallelism, "completions": parallelism,
+            "completionMode": "Indexed", "backoffLimit": 0,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "example.invalid/job:1",
+                                "resources": {"requests": {"cpu": str(cpu)}}}],
+            }},
+        },
+    }
+
+
+# ------------------------------------------------------------------------------- helpers
+
+
+def workload_of(kube: Kube, ns: str, kind: str, name: str) -> dict | None:
+    for wl in kube.list("Workload", ns):
+        for ref in wl["metadata"].get("ownerReferences") or []:
+            if ref["kind"] == kind and ref["name"] == name:
+                return wl
+    return None
+
+
+def wait_workload(kube: Kube, ns: str, kind: str, name: str, pred, what: str) -> dict:
+    def check():
+        wl = workload_of(kube, ns, kind, name)
+        return wl if wl and pred(wl) else None
+    return kube.wait_for(f"{kind} {ns}/{name} workload {what}", check, timeout=TIMEOUT)
+
+
+def running_pods(kube: Kube, ns: str, selector: str) -> list[dict]:
+    return [p for p in kube.list("Pod", ns, label_selector=selector)
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+
+def wait_running(kube: Kube, ns: str, selector: str, count: int) -> list[dict]:
+    return kube.wait_for(f"{count} running pods ({selector}) in {ns}",
+                         lambda: (lambda ps: ps if len(ps) == count else None)(
+                             running_pods(kube, ns, selector)), timeout=TIMEOUT)
+
+
+def annotate_pods(kube: Kube, ns: str, selector: str, annotations: dict) -> None:
+    for p in kube.list("Pod", ns, label_selector=selector):
+        kube.patch("Pod", p["metadata"]["name"], ns, {"metadata": {"annotations": annotations}})
+
+
+def admitted(wl: dict) -> bool:
+    return has_condition(wl, "QuotaReserved") and has_condition(wl, "Admitted")
+
+
+def jobset_pods(name: str) -> str:
+    return f"jobset.sigs.k8s.io/jobset-name={name}"
+
+
+def start_admitted_jobset(kube: Kube, ns: str, name: str, **kw) -> tuple[dict, dict]:
+    kube.create(jobset(name, ns, **kw))
+    wl = wait_workload(kube, ns, "JobSet", name, admitted, "admitted")
+    js = kube.wait_for(f"JobSet {name} unsuspended", lambda: (
+        lambda o: o if o["spec"].get("suspend") is False else None)(kube.get("JobSet", name, ns)),
+        timeout=TIMEOUT)
+    return wl, js
+
+
+# ------------------------------------------------------------------------------- tier A
+
+
+def test_apiserver_reports_a_semver_version_and_serves_the_crds(
+        control_plane_tier_a: ControlPlane) -> None:
+    kube = control_plane_tier_a.kube
+    version = kube.request("GET", "/version")
+    want = control_plane_tier_a.binaries.versions["K8S_VERSION"]
+    assert version["gitVersion"] == want
+    groups = {g["name"] for g in kube.request("GET", "/apis")["groups"]}
+    assert {"jobset.x-k8s.io", "kueue.x-k8s.io"} <= groups
+
+
+# ------------------------------------------------------------------------------- tier B
+
+
+def test_unqueued_jobset_runs_on_kwok_nodes_and_completes_on_annotation(
+        control_plane_tier_b: ControlPlane, make_namespace) -> None:
+    kube = control_plane_tier_b.kube
+    ns = make_namespace()
+    created = kube.create(jobset("plain", ns, queue=None, priority=None, cpu=1))
+    # The JobSet defaulting webhook answered.
+    assert created["spec"]["successPolicy"]["operator"] == "All"
+    pods = wait_running(kube, ns, jobset_pods("plain"), 2)
+    assert all(p["spec"]["nodeName"].startswith("kwok-node-") for p in pods)
+    assert all(p["status"].get("podIP") for p in pods)
+    annotate_pods(kube, ns, jobset_pods("plain"), {ANNOTATION_COMPLETE_AFTER: "0s"})
+    kube.wait_for("JobSet plain Completed", lambda: has_condition(
+        kube.get("JobSet", "plain", ns), "Completed"), timeout=TIMEOUT)
+
+
+# ------------------------------------------------------------------------------- tier C
+
+
+def test_queued_jobset_is_admitted_unsuspended_and_runs_on_kwok_nodes(
+        control_plane_tier_c: ControlPlane, make_namespace) -> None:
+    kube = control_plane_tier_c.kube
+    ns = make_namespace()
+    wl, js = start_admitted_jobset(kube, ns, "train")
+    assert wl["spec"]["priorityClassName"] == "low"
+    assert wl["spec"]["priority"] == 100
+    assert wl["status"]["admission"]["clusterQueue"] == "cluster-queue"
+    pods = wait_running(kube, ns, jobset_pods("train"), 2)
+    assert all(p["spec"]["nodeName"].startswith("kwok-node-") for p in pods)
+    capture("workload-admitted", workload_of(kube, ns, "JobSet", "train"))
+    capture("jobset-running", kube.get("JobSet", "train", ns))
+
+
+def test_higher_priority_job_preempts_jobset_which_is_readmitted_after(
+        control_plane_tier_c: ControlPlane, make_namespace) -> None:
+    kube = control_plane_tier_c.kube
+    ns = make_namespace()
+    start_admitted_jobset(kube, ns, "victim")
+    wait_running(kube, ns, jobset_pods("victim"), 2)
+
+    # 2 x NODE_CPU held by the JobSet + 3 x NODE_CPU > quota (4 x NODE_CPU): preempt.
+    kube.create(batch_job("urgent", ns, parallelism=3))
+    wl = wait_workload(kube, ns, "JobSet", "victim", lambda w: has_condition(w, "Evicted"), "evicted")
+    evicted, preempted = condition(wl, "Evicted"), condition(wl, "Preempted")
+    assert evicted["reason"] == "Preempted", evicted
+    assert preempted and preempted["status"] == "True" and preempted["reason"] == "InClusterQueue", preempted
+    capture("workload-evicted-preempted", wl)
+    js = kube.wait_for("JobSet victim suspended", lambda: (
+        lambda o: o if o["spec"].get("suspend") is True else None)(kube.get("JobSet", "victim", ns)),
+        timeout=TIMEOUT)
+    capture("jobset-suspended-preempted", js)
+
+    # Quota released: the preemptor runs; the victim waits, requeued.
+    wait_workload(kube, ns, "Job", "urgent", admitted, "admitted")
+    wl = wait_workload(kube, ns, "JobSet", "victim",
+                       lambda w: has_condition(w, "QuotaReserved", "False"), "pending after eviction")
+    capture("workload-requeued-pending", wl)
+    urgent_pods = wait_running(kube, ns, "batch.kubernetes.io/job-name=urgent", 3)
+    assert len(urgent_pods) == 3
+
+    # The preemptor completes; the victim is readmitted and unsuspended.
+    annotate_pods(kube, ns, "batch.kubernetes.io/job-name=urgent", {ANNOTATION_COMPLETE_AFTER: "0s"})
+    wl = wait_workload(kube, ns, "JobSet", "victim", admitted, "readmitted")
+    capture("workload-readmitted", wl)
+    js = kube.wait_for("JobSet victim unsuspended", lambda: (
+        lambda o: o if o["spec"].get("suspend") is False else None)(kube.get("JobSet", "victim", ns)),
+        timeout=TIMEOUT)
+    wait_running(kube, ns, jobset_pods("victim"), 2)
+    capture("jobset-readmitted", kube.get("JobSet", "victim", ns))
+    capture("workload-job-finished", workload_of(kube, ns, "Job", "urgent"))
+
+
+def test_deactivated_workload_is_evicted_with_a_deactivated_reason(
+        control_plane_tier_c: ControlPlane, make_namespace) -> None:
+    kube = control_plane_tier_c.kube
+    ns = make_namespace()
+    wl, _ = start_admitted_jobset(kube, ns, "stopme", replicas=1)
+    kube.patch("Workload", wl["metadata"]["name"], ns, {"spec": {"active": False}})
+    wl = wait_workload(kube, ns, "JobSet", "stopme",
+                       lambda w: has_condition(w, "Evicted"), "evicted by deactivation")
+    assert condition(wl, "Evicted")["reason"].startswith("Deactivated"), condition(wl, "Evicted")
+    assert wl["spec"]["active"] is False
+    capture("workload-deactivated", wl)
+    js = kube.wait_for("JobSet stopme suspended", lambda: (
+        lambda o: o if o["spec"].get("suspend") is True else None)(kube.get("JobSet", "stopme", ns)),
+        timeout=TIMEOUT)
+    capture("jobset-suspended-deactivated", js)
+
+
+def test_pod_completion_completes_the_jobset_and_finishes_its_workload(
+        control_plane_tier_c: ControlPlane, make_namespace) -> None:
+    kube = control_plane_tier_c.kube
+    ns = make_namespace()
+    start_admitted_jobset(kube, ns, "done")
+    wait_running(kube, ns, jobset_pods("done"), 2)
+    annotate_pods(kube, ns, jobset_pods("done"), {ANNOTATION_COMPLETE_AFTER: "0s"})
+    js = kube.wait_for("JobSet done Completed", lambda: (
+        lambda o: o if has_condition(o, "Completed") else None)(kube.get("JobSet", "done", ns)),
+        timeout=TIMEOUT)
+    capture("jobset-succeeded", js)
+    wl = wait_workload(kube, ns, "JobSet", "done", lambda w: has_condition(w, "Finished"), "finished")
+    assert condition(wl, "Finished")["reason"] == "Succeeded", condition(wl, "Finished")
+    capture("workload-succeeded", wl)
+
+
+def test_pod_failure_fails_the_jobset_and_finishes_its_workload(
+        control_plane_tier_c: ControlPlane, make_namespace) -> None:
+    kube = control_plane_tier_c.kube
+    ns = make_namespace()
+    start_admitted_jobset(kube, ns, "broken", max_restarts=0)
+    wait_running(kube, ns, jobset_pods("broken"), 2)
+    annotate_pods(kube, ns, jobset_pods("broken"), {ANNOTATION_FAIL_AFTER: "0s"})
+    js = kube.wait_for("JobSet broken Failed", lambda: (
+        lambda o: o if has_condition(o, "Failed") else None)(kube.get("JobSet", "broken", ns)),
+        timeout=TIMEOUT)
+    capture("jobset-failed", js)
+    wl = wait_workload(kube, ns, "JobSet", "broken", lambda w: has_condition(w, "Finished"), "finished")
+    assert condition(wl, "Finished")["reason"] == "Failed", condition(wl, "Finished")
+    capture("workload-failed", wl)
+
+
+def test_service_account_without_workload_rights_cannot_read_workloads(
+        control_plane_tier_c: ControlPlane, make_namespace) -> None:
+    from controlplane import ApiError
+
+    ns = make_namespace()
+    kc = control_plane_tier_c.service_account_kubeconfig(
+        ns, "limited",
+        namespace_rules=[{"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"],
+                          "verbs": ["get", "list", "watch"]}])
+    limited = Kube(kc)
+    assert limited.list("JobSet", ns) == []
+    with pytest.raises(ApiError) as e:
+        limited.list("Workload", ns)
+    assert e.value.status == 403
