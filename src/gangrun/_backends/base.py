@@ -1,0 +1,50 @@
+"""What every backend offers the CLI: a small required Protocol, checked once per backend in tests.
+
+Each backend keeps one `TaskState` per task (the ClusteredTask status, or a SQLite row), feeds the
+lifecycle engine (`gangrun._core.engine.decide`) with its observations and carries out the action.
+The CLI only speaks this Protocol, so `get`, `describe`, `events`, `logs` and `cancel` read the same
+on both backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol, runtime_checkable
+
+from gangrun._core.spec import TaskSpec
+from gangrun._core.timeline import Event
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+
+    def submit(self, spec: TaskSpec) -> str:
+        """Store the task and start driving it. Returns its name. Refuses a bad queue or a duplicate name."""
+        ...
+
+    def get(self, name: str) -> dict[str, Any]:
+        """The task's view (`gangrun._core.view.task_view`). Raises UsageError for an unknown task."""
+        ...
+
+    def list(self) -> list[dict[str, Any]]:
+        ...
+
+    def events(self, name: str) -> list[Event]:
+        ...
+
+    def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
+             follow: bool = False) -> Iterator[str]:
+        """Worker output lines, prefixed by rank when several ranks are shown."""
+        ...
+
+    def cancel(self, name: str) -> bool:
+        """Abort the task. Returns whether anything changed (False when it had already ended)."""
+        ...
+
+
+@runtime_checkable
+class SupportsFollow(Protocol):
+    def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
+        """Block until the task's (attempt, phaseVersion, phase) differs from `after_version`, or timeout."""
+        ...

@@ -1,0 +1,292 @@
+"""The lifecycle engine: observation + task state + now → phase info + one action.
+
+Pure: no I/O, no clock reads, no Kubernetes types. Both backends call `decide` after every
+observation and carry out the returned action; `cancel` is the one transition a user starts.
+
+The cascade, first match wins (each step is a function below):
+
+    0. terminal task                  → nothing to do
+    1. no gang                        → create it (never seen) | system retry (deleted behind our back)
+    2. gang Completed                 → succeed
+    3. gang Failed                    → the open eviction if there is one (B4), else a user retry
+    4. gang being deleted             → system retry
+    5. maxRuntime exceeded (S8)       → user retry
+    6. gang has started (sticky)      → after_start: eviction (S4–S7) | restart | fatal | running
+    7. gang has not started           → before_start: hold (S3) | fatal | scheduled | ready
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+
+from gangrun._core.eviction import Eviction, EvictionKind, classify_eviction, local_queue_missing
+from gangrun._core.observation import Gang, Observation
+from gangrun._core.phases import Phase
+from gangrun._core.policy import (
+    DELETED_EXTERNALLY,
+    GANG_EVICTED,
+    MAX_RUNTIME_EXCEEDED,
+    QUEUE_NOT_FOUND,
+    UNEXPECTED_DELETION,
+    WORKER_CANNOT_START,
+    WORKER_FAILED,
+    Policy,
+    RetryKind,
+    end_attempt,
+    failure_message,
+)
+from gangrun._core.state import Outcome, TaskState
+
+WAITING_FOR_ADMISSION = "waiting for gang admission"
+RELEASED_BEFORE_READY = "released by admission gate before all workers were ready; waiting for re-admission"
+WAITING_FOR_READMISSION = "waiting for re-admission"
+UNEXPLAINED_SUSPEND = "gang suspended; waiting for kueue to report why"
+DETAIL_LIMIT = 200
+
+
+class ActionKind(StrEnum):
+    NONE = "none"
+    CREATE_GANG = "create-gang"  # create the gang of `attempt`
+    RETRY = "retry"  # delete the gang of `attempt`; the state already holds the next attempt
+    FAIL = "fail"  # delete the gang of `attempt`; the task failed
+    SUCCEED = "succeed"  # the task succeeded; the gang may stay for its logs
+    ABORT = "abort"  # delete the gang of `attempt`; the user cancelled
+
+
+@dataclass(frozen=True, kw_only=True)
+class Action:
+    kind: ActionKind = ActionKind.NONE
+    attempt: int = 0
+    retry: RetryKind | None = None
+    code: str = ""
+    message: str = ""
+
+
+NOTHING = Action()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    state: TaskState
+    action: Action = NOTHING
+    wake_at: datetime | None = None  # decide again by then even if nothing is observed
+
+
+def decide(policy: Policy, state: TaskState, obs: Observation, *, now: datetime) -> Decision:
+    """Decide what the task is doing and the one thing to do next. Never raises on odd observations."""
+    if state.phase.terminal:
+        return Decision(state=state)
+    gang = obs.gang
+    if gang is None:
+        return _gang_missing(policy, state, now=now)
+    state = _note_eviction(state, obs, now=now)
+    if not state.gang_seen:
+        state = replace(state, gang_seen=True)
+    for step in (_completed, _failed, _being_deleted, _out_of_time):
+        decision = step(policy, state, obs, gang, now)
+        if decision is not None:
+            return decision
+    if state.started or gang.has_run:
+        decision = _after_start(policy, state, obs, gang, now)
+    else:
+        decision = _before_start(policy, state, obs, gang, now)
+    return _with_deadline(policy, decision)
+
+
+def cancel(state: TaskState, *, now: datetime, reason: str = "cancelled by the user") -> Decision:
+    """The user stops the task: Aborted, whatever it was doing."""
+    if state.phase.terminal:
+        return Decision(state=state)
+    ended = state.with_attempt_ended(Outcome.ABORTED, at=now, code="Aborted", reason=reason)
+    ended = ended.with_info(ended.info.advance(Phase.ABORTED, reason))
+    return Decision(state=ended, action=Action(kind=ActionKind.ABORT, attempt=state.attempt, message=reason))
+
+
+# -- steps ------------------------------------------------------------------------------------------
+
+
+def _gang_missing(policy: Policy, state: TaskState, *, now: datetime) -> Decision:
+    if not state.gang_seen:
+        info = state.info.advance(Phase.QUEUED, state.info.reason if state.phase is Phase.QUEUED else "task submitted")
+        return Decision(state=state.with_info(info), action=Action(kind=ActionKind.CREATE_GANG, attempt=state.attempt))
+    message = f"the gang of attempt {state.attempt} was deleted outside gangrun"
+    return _end(policy, state, RetryKind.SYSTEM, code=DELETED_EXTERNALLY,
+                message=message + "; this does not count against the task's retries", now=now)
+
+
+def _note_eviction(state: TaskState, obs: Observation, *, now: datetime) -> TaskState:
+    """Record Kueue's eviction reason the first time it shows: readmission overwrites it."""
+    ev = classify_eviction(obs.workload, obs.workload_read)
+    if ev.kind in (EvictionKind.NOT_YET, EvictionKind.UNKNOWN):
+        return state
+    return state.with_eviction_seen(ev, at=now)
+
+
+def _completed(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision | None:
+    if not gang.completed:
+        return None
+    reason = "all workers succeeded"
+    done = state.with_attempt_ended(Outcome.SUCCEEDED, at=now, code="", reason=reason)
+    done = done.with_info(done.info.advance(Phase.SUCCEEDED, reason))
+    return Decision(state=done, action=Action(kind=ActionKind.SUCCEED, attempt=state.attempt))
+
+
+def _failed(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision | None:
+    cond = gang.failed
+    if cond is None:
+        return None
+    if state.eviction is not None:
+        # B4: pods killed while Kueue suspends the gang are not the application's fault. The gang is
+        # terminal, so it cannot wait for readmission even if the eviction was a preemption.
+        ev = state.eviction.as_eviction()
+        kind = RetryKind.USER if ev.user_caused and not policy.resume_after_preemption else RetryKind.SYSTEM
+        message = ev.summary() + "; the gang failed while it was being evicted"
+        return _end_by_eviction(policy, state, ev, kind=kind, message=message, now=now)
+    detail = cond.message + (f"; {gang.first_failure}" if gang.first_failure else "")
+    message = failure_message(cond.reason or WORKER_FAILED, detail, retries_left=policy.retries_left(state))
+    return _end(policy, state, RetryKind.USER, code=cond.reason or WORKER_FAILED, message=message, now=now)
+
+
+def _being_deleted(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision | None:
+    if not gang.deleting:
+        return None
+    message = f"the gang of attempt {state.attempt} is being deleted outside gangrun"
+    return _end(policy, state, RetryKind.SYSTEM, code=UNEXPECTED_DELETION,
+                message=message + "; this does not count against the task's retries", now=now)
+
+
+def _out_of_time(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision | None:
+    """S8: maxRuntime counts from the attempt's first Running, waits for re-admission included."""
+    since = state.running_at
+    if policy.max_runtime is None or since is None or now - since < policy.max_runtime:
+        return None
+    detail = f"attempt {state.attempt} ran longer than maxRuntime {_fmt(policy.max_runtime)} (since {since.isoformat()})"
+    message = failure_message(MAX_RUNTIME_EXCEEDED, detail, retries_left=policy.retries_left(state))
+    return _end(policy, state, RetryKind.USER, code=MAX_RUNTIME_EXCEEDED, message=message, now=now)
+
+
+def _after_start(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision:
+    if gang.suspended:
+        return _taken_back(policy, state, obs, gang, now)
+    evicted_now = classify_eviction(obs.workload, obs.workload_read).kind not in (EvictionKind.NOT_YET,
+                                                                                EvictionKind.UNKNOWN)
+    if state.eviction is not None and not evicted_now:
+        state = state.with_readmitted(at=now)
+    if state.eviction is None:  # B4: failures inside an eviction window are not the application's
+        fatal = _fatal(policy, state, gang, now)
+        if fatal is not None:
+            return fatal
+    if gang.restarting:
+        return _report(state, Phase.RUNNING, f"restart in progress (attempt {gang.restarts})")
+    state = state.with_running(at=now, restart_attempt=gang.restarts)
+    return _report(state, Phase.RUNNING, f"running (restart attempt {gang.restarts})")
+
+
+def _taken_back(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision:
+    """A started gang is suspended: Kueue took it back (S4–S7)."""
+    ev = classify_eviction(obs.workload, obs.workload_read)
+    if ev.kind is EvictionKind.NOT_YET and state.eviction is not None:
+        ev = state.eviction.as_eviction()  # already readmitted; the JobSet has not caught up yet
+    if ev.kind is EvictionKind.NOT_YET:
+        # S7: the JobSet and Workload streams are not ordered; the Workload may say why next time.
+        since = state.unexplained_suspend_since or now
+        if now - since < policy.suspend_grace:
+            waiting = replace(state, unexplained_suspend_since=since)
+            return _report(waiting, state.phase, UNEXPLAINED_SUSPEND, wake_at=since + policy.suspend_grace)
+        ev = Eviction(kind=EvictionKind.UNKNOWN, message=f"suspended for {_fmt(now - since)} without an eviction reason")
+    if ev.waits_for_readmission and policy.resume_after_preemption:
+        return _report(state, Phase.RUNNING, f"{ev.summary()}; {WAITING_FOR_READMISSION}")
+    kind = RetryKind.USER if ev.user_caused else RetryKind.SYSTEM
+    message = ev.describe(retries_left=policy.retries_left(state))
+    return _end_by_eviction(policy, state, ev, kind=kind, message=message, now=now)
+
+
+def _before_start(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision:
+    held_phase = Phase.INITIALIZING if state.phase is Phase.INITIALIZING else Phase.WAITING_FOR_RESOURCES
+    if gang.suspended:  # S3: a hold, not a failure
+        queue = local_queue_missing(obs.workload)
+        if queue is not None:
+            message = (f'the queue "{queue}" does not exist; '
+                       f"use one of the queues your platform provides")
+            return _fail(state, code=QUEUE_NOT_FOUND, message=message, now=now)
+        reason = RELEASED_BEFORE_READY if held_phase is Phase.INITIALIZING else WAITING_FOR_ADMISSION
+        if gang.suspended_message:
+            reason += f": {gang.suspended_message}"
+        return _report(state, held_phase, reason)
+    if state.eviction is not None:
+        state = state.with_readmitted(at=now)
+    fatal = _fatal(policy, state, gang, now)
+    if fatal is not None:
+        return fatal
+    expected = max(gang.expected_workers, 0)
+    if gang.scheduled_workers < expected:
+        detail = f" ({_cap(gang.unscheduled_detail)})" if gang.unscheduled_detail else ""
+        return _report(state, held_phase, f"{gang.scheduled_workers} of {expected} workers scheduled{detail}")
+    return _report(state, Phase.INITIALIZING, f"{gang.ready_workers} of {expected} workers ready")
+
+
+def _fatal(policy: Policy, state: TaskState, gang: Gang, now: datetime) -> Decision | None:
+    """A gang that cannot succeed in this attempt: a worker that can never start, or no restarts left."""
+    if gang.pending_failure:
+        message = failure_message(WORKER_CANNOT_START, gang.pending_failure, retries_left=policy.retries_left(state))
+        return _end(policy, state, RetryKind.USER, code=WORKER_CANNOT_START, message=message, now=now)
+    if gang.jobs_failed > 0 and gang.restarts_count_towards_max >= policy.max_restarts and not gang.restarting:
+        detail = gang.first_failure or "a worker failed"
+        detail += f" (after {gang.restarts_count_towards_max} of {policy.max_restarts} restarts)"
+        message = failure_message(WORKER_FAILED, detail, retries_left=policy.retries_left(state))
+        return _end(policy, state, RetryKind.USER, code=WORKER_FAILED, message=message, now=now)
+    return None
+
+
+# -- results ----------------------------------------------------------------------------------------
+
+
+def _report(state: TaskState, phase: Phase, reason: str, *, wake_at: datetime | None = None) -> Decision:
+    """Report (phase, reason), never moving the phase backwards inside an attempt (S2)."""
+    if phase.rank < state.phase.rank:
+        phase = state.phase
+    return Decision(state=state.with_info(state.info.advance(phase, reason)), wake_at=wake_at)
+
+
+def _end_by_eviction(policy: Policy, state: TaskState, ev: Eviction, *, kind: RetryKind, message: str,
+                     now: datetime) -> Decision:
+    state = state.with_eviction_seen(ev, at=now)
+    return _end(policy, state, kind, code=GANG_EVICTED, message=message, now=now)
+
+
+def _end(policy: Policy, state: TaskState, kind: RetryKind, *, code: str, message: str, now: datetime) -> Decision:
+    result = end_attempt(policy, state, kind, code=code, message=message, now=now)
+    action_kind = ActionKind.RETRY if result.retried else ActionKind.FAIL
+    action = Action(kind=action_kind, attempt=state.attempt, retry=kind, code=result.code, message=result.message)
+    return Decision(state=result.state, action=action)
+
+
+def _fail(state: TaskState, *, code: str, message: str, now: datetime) -> Decision:
+    """A permanent failure: no retry can fix it."""
+    failed = state.with_attempt_ended(Outcome.FAILED, at=now, code=code, reason=message)
+    failed = replace(failed, code=code, message=message)
+    failed = failed.with_info(failed.info.advance(Phase.FAILED, f"{code}: {message}"))
+    return Decision(state=failed, action=Action(kind=ActionKind.FAIL, attempt=state.attempt, code=code, message=message))
+
+
+def _with_deadline(policy: Policy, decision: Decision) -> Decision:
+    """Wake up at the maxRuntime deadline even if nothing else happens."""
+    since = decision.state.running_at
+    if decision.action.kind is not ActionKind.NONE or policy.max_runtime is None or since is None:
+        return decision
+    deadline = since + policy.max_runtime
+    wake = deadline if decision.wake_at is None else min(deadline, decision.wake_at)
+    return replace(decision, wake_at=wake)
+
+
+def _cap(text: str) -> str:
+    return text if len(text) <= DETAIL_LIMIT else text[:DETAIL_LIMIT] + "…"
+
+
+def _fmt(delta) -> str:  # noqa: ANN001 - a timedelta
+    seconds = int(delta.total_seconds())
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (s, "s")) if v) or "0s"

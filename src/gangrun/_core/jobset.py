@@ -1,0 +1,52 @@
+"""JobSet's API strings: the only module that spells them.
+
+Source: ../shared reference brief "kueue-jobset.md" §5–§7 (JobSet v0.11–v0.12, `jobset.x-k8s.io/v1alpha2`).
+"""
+
+from __future__ import annotations
+
+GROUP = "jobset.x-k8s.io"
+VERSION = "v1alpha2"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "JobSet"
+PLURAL = "jobsets"
+CONTROLLER_NAME = "jobset.sigs.k8s.io/jobset-controller"
+
+# Condition types and reasons (§6).
+COMPLETED = "Completed"
+FAILED = "Failed"
+SUSPENDED = "Suspended"
+RESTARTING = "RestartingJobSet"
+STARTUP_POLICY_COMPLETED = "StartupPolicyCompleted"
+
+ALL_JOBS_COMPLETED = "AllJobsCompleted"
+FAILED_JOBS = "FailedJobs"
+REACHED_MAX_RESTARTS = "ReachedMaxRestarts"
+SUSPENDED_JOBS = "SuspendedJobs"
+RESUME_JOBS = "ResumeJobs"
+DEFAULT_FAILURE_POLICY = "DefaultFailurePolicy"
+
+MSG_COMPLETED = "jobset completed successfully"
+MSG_SUSPENDED = "jobset is suspended"
+MSG_RESUMED = "jobset is resumed"
+
+
+def failed_jobs_message(first_failed_job: str) -> str:
+    return f"jobset failed due to one or more job failures (first failed job: {first_failed_job})"
+
+
+def reached_max_restarts_message(first_failed_job: str) -> str:
+    return f"jobset failed due to reaching max number of restarts (first failed job: {first_failed_job})"
+
+
+def restarting_message(first_failed_job: str) -> str:
+    return f"applying RestartJobSet failure policy action (first failed job: {first_failed_job})"
+
+
+# Labels and annotations JobSet puts on child Jobs and pods (§7).
+JOBSET_NAME_KEY = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID_KEY = "jobset.sigs.k8s.io/jobset-uid"
+REPLICATED_JOB_NAME_KEY = "jobset.sigs.k8s.io/replicatedjob-name"
+RESTART_ATTEMPT_KEY = "jobset.sigs.k8s.io/restart-attempt"
+JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
+JOB_COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"

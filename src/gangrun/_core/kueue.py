@@ -1,0 +1,108 @@
+"""Kueue's API strings: the only module that spells them.
+
+Source: ../shared reference brief "kueue-jobset.md" §1 (Kueue v0.17–v0.19, API `kueue.x-k8s.io/v1beta2`).
+Everything else compares against these names, never against string literals.
+"""
+
+from __future__ import annotations
+
+GROUP = "kueue.x-k8s.io"
+VERSION = "v1beta2"
+API_VERSION = f"{GROUP}/{VERSION}"
+WORKLOADS = "workloads"
+
+# Labels a job carries for Kueue, and the one Kueue puts on the Workload it creates for the job.
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+# Workload condition types (§1.4).
+QUOTA_RESERVED = "QuotaReserved"
+ADMITTED = "Admitted"
+EVICTED = "Evicted"
+PREEMPTED = "Preempted"
+REQUEUED = "Requeued"
+PODS_READY = "PodsReady"
+FINISHED = "Finished"
+DEACTIVATION_TARGET = "DeactivationTarget"
+
+# Evicted reasons (§1.5). Deactivation is matched by prefix, as Kueue's own IsEvictedByDeactivation does.
+EVICTED_BY_PREEMPTION = "Preempted"
+EVICTED_BY_PODS_READY_TIMEOUT = "PodsReadyTimeout"
+EVICTED_BY_ADMISSION_CHECK = "AdmissionCheck"
+EVICTED_BY_CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
+EVICTED_BY_LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
+EVICTED_DUE_TO_NODE_FAILURES = "NodeFailures"
+EVICTED_ON_MANAGER_CLUSTER = "EvictedOnManagerCluster"
+EVICTED_BY_FLAVOR_MIGRATION = "FlavorMigration"
+DEACTIVATED = "Deactivated"
+DEACTIVATED_DUE_TO_MAX_EXEC_TIME = "DeactivatedDueToMaximumExecutionTimeExceeded"
+INACTIVE_WORKLOAD_LEGACY = "InactiveWorkload"  # Kueue <= v0.9
+
+# Preempted condition reasons (§1.6) and their human texts, as Kueue writes them into messages.
+IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+HUMAN_PREEMPTION_REASONS = {
+    IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
+    IN_COHORT_RECLAMATION: "reclamation within the cohort",
+    IN_COHORT_FAIR_SHARING: "Fair Sharing within the cohort",
+    IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
+}
+
+# QuotaReserved / Admitted / Requeued / PodsReady reasons and messages used by the local twin.
+QUOTA_RESERVED_REASON = "QuotaReserved"
+PENDING = "Pending"
+INADMISSIBLE = "Inadmissible"
+NO_RESERVATION = "NoReservation"
+BACKOFF_FINISHED = "BackoffFinished"
+REACTIVATED = "Reactivated"
+PODS_READY_STARTED = "Started"
+PODS_READY_RECOVERED = "Recovered"
+PODS_READY_WAIT_FOR_START = "WaitForStart"
+PODS_READY_WAIT_FOR_RECOVERY = "WaitForRecovery"
+FINISHED_SUCCEEDED = "Succeeded"
+FINISHED_FAILED = "Failed"
+
+MSG_ADMITTED = "The workload is admitted"
+MSG_NO_RESERVATION = "The workload has no reservation"
+MSG_DEACTIVATED = "The workload is deactivated"
+MSG_REACTIVATED = "The workload was reactivated"
+MSG_PODS_READY = "All pods reached readiness and the workload is running"
+MSG_PODS_NOT_READY = "Not all pods are ready or succeeded"
+
+
+def quota_reserved_message(cluster_queue: str) -> str:
+    return f"Quota reserved in ClusterQueue {cluster_queue}"
+
+
+def local_queue_missing_message(queue: str) -> str:
+    """The QuotaReserved=False/Inadmissible message for a job naming a LocalQueue that does not exist."""
+    return f"LocalQueue {queue} doesn't exist"
+
+
+def preemption_message(*, workload_uid: str, job_uid: str, reason: str, preemptor_path: str,
+                       preemptee_path: str) -> str:
+    """Kueue's Evicted/Preempted message for a preemption (v0.15+ format, with the path suffix)."""
+    human = HUMAN_PREEMPTION_REASONS.get(reason, "UNKNOWN")
+    return (f"Preempted to accommodate a workload (UID: {workload_uid}, JobUID: {job_uid}) due to {human}; "
+            f"preemptor path: {preemptor_path}; preemptee path: {preemptee_path}")
+
+
+def pods_ready_timeout_message(namespace: str, workload: str) -> str:
+    return f"Exceeded the PodsReady timeout {namespace}/{workload}"
+
+
+def node_failures_message(nodes: str) -> str:
+    return f"Workload was evicted as there was no replacement for unhealthy node(s): {nodes}"
+
+
+def previously(message: str) -> str:
+    """What Kueue writes into Evicted/Preempted when it readmits: the old message behind `Previously: `."""
+    return f"Previously: {message}"
+
+
+def is_deactivation_reason(reason: str) -> bool:
+    """Kueue's IsEvictedByDeactivation is a prefix match; `InactiveWorkload` is the pre-v0.10 spelling."""
+    return reason.startswith(DEACTIVATED) or reason == INACTIVE_WORKLOAD_LEGACY

@@ -1,0 +1,99 @@
+"""What a backend observed of one attempt's gang: the engine's only input from the outside world.
+
+The Kubernetes adapter builds it from a JobSet, its pods and its Kueue Workload; the local backend from
+its own gang of processes and its Workload twin. Every field has a harmless default, so a partial or
+malformed object read from an API becomes a partial observation, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gangrun._core import jobset
+from gangrun._core.conditions import Condition, find_condition, is_condition_true
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gang:
+    """The JobSet (or its local twin) of the current attempt.
+
+    Counts of `jobs_*` follow JobSet's `replicatedJobsStatus` (they count child Jobs, each a whole node
+    group); `*_workers` count worker pods of the current restart round.
+    """
+
+    suspended: bool = False
+    conditions: tuple[Condition, ...] = ()
+    restarts: int = 0
+    restarts_count_towards_max: int = 0
+    expected_workers: int = 1
+    scheduled_workers: int = 0
+    ready_workers: int = 0
+    jobs_ready: int = 0
+    jobs_succeeded: int = 0
+    jobs_failed: int = 0
+    unscheduled_detail: str = ""  # why workers are not scheduled yet, shown after "K of N workers scheduled"
+    first_failure: str = ""  # the earliest failed worker of this round: the root cause, not the collateral
+    pending_failure: str = ""  # a worker that can never start (bad image, bad config)
+    deleting: bool = False  # someone else is deleting it
+
+    @property
+    def completed(self) -> bool:
+        return is_condition_true(self.conditions, jobset.COMPLETED)
+
+    @property
+    def failed(self) -> Condition | None:
+        cond = find_condition(self.conditions, jobset.FAILED)
+        return cond if cond is not None and cond.is_true else None
+
+    @property
+    def restarting(self) -> bool:
+        return is_condition_true(self.conditions, jobset.RESTARTING)
+
+    @property
+    def suspended_message(self) -> str:
+        cond = find_condition(self.conditions, jobset.SUSPENDED)
+        return cond.message if cond is not None and cond.is_true else ""
+
+    @property
+    def has_run(self) -> bool:
+        """Whether the whole gang has been up in this attempt, judged from this object alone."""
+        return self.restarts > 0 or self.jobs_ready > 0 or self.jobs_succeeded > 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """The Kueue Workload of the gang (or its local twin)."""
+
+    conditions: tuple[Condition, ...] = ()
+    active: bool = True  # spec.active; Kueue's IsActive defaults it to true
+    queue_name: str = ""
+
+
+class WorkloadRead(StrEnum):
+    FOUND = "found"
+    NOT_FOUND = "not found"
+    UNREADABLE = "unreadable"  # forbidden, or the API failed: we do not know
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observation:
+    gang: Gang | None = None  # None: the gang of this attempt does not exist
+    workload: Workload | None = None
+    workload_read: WorkloadRead = WorkloadRead.NOT_FOUND
+    workload_error: str = ""  # why it could not be read, for the log
+
+    def __post_init__(self) -> None:
+        if self.workload is not None and self.workload_read is not WorkloadRead.FOUND:
+            object.__setattr__(self, "workload_read", WorkloadRead.FOUND)
+
+
+NOT_FOUND = Observation()
+
+
+def observed(gang: Gang | None, workload: Workload | None = None, *, unreadable: str = "") -> Observation:
+    """Shorthand: an observation of `gang` with `workload`, or with a Workload that could not be read."""
+    if unreadable:
+        return Observation(gang=gang, workload_read=WorkloadRead.UNREADABLE, workload_error=unreadable)
+    return Observation(gang=gang, workload=workload)
+

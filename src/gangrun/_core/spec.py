@@ -1,0 +1,281 @@
+"""The `ClusteredTask` manifest (S1): loading, defaults and validation that names the field.
+
+One model for both backends. `load_manifest(path)` reads YAML or JSON; `parse_manifest(doc)` takes the
+already-parsed document. Every problem raises `SpecError` whose text starts with the field's path,
+e.g. `spec.nodes: must be >= 1, got 0`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gangrun._core.policy import DEFAULT_MAX_SYSTEM_RETRIES, Policy
+from gangrun._core.units import parse_duration, parse_quantity
+from gangrun._errors import SpecError
+
+API_VERSION = "gangrun.dev/v1alpha1"
+KIND = "ClusteredTask"
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+NAME_MAX = 63
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+RESERVED_ENV = frozenset({
+    "GANGRUN_TASK", "GANGRUN_ATTEMPT", "JOBSET_RESTART_ATTEMPT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "RANK",
+    "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GANGRUN_CHECKPOINT_PATH", "GANGRUN_PREV_CHECKPOINT_PATH",
+})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resources:
+    """Per node. cpu in cores, memory in bytes, gpu a whole number."""
+
+    cpu: Decimal = Decimal(1)
+    memory: Decimal = Decimal(2**30)
+    gpu: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailurePolicy:
+    max_restarts: int = 0
+    resume_after_preemption: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSpec:
+    name: str
+    nodes: int
+    command: tuple[str, ...]
+    nproc_per_node: int = 1
+    working_dir: str = "."
+    env: dict[str, str] = field(default_factory=dict)
+    image: str = ""
+    resources: Resources = Resources()
+    retries: int = 0
+    max_system_retries: int = DEFAULT_MAX_SYSTEM_RETRIES
+    max_runtime: timedelta | None = None
+    failure_policy: FailurePolicy = FailurePolicy()
+    queue: str = "default"
+    priority_class: str = ""
+    checkpoint_uri: str = ""  # "" = under the backend's state dir
+    termination_grace: timedelta = timedelta(seconds=30)
+    namespace: str = ""  # kubernetes only; "" = the client's default
+    source: str = ""  # the manifest's path, for relative workingDir
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the document as given
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    def policy(self) -> Policy:
+        return Policy(retries=self.retries, max_system_retries=self.max_system_retries,
+                      max_restarts=self.failure_policy.max_restarts,
+                      resume_after_preemption=self.failure_policy.resume_after_preemption,
+                      max_runtime=self.max_runtime)
+
+
+def load_manifest(path: str | Path) -> TaskSpec:
+    """Read a manifest file (YAML or JSON). Raises SpecError for a missing file or a bad document."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise SpecError("", f"{path}: no such file") from None
+    except OSError as e:
+        raise SpecError("", f"{path}: {e.strerror}") from None
+    try:
+        doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as e:
+        raise SpecError("", f"{path}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {e}") from None
+    return parse_manifest(doc, source=str(p))
+
+
+def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
+    if not isinstance(doc, dict):
+        raise SpecError("", f"a manifest must be a mapping with apiVersion, kind, metadata and spec, got {_kind(doc)}")
+    _expect(doc, "apiVersion", API_VERSION)
+    _expect(doc, "kind", KIND)
+    meta = _mapping(doc, "metadata", "metadata")
+    spec = _mapping(doc, "spec", "spec")
+    _no_unknown(doc, "", {"apiVersion", "kind", "metadata", "spec", "status"})
+    _no_unknown(meta, "metadata", {"name", "namespace", "labels", "annotations", "uid", "resourceVersion",
+                                   "generation", "creationTimestamp", "managedFields"})
+    name = _name(meta.get("name"), "metadata.name")
+    _no_unknown(spec, "spec", {"nodes", "nprocPerNode", "command", "workingDir", "env", "image", "resources",
+                               "retries", "maxSystemRetries", "maxRuntime", "failurePolicy", "queue",
+                               "priorityClass", "checkpoint", "terminationGracePeriod"})
+    fp = _mapping(spec, "failurePolicy", "spec.failurePolicy", default={})
+    _no_unknown(fp, "spec.failurePolicy", {"maxRestarts", "resumeAfterPreemption"})
+    ck = _mapping(spec, "checkpoint", "spec.checkpoint", default={})
+    _no_unknown(ck, "spec.checkpoint", {"uri"})
+    queue = spec.get("queue", "default")
+    if not isinstance(queue, str) or not DNS_1035.match(queue):
+        raise SpecError("spec.queue", f"must be a DNS-1035 name like default, got {queue!r}")
+    priority = spec.get("priorityClass", "")
+    if not isinstance(priority, str) or (priority and not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", priority)):
+        raise SpecError("spec.priorityClass", f"must be a priority class name like low or high, got {priority!r}")
+    uri = ck.get("uri", "")
+    if not isinstance(uri, str):
+        raise SpecError("spec.checkpoint.uri", f"must be a string, got {_kind(uri)}")
+    namespace = meta.get("namespace", "")
+    if namespace:
+        _name(namespace, "metadata.namespace")
+    return TaskSpec(
+        name=name,
+        namespace=namespace,
+        nodes=_int(spec, "nodes", "spec.nodes", minimum=1, required=True),
+        nproc_per_node=_int(spec, "nprocPerNode", "spec.nprocPerNode", minimum=1, default=1),
+        command=_command(spec.get("command"), "spec.command"),
+        working_dir=_str(spec, "workingDir", "spec.workingDir", default="."),
+        env=_env(spec.get("env", {}), "spec.env"),
+        image=_str(spec, "image", "spec.image", default=""),
+        resources=_resources(spec.get("resources", {}), "spec.resources"),
+        retries=_int(spec, "retries", "spec.retries", minimum=0, default=0),
+        max_system_retries=_int(spec, "maxSystemRetries", "spec.maxSystemRetries", minimum=0,
+                                default=DEFAULT_MAX_SYSTEM_RETRIES),
+        max_runtime=_duration(spec, "maxRuntime", "spec.maxRuntime", default=None, positive=True),
+        failure_policy=FailurePolicy(
+            max_restarts=_int(fp, "maxRestarts", "spec.failurePolicy.maxRestarts", minimum=0, default=0),
+            resume_after_preemption=_bool(fp, "resumeAfterPreemption", "spec.failurePolicy.resumeAfterPreemption"),
+        ),
+        queue=queue,
+        priority_class=priority,
+        checkpoint_uri=uri.rstrip("/"),
+        termination_grace=_duration(spec, "terminationGracePeriod", "spec.terminationGracePeriod",
+                                    default=timedelta(seconds=30)) or timedelta(0),
+        source=source,
+        raw=doc,
+    )
+
+
+# -- field readers: each names the field in its error ----------------------------------------------
+
+
+def _kind(v: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "nothing"}.get(
+        type(v), type(v).__name__)
+
+
+def _expect(doc: dict, key: str, value: str) -> None:
+    if doc.get(key) != value:
+        raise SpecError(key, f"must be {value}, got {doc.get(key)!r}")
+
+
+def _mapping(doc: dict, key: str, path: str, default: dict | None = None) -> dict:
+    v = doc.get(key, default)
+    if v is None and default is None:
+        raise SpecError(path, "is required")
+    if not isinstance(v, dict):
+        raise SpecError(path, f"must be a mapping, got {_kind(v)}")
+    return v
+
+
+def _no_unknown(doc: dict, path: str, known: set[str]) -> None:
+    for key in doc:
+        if key not in known:
+            where = f"{path}.{key}" if path else str(key)
+            raise SpecError(where, f"unknown field (known: {', '.join(sorted(known))})")
+
+
+def _name(v: Any, path: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise SpecError(path, "is required: a lowercase DNS-1035 name like train")
+    if len(v) > NAME_MAX or not DNS_1035.match(v):
+        raise SpecError(path, f"must be a DNS-1035 label (lowercase letters, digits and '-', starting with a "
+                              f"letter, at most {NAME_MAX} characters), got {v!r}")
+    return v
+
+
+def _int(doc: dict, key: str, path: str, *, minimum: int, default: int | None = None, required: bool = False) -> int:
+    if key not in doc:
+        if required:
+            raise SpecError(path, "is required")
+        assert default is not None
+        return default
+    v = doc[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise SpecError(path, f"must be a whole number, got {v!r}")
+    if v < minimum:
+        raise SpecError(path, f"must be >= {minimum}, got {v}")
+    return v
+
+
+def _bool(doc: dict, key: str, path: str) -> bool:
+    v = doc.get(key, False)
+    if not isinstance(v, bool):
+        raise SpecError(path, f"must be true or false, got {v!r}")
+    return v
+
+
+def _str(doc: dict, key: str, path: str, *, default: str) -> str:
+    v = doc.get(key, default)
+    if not isinstance(v, str):
+        raise SpecError(path, f"must be a string, got {_kind(v)}")
+    return v
+
+
+def _duration(doc: dict, key: str, path: str, *, default: timedelta | None, positive: bool = False) -> timedelta | None:
+    if doc.get(key) is None:
+        return default
+    try:
+        d = parse_duration(doc[key])
+    except ValueError as e:
+        raise SpecError(path, str(e)) from None
+    if positive and d <= timedelta(0):
+        raise SpecError(path, f"must be longer than 0s, got {doc[key]!r}")
+    return d
+
+
+def _command(v: Any, path: str) -> tuple[str, ...]:
+    if v is None:
+        raise SpecError(path, "is required: the worker's argv, e.g. [python, train.py]")
+    if isinstance(v, str):
+        raise SpecError(path, f"must be a list of arguments (no shell), e.g. [python, train.py], got {v!r}")
+    if not isinstance(v, list) or not v:
+        raise SpecError(path, "must be a non-empty list of arguments")
+    for i, arg in enumerate(v):
+        if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
+            raise SpecError(f"{path}[{i}]", f"must be a string, got {_kind(arg)}")
+    return tuple(str(a) for a in v)
+
+
+def _env(v: Any, path: str) -> dict[str, str]:
+    if not isinstance(v, dict):
+        raise SpecError(path, f"must be a mapping of names to values, got {_kind(v)}")
+    out = {}
+    for k, val in v.items():
+        if not isinstance(k, str) or not ENV_NAME.match(k):
+            raise SpecError(f"{path}.{k}", "is not a valid environment variable name")
+        if k in RESERVED_ENV:
+            raise SpecError(f"{path}.{k}", "is set by gangrun for every worker and cannot be overridden")
+        if isinstance(val, (dict, list)) or val is None:
+            raise SpecError(f"{path}.{k}", f"must be a string, got {_kind(val)}")
+        out[k] = str(val).lower() if isinstance(val, bool) else str(val)
+    return out
+
+
+def _resources(v: Any, path: str) -> Resources:
+    if not isinstance(v, dict):
+        raise SpecError(path, f"must be a mapping with cpu, memory and gpu, got {_kind(v)}")
+    _no_unknown(v, path, {"cpu", "memory", "gpu"})
+    values = {}
+    for key, default in (("cpu", Resources.cpu), ("memory", Resources.memory)):
+        if key in v:
+            try:
+                values[key] = parse_quantity(v[key])
+            except ValueError as e:
+                raise SpecError(f"{path}.{key}", str(e)) from None
+        else:
+            values[key] = default
+    if values["cpu"] <= 0:
+        raise SpecError(f"{path}.cpu", f"must be more than 0, got {v.get('cpu')!r}")
+    gpu = v.get("gpu", 0)
+    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
+        raise SpecError(f"{path}.gpu", f"must be a whole number >= 0, got {gpu!r}")
+    return Resources(cpu=values["cpu"], memory=values["memory"], gpu=gpu)

@@ -1,0 +1,220 @@
+"""The persisted state of one task, as a frozen value with named transitions.
+
+It lives in one place per backend (the ClusteredTask status on Kubernetes, SQLite locally) and is
+everything the engine needs besides the spec and the current observation. `for_storage()` and
+`from_storage()` turn it into plain JSON-able dicts and back; they are the only (de)serialisers.
+See docs/attempt-states.md for the diagram.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from gangrun._core.eviction import Eviction, EvictionKind
+from gangrun._core.phases import Phase, PhaseInfo
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "Succeeded"
+    USER_RETRY = "UserRetry"
+    SYSTEM_RETRY = "SystemRetry"
+    FAILED = "Failed"
+    ABORTED = "Aborted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvictionRecord:
+    """One time Kueue took the gang back, recorded when first seen (Kueue overwrites it at readmission)."""
+
+    attempt: int
+    kind: EvictionKind
+    reason: str
+    detail: str
+    message: str
+    at: datetime
+    readmitted_at: datetime | None = None
+
+    @classmethod
+    def of(cls, ev: Eviction, *, attempt: int, at: datetime) -> EvictionRecord:
+        return cls(attempt=attempt, kind=ev.kind, reason=ev.reason, detail=ev.detail, message=ev.message, at=at)
+
+    def as_eviction(self) -> Eviction:
+        return Eviction(kind=self.kind, reason=self.reason, detail=self.detail, message=self.message)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptRecord:
+    number: int
+    started_at: datetime  # when gangrun created its gang
+    running_at: datetime | None = None  # first Running: maxRuntime counts from here (S8)
+    ended_at: datetime | None = None
+    outcome: Outcome | None = None
+    code: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskState:
+    info: PhaseInfo = PhaseInfo(phase=Phase.QUEUED, version=0, reason="task submitted")
+    attempt: int = 1
+    gang_seen: bool = False  # the gang of this attempt has been observed: a later absence is a deletion
+    started: bool = False  # sticky for the attempt: the whole gang has been up once (a hold vs an eviction)
+    restart_attempt: int = 0  # the gang's whole-gang restarts in this attempt (JobSet status.restarts)
+    user_retries_used: int = 0
+    system_retries_used: int = 0
+    consecutive_system_failures: int = 0
+    eviction: EvictionRecord | None = None  # the eviction in progress, from first sight until readmission
+    unexplained_suspend_since: datetime | None = None  # S7: suspended, Workload not Evicted yet
+    message: str = ""  # the final error on Failed; otherwise empty
+    code: str = ""  # the final error code on Failed
+    attempts: tuple[AttemptRecord, ...] = ()
+    evictions: tuple[EvictionRecord, ...] = ()  # every closed or open eviction, for accounting (B5)
+
+    @classmethod
+    def new(cls, *, now: datetime) -> TaskState:
+        return cls(attempts=(AttemptRecord(number=1, started_at=now),))
+
+    # -- views ------------------------------------------------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        return self.info.phase
+
+    @property
+    def current(self) -> AttemptRecord:
+        return self.attempts[-1]
+
+    @property
+    def running_at(self) -> datetime | None:
+        return self.current.running_at if self.attempts else None
+
+    def waiting_for_readmission(self, *, now: datetime) -> timedelta:
+        """Total time spent between an eviction and its readmission (open ones count up to `now`)."""
+        return sum(((e.readmitted_at or now) - e.at for e in self.evictions), timedelta())
+
+    # -- transitions --------------------------------------------------------------------------------
+
+    def with_info(self, info: PhaseInfo) -> TaskState:
+        return self if info == self.info else replace(self, info=info)
+
+    def with_running(self, *, at: datetime, restart_attempt: int) -> TaskState:
+        """The whole gang is up: started becomes sticky, maxRuntime starts counting once per attempt."""
+        current = self.current if self.current.running_at else replace(self.current, running_at=at)
+        return replace(self, started=True, restart_attempt=restart_attempt, consecutive_system_failures=0,
+                       attempts=self.attempts[:-1] + (current,), unexplained_suspend_since=None)
+
+    def with_eviction_seen(self, ev: Eviction, *, at: datetime) -> TaskState:
+        """Record an eviction the first time it is seen. Returns the same state if one is already open."""
+        if self.eviction is not None:
+            return self
+        record = EvictionRecord.of(ev, attempt=self.attempt, at=at)
+        return replace(self, eviction=record, evictions=self.evictions + (record,))
+
+    def with_readmitted(self, *, at: datetime) -> TaskState:
+        """Close the open eviction: the gang was admitted again."""
+        if self.eviction is None:
+            return self
+        closed = replace(self.eviction, readmitted_at=at)
+        evictions = tuple(closed if e == self.eviction else e for e in self.evictions)
+        return replace(self, eviction=None, evictions=evictions, unexplained_suspend_since=None)
+
+    def with_attempt_ended(self, outcome: Outcome, *, at: datetime, code: str, reason: str) -> TaskState:
+        ended = replace(self.current, ended_at=at, outcome=outcome, code=code or None, reason=reason)
+        evictions = self.evictions
+        if self.eviction is not None:  # an eviction that ended the attempt is never readmitted
+            evictions = tuple(replace(e, readmitted_at=at) if e == self.eviction else e for e in evictions)
+        return replace(self, attempts=self.attempts[:-1] + (ended,), eviction=None, evictions=evictions,
+                       unexplained_suspend_since=None)
+
+    def with_next_attempt(self, *, at: datetime) -> TaskState:
+        """A fresh attempt: a new gang, nothing sticky carried over; budgets are kept."""
+        number = self.attempt + 1
+        return replace(self, attempt=number, gang_seen=False, started=False, restart_attempt=0,
+                       attempts=self.attempts + (AttemptRecord(number=number, started_at=at),))
+
+    # -- storage ------------------------------------------------------------------------------------
+
+    def for_storage(self) -> dict[str, Any]:
+        return {
+            "phase": self.info.phase.value,
+            "phaseVersion": self.info.version,
+            "reason": self.info.reason,
+            "attempt": self.attempt,
+            "gangSeen": self.gang_seen,
+            "started": self.started,
+            "restartAttempt": self.restart_attempt,
+            "userRetriesUsed": self.user_retries_used,
+            "systemRetriesUsed": self.system_retries_used,
+            "consecutiveSystemFailures": self.consecutive_system_failures,
+            "eviction": _eviction_out(self.eviction),
+            "unexplainedSuspendSince": _time_out(self.unexplained_suspend_since),
+            "message": self.message,
+            "code": self.code,
+            "attempts": [_attempt_out(a) for a in self.attempts],
+            "evictions": [_eviction_out(e) for e in self.evictions],
+        }
+
+    @classmethod
+    def from_storage(cls, data: dict[str, Any]) -> TaskState:
+        return cls(
+            info=PhaseInfo(phase=Phase(data["phase"]), version=int(data["phaseVersion"]), reason=data["reason"]),
+            attempt=int(data["attempt"]),
+            gang_seen=bool(data.get("gangSeen", False)),
+            started=bool(data.get("started", False)),
+            restart_attempt=int(data.get("restartAttempt", 0)),
+            user_retries_used=int(data.get("userRetriesUsed", 0)),
+            system_retries_used=int(data.get("systemRetriesUsed", 0)),
+            consecutive_system_failures=int(data.get("consecutiveSystemFailures", 0)),
+            eviction=_eviction_in(data.get("eviction")),
+            unexplained_suspend_since=_time_in(data.get("unexplainedSuspendSince")),
+            message=data.get("message", ""),
+            code=data.get("code", ""),
+            attempts=tuple(_attempt_in(a) for a in data.get("attempts", [])),
+            evictions=tuple(e for e in (_eviction_in(x) for x in data.get("evictions", [])) if e is not None),
+        )
+
+
+def _time_out(t: datetime | None) -> str | None:
+    return t.isoformat() if t is not None else None
+
+
+def _time_in(s: str | None) -> datetime | None:
+    return datetime.fromisoformat(s) if s else None
+
+
+def _attempt_out(a: AttemptRecord) -> dict[str, Any]:
+    return {"number": a.number, "startedAt": _time_out(a.started_at), "runningAt": _time_out(a.running_at),
+            "endedAt": _time_out(a.ended_at), "outcome": a.outcome.value if a.outcome else None,
+            "code": a.code, "reason": a.reason}
+
+
+def _attempt_in(d: dict[str, Any]) -> AttemptRecord:
+    started = _time_in(d.get("startedAt"))
+    assert started is not None, "an attempt record always has startedAt"
+    return AttemptRecord(number=int(d["number"]), started_at=started, running_at=_time_in(d.get("runningAt")),
+                         ended_at=_time_in(d.get("endedAt")),
+                         outcome=Outcome(d["outcome"]) if d.get("outcome") else None,
+                         code=d.get("code"), reason=d.get("reason"))
+
+
+def _eviction_out(e: EvictionRecord | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {"attempt": e.attempt, "kind": e.kind.value, "reason": e.reason, "detail": e.detail,
+            "message": e.message, "at": _time_out(e.at), "readmittedAt": _time_out(e.readmitted_at)}
+
+
+def _eviction_in(d: dict[str, Any] | None) -> EvictionRecord | None:
+    if not d:
+        return None
+    at = _time_in(d.get("at"))
+    assert at is not None, "an eviction record always has its time"
+    return EvictionRecord(attempt=int(d["attempt"]), kind=EvictionKind(d["kind"]), reason=d.get("reason", ""),
+                          detail=d.get("detail", ""), message=d.get("message", ""), at=at,
+                          readmitted_at=_time_in(d.get("readmittedAt")))
+
+
+__all__ = ["AttemptRecord", "EvictionRecord", "Outcome", "TaskState"]

@@ -1,0 +1,71 @@
+"""Durations (`90s`, `1h30m`) and Kubernetes quantities (`500m`, `1Gi`, `2e3`), parsed exactly."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal("1e3"),
+            "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18")}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+
+
+def parse_duration(text: str | int | float) -> timedelta:
+    """`90s`, `1h30m`, `2d`, `250ms`, or a bare number of seconds. Raises ValueError naming the problem."""
+    if isinstance(text, bool):
+        raise ValueError(f"expected a duration like 90s or 1h, got {text!r}")
+    if isinstance(text, (int, float)):
+        seconds = float(text)
+    else:
+        s = text.strip()
+        if re.fullmatch(r"\d+(?:\.\d+)?", s):
+            seconds = float(s)
+        else:
+            pos, seconds = 0, 0.0
+            for m in _DURATION_PART.finditer(s):
+                if m.start() != pos:
+                    break
+                seconds += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+                pos = m.end()
+            if pos != len(s) or not s:
+                raise ValueError(f"expected a duration like 90s, 15m, 1h30m or 2d, got {text!r}")
+    if seconds < 0:
+        raise ValueError(f"a duration cannot be negative, got {text!r}")
+    return timedelta(seconds=seconds)
+
+
+def format_duration(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    d, rest = divmod(seconds, 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    return "".join(f"{v}{u}" for v, u in ((d, "d"), (h, "h"), (m, "m"), (s, "s")) if v) or "0s"
+
+
+def parse_quantity(text: str | int | float) -> Decimal:
+    """A Kubernetes resource quantity as an exact decimal: `500m` → 0.5, `1Gi` → 1073741824."""
+    if isinstance(text, bool):
+        raise ValueError(f"expected a quantity like 2, 500m or 4Gi, got {text!r}")
+    if isinstance(text, (int, float)):
+        value = Decimal(str(text))
+    else:
+        m = _QUANTITY.match(text.strip())
+        if not m:
+            raise ValueError(f"expected a quantity like 2, 500m or 4Gi, got {text!r}")
+        try:
+            number = Decimal(m.group(1))
+        except InvalidOperation as e:  # pragma: no cover - the regex admits only numbers
+            raise ValueError(f"not a number: {text!r}") from e
+        if m.group(2):
+            value = number * (Decimal(10) ** int(m.group(2)[1:]))
+        else:
+            suffix = m.group(3) or ""
+            value = number * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
+    if value < 0:
+        raise ValueError(f"a quantity cannot be negative, got {text!r}")
+    return value

@@ -1,0 +1,41 @@
+"""The task as users see it: the `gangrun get -o json` document, the same on both backends."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+from gangrun._core.state import TaskState
+
+
+def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`extra` carries backend facts (namespace, queue, priority) merged at the top level."""
+    counts = Counter(e.reason or e.kind.value for e in state.evictions)
+    view: dict[str, Any] = {
+        "name": name,
+        "phase": state.phase.value,
+        "phaseVersion": state.info.version,
+        "reason": state.info.reason,
+        "attempt": state.attempt,
+        "userRetriesUsed": state.user_retries_used,
+        "systemRetriesUsed": state.system_retries_used,
+        "restartAttempt": state.restart_attempt,
+        "attempts": [
+            {"number": a.number, "startedAt": a.started_at.isoformat(),
+             "runningAt": a.running_at.isoformat() if a.running_at else None,
+             "endedAt": a.ended_at.isoformat() if a.ended_at else None,
+             "outcome": a.outcome.value if a.outcome else None, "code": a.code, "reason": a.reason}
+            for a in state.attempts
+        ],
+        "evictionsByCause": dict(counts),
+        "waitingForReadmissionSeconds": round(state.waiting_for_readmission(now=now).total_seconds(), 3),
+    }
+    if state.eviction is not None:
+        view["eviction"] = {"reason": state.eviction.reason, "detail": state.eviction.detail,
+                            "message": state.eviction.message, "at": state.eviction.at.isoformat()}
+    if state.code:
+        view["code"], view["message"] = state.code, state.message
+    if extra:
+        view.update(extra)
+    return view
