@@ -1,1 +1,6 @@
 """gangrun: preemption-tolerant multi-node training gangs."""
+
+from gangrun._context import Context, context
+from gangrun.checkpoint import Checkpoint
+
+__all__ = sorted(["Checkpoint", "Context", "context"])

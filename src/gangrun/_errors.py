@@ -3,6 +3,7 @@
     GangrunError                      base; the CLI prints "<Type>: <message>" and exits 2
     ├── SpecError                     a manifest is invalid; the message names the field
     ├── UsageError                    a command was called wrongly (unknown task, unknown queue, ...)
+    │   └── WorkerEnvError(name)      a worker environment variable is malformed; names the variable
     ├── BackendError                  a backend could not do what was asked
     │   ├── ApiError(status)          the Kubernetes API answered with an error status
     │   │   ├── NotFound              404
@@ -35,6 +36,14 @@ class SpecError(GangrunError):
 
 class UsageError(GangrunError):
     """A command or call was used wrongly: unknown task, unknown queue, bad flag value."""
+
+
+class WorkerEnvError(UsageError):
+    """A gangrun worker environment variable is malformed. `name` is the variable."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name = name
+        super().__init__(f"{name}: {problem}")
 
 
 class BackendError(GangrunError):

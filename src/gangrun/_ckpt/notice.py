@@ -1,0 +1,196 @@
+"""The stop notice (DESIGN.md B3): SIGTERM turned into a flag, hooks, a cause and a deadline.
+
+Contract with the backends: before it sends SIGTERM, a backend may write
+``{"cause": "Preempted", "message": "...", "deadline": <unix seconds>}`` atomically to the file named
+by ``GANGRUN_STOP_FILE``. If the file is absent or unreadable, the cause is None and the deadline is
+now + ``GANGRUN_GRACE_PERIOD`` seconds (default 30).
+
+The signal handler only records the notice and wakes the ``gangrun-stop`` thread: no I/O, no locks,
+no saving in a handler (a handler interrupts the main thread anywhere, even inside a lock the save
+needs; Lightning#21406). The stop thread runs the `on_stop` hooks, then decides how the process ends:
+
+- The program *listens* (it registered a hook or has read ``stop_requested``): it is trusted to save
+  and exit on its own. If it is still running shortly before the deadline, the in-flight saves are
+  flushed and the process exits with status 143 (128 + SIGTERM), before the backend's SIGKILL.
+- The program does not listen: it expects SIGTERM to end it, as it would without gangrun. In-flight
+  saves are flushed (B2), then the process exits with status 143 at once.
+
+Installed only from the main thread (Python delivers signals there); a previous Python handler is
+still called after the notice is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from gangrun._ckpt import writer
+from gangrun._errors import WorkerEnvError
+
+log = logging.getLogger("gangrun")
+
+STOP_FILE_ENV = "GANGRUN_STOP_FILE"
+GRACE_ENV = "GANGRUN_GRACE_PERIOD"
+DEFAULT_GRACE = 30.0
+EXIT_STATUS = 128 + signal.SIGTERM
+
+
+@dataclass(frozen=True)
+class StopNotice:
+    """Why and until when the gang is being stopped. `cause` is None when the backend did not say."""
+
+    cause: str | None
+    message: str | None
+    deadline: float  # unix seconds; the backend may SIGKILL after it
+    received_at: float
+
+    @property
+    def seconds_left(self) -> float:
+        return max(0.0, self.deadline - time.time())
+
+
+def grace_period(env: Mapping[str, str]) -> float:
+    raw = env.get(GRACE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_GRACE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise WorkerEnvError(GRACE_ENV, f"must be a number of seconds >= 0, got {raw!r}")
+    return value
+
+
+def read_notice(env: Mapping[str, str], *, now: float) -> StopNotice:
+    """The notice the backend left, or a default one from the grace period."""
+    fallback = StopNotice(None, None, now + grace_period(env), now)
+    path = env.get(STOP_FILE_ENV)
+    if not path:
+        return fallback
+    try:
+        with open(path, "rb") as f:
+            doc = json.load(f)
+        deadline = float(doc["deadline"]) if doc.get("deadline") is not None else fallback.deadline
+        cause, message = doc.get("cause"), doc.get("message")
+        return StopNotice(None if cause is None else str(cause), None if message is None else str(message), deadline, now)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return fallback
+
+
+class _StopState:
+    def __init__(self) -> None:
+        self.notice: StopNotice | None = None
+        self.hooks: list[Callable[[StopNotice], object]] = []
+        self.listening = False
+        self.installed = False
+        self.previous: object = None
+        self.env: Mapping[str, str] = os.environ
+        self.exit: Callable[[int], object] = os._exit  # a test seam; os._exit skips nothing we need
+        self._wake = threading.Event()
+        self._hook_lock = threading.Lock()
+        self._called: list[Callable[[StopNotice], object]] = []
+        self._thread: threading.Thread | None = None
+
+    # --- signal side: record and wake, nothing else ---
+    def handle(self, signum: int, frame: object) -> None:
+        if self.notice is None:
+            self.notice = read_notice(self.env, now=time.time())
+            writer.exit_deadline = self.notice.deadline
+            self._thread = threading.Thread(target=self._stop_thread, name="gangrun-stop", daemon=True)
+            self._thread.start()
+        prev = self.previous
+        if callable(prev):
+            prev(signum, frame)
+
+    # --- stop thread: hooks, flush, end ---
+    def _stop_thread(self) -> None:
+        notice = self.notice
+        assert notice is not None
+        _say(f"gangrun: stop requested (cause {notice.cause or 'unknown'}; {notice.seconds_left:.1f}s left)")
+        for hook in list(self.hooks):
+            self.call_hook(hook)
+        if not self.listening:
+            self._flush(notice)
+        if self.listening:  # checked again: the loop may have looked at the flag during the flush
+            # Leave a margin before the deadline to flush and exit ahead of the SIGKILL.
+            margin = min(2.0, 0.1 * max(0.0, notice.deadline - notice.received_at))
+            self._wake.wait(max(0.0, notice.deadline - margin - time.time()))
+            _say("gangrun: still running at the stop deadline; flushing checkpoints and exiting")
+            self._flush(notice)
+        _flush_stdio()
+        self.exit(EXIT_STATUS)
+
+    def _flush(self, notice: StopNotice) -> None:
+        if not writer.flush_all(max(0.0, notice.deadline - time.time())):
+            _say("gangrun: a checkpoint save did not finish before the stop deadline")
+
+    def call_hook(self, hook: Callable[[StopNotice], object]) -> None:
+        """Call a hook at most once, whichever thread gets there first."""
+        with self._hook_lock:
+            if any(h is hook for h in self._called):
+                return
+            self._called.append(hook)
+        try:
+            hook(self.notice)  # type: ignore[arg-type]
+        except Exception as e:  # a failing hook must not cost the others or the flush
+            log.exception("gangrun: on_stop hook %r failed: %r", hook, e)
+
+
+STATE = _StopState()
+
+
+def install(env: Mapping[str, str] | None = None) -> bool:
+    """Install the SIGTERM handler (main thread only). Returns whether it is installed now."""
+    if STATE.installed:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        log.debug("gangrun: not in the main thread; the SIGTERM stop notice is not installed")
+        return False
+    if env is not None:
+        STATE.env = env
+    STATE.previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, STATE.handle)
+    STATE.installed = True
+    return True
+
+
+def uninstall() -> None:
+    """Restore the previous handler and forget any notice (for tests and embedding)."""
+    if STATE.installed and threading.current_thread() is threading.main_thread():
+        prev = STATE.previous
+        signal.signal(signal.SIGTERM, prev if prev is not None else signal.SIG_DFL)  # type: ignore[arg-type]
+    STATE.__init__()  # type: ignore[misc]
+
+
+def stop_requested() -> bool:
+    STATE.listening = True
+    return STATE.notice is not None
+
+
+def on_stop(fn: Callable[[StopNotice], object]) -> None:
+    """Call `fn(notice)` once, from the ``gangrun-stop`` thread, when a stop is requested."""
+    STATE.listening = True
+    STATE.hooks.append(fn)
+    if STATE.notice is not None:  # registered after the notice came: run it now, still only once
+        STATE.call_hook(fn)
+
+
+def _say(line: str) -> None:
+    log.info(line)
+    print(line, file=sys.stderr, flush=True)
+
+
+def _flush_stdio() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed or broken stream must not keep the process alive
+            pass

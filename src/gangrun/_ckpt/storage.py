@@ -1,0 +1,219 @@
+"""Byte access to a checkpoint location, through fsspec.
+
+`open_storage(uri)` resolves any fsspec URI. Local paths (plain or ``file://``) get `LocalStorage`,
+which works on OS paths directly because a commit there needs what fsspec does not offer: fsync of
+files and directories, and an atomic rename. Everything else (``s3://``, ``memory://``, ...) gets
+`FsspecStorage`, which has no atomic rename, so its saves commit by writing the manifest last.
+
+Every transfer streams fixed-size chunks and returns the CRC-32 and size of what went through, so a
+checksum costs no second read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from gangrun._ckpt.manifest import Crc
+
+CHUNK = 8 << 20
+
+
+class Storage:
+    """The operations a checkpoint needs. Paths are strings as the backing filesystem spells them."""
+
+    #: True when `rename` is atomic, so a save can be committed by renaming its tmp folder.
+    atomic_rename: bool = False
+    #: True when files written here are on this machine (no download needed to read them).
+    local: bool = False
+
+    def list_names(self, path: str) -> list[str]:
+        """Names directly under `path`; [] when it does not exist."""
+        raise NotImplementedError
+
+    def exists(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def read_bytes(self, path: str) -> bytes:
+        raise NotImplementedError
+
+    def write_bytes(self, path: str, data: bytes | memoryview) -> Crc:
+        """Write a whole object so that it appears complete or not at all."""
+        raise NotImplementedError
+
+    def put_file(self, src: str, dst: str, *, move: bool = False) -> Crc:
+        """Copy a local file here (`move`: the source is ours to consume)."""
+        raise NotImplementedError
+
+    def get_file(self, src: str, dst: str) -> Crc:
+        """Copy a stored file to the local path `dst`."""
+        raise NotImplementedError
+
+    def makedirs(self, path: str) -> None:
+        pass
+
+    def remove(self, path: str) -> None:
+        """Remove a file or a tree; missing is fine."""
+        raise NotImplementedError
+
+    def rename(self, src: str, dst: str) -> None:
+        raise NotImplementedError
+
+    def sync_tree(self, path: str) -> None:
+        """Make what was written under `path` durable (no-op where writes are durable on close)."""
+
+    def sync_tree_parent(self, path: str) -> None:
+        """Make the entry of `path` in its parent durable (after a rename)."""
+
+
+def _copy_stream(read, write) -> Crc:  # type: ignore[no-untyped-def]
+    crc = Crc()
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    while True:
+        n = read(view)
+        if not n:
+            return crc
+        crc.update(view[:n])
+        write(view[:n])
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalStorage(Storage):
+    atomic_rename = True
+    local = True
+
+    def list_names(self, path: str) -> list[str]:
+        try:
+            return os.listdir(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def write_bytes(self, path: str, data: bytes | memoryview) -> Crc:
+        # tmp + fsync + replace: a reader sees the old file or the whole new one, even after SIGKILL.
+        crc = Crc()
+        crc.update(data)
+        tmp = f"{path}.part"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return crc
+
+    def put_file(self, src: str, dst: str, *, move: bool = False) -> Crc:
+        if move:
+            # The source is a snapshot we staged on this filesystem: move it, then checksum it.
+            os.rename(src, dst)
+            with open(dst, "rb") as f:
+                crc = _copy_stream(f.readinto, lambda _b: None)
+                os.fsync(f.fileno())
+            return crc
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            crc = _copy_stream(fin.readinto, fout.write)
+            fout.flush()
+            os.fsync(fout.fileno())
+        return crc
+
+    def get_file(self, src: str, dst: str) -> Crc:
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            return _copy_stream(fin.readinto, fout.write)
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def remove(self, path: str) -> None:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def sync_tree(self, path: str) -> None:
+        # New directory entries are durable only once their directory is fsynced.
+        for dirpath, _dirs, _files in os.walk(path):
+            _fsync_path(dirpath)
+
+    def sync_tree_parent(self, path: str) -> None:
+        _fsync_path(os.path.dirname(path.rstrip("/")) or ".")
+
+
+class FsspecStorage(Storage):
+    def __init__(self, fs: fsspec.AbstractFileSystem) -> None:
+        self.fs = fs
+
+    def _fresh(self, path: str) -> None:
+        # s3fs caches listings; a stale cache would hide a commit made by another process.
+        self.fs.invalidate_cache(path)
+
+    def list_names(self, path: str) -> list[str]:
+        self._fresh(path)
+        try:
+            paths = self.fs.ls(path, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        base = path.rstrip("/")
+        return [p.rstrip("/").rsplit("/", 1)[-1] for p in paths if p.rstrip("/") != base]
+
+    def exists(self, path: str) -> bool:
+        self._fresh(path)
+        return bool(self.fs.exists(path))
+
+    def read_bytes(self, path: str) -> bytes:
+        return bytes(self.fs.cat_file(path))
+
+    def write_bytes(self, path: str, data: bytes | memoryview) -> Crc:
+        # One PUT: object stores make it visible whole or not at all (the manifest-marker commit).
+        crc = Crc()
+        crc.update(data)
+        self.fs.pipe_file(path, bytes(data))
+        return crc
+
+    def put_file(self, src: str, dst: str, *, move: bool = False) -> Crc:
+        with open(src, "rb") as fin, self.fs.open(dst, "wb") as fout:
+            crc = _copy_stream(fin.readinto, fout.write)
+        if move:
+            os.unlink(src)
+        return crc
+
+    def get_file(self, src: str, dst: str) -> Crc:
+        with self.fs.open(src, "rb") as fin, open(dst, "wb") as fout:
+            return _copy_stream(lambda b: fin.readinto(b), fout.write)
+
+    def remove(self, path: str) -> None:
+        try:
+            self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+        self._fresh(path)
+
+
+def open_storage(uri: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, str]:
+    """The storage for `uri` and `uri` as that storage spells paths (no scheme for local paths)."""
+    fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
+    if isinstance(fs, LocalFileSystem):
+        return LocalStorage(), path
+    return FsspecStorage(fs), path
