@@ -23,6 +23,8 @@ docs/checkpoints.md.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import logging
 import os
 import shutil
@@ -31,7 +33,6 @@ import tempfile
 import threading
 import time
 import uuid
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -248,9 +249,9 @@ class Checkpoint:
 
     def _cache(self) -> Path:
         if self._cache_dir is None:
-            # Restored copies live as long as this object; pass cache_dir= to keep them.
-            self._cache_dir = Path(tempfile.mkdtemp(prefix="gangrun-ckpt-"))
-            weakref.finalize(self, shutil.rmtree, str(self._cache_dir), True)
+            # Restored copies live until the interpreter exits (a Path handed out must stay valid
+            # after this object is gone); pass cache_dir= to keep them longer.
+            self._cache_dir = Path(tempfile.mkdtemp(prefix="ckpt-", dir=_process_cache()))
         self._cache_dir.mkdir(parents=True, exist_ok=True)
         return self._cache_dir
 
@@ -263,6 +264,13 @@ class Checkpoint:
             return join(self._attempt_path, tag)
         return str(self._cache() / tag)
 
+
+
+@functools.cache
+def _process_cache() -> str:
+    path = tempfile.mkdtemp(prefix="gangrun-cache-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def _say(line: str, level: int = logging.INFO) -> None:

@@ -1,0 +1,105 @@
+"""B2: a background save snapshots at once, commits later, and reports a failure exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+
+from gangrun import Checkpoint
+from gangrun._ckpt import writer
+from gangrun._errors import CommitFailed
+
+
+def test_b2_async_save_snapshots_before_returning(tmp_path) -> None:
+    src = tmp_path / "state"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"A" * 100_000)
+    ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1)
+    info = ckpt.save(src, step=1, blocking=False)
+    (src / "w.bin").write_bytes(b"B" * 100_000)  # training moves on while the writer uploads
+    (src / "new.bin").write_bytes(b"C")
+    assert ckpt.wait() is True
+    path = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1).load()
+    assert (path / "w.bin").read_bytes() == b"A" * 100_000 and not (path / "new.bin").exists()
+    assert info.seq == 1 and info.uri.endswith("attempt-1/ckpt-000001")
+    assert not [n for n in os.listdir(tmp_path / "ck" / "attempt-1") if ".stage-" in n], "snapshot left behind"
+
+
+def test_b2_async_bytes_save_of_a_mutable_buffer_is_snapshotted(store) -> None:
+    buf = bytearray(b"first")
+    ckpt = store(1)
+    ckpt.save(buf, blocking=False)
+    buf[:] = b"later"
+    ckpt.wait()
+    assert store(1).load().read_bytes() == b"first"
+
+
+def _failing_storage(ckpt: Checkpoint, gate: threading.Event | None = None) -> None:
+    real = ckpt._storage.write_bytes
+
+    def write_bytes(path, data):  # type: ignore[no-untyped-def]
+        if gate is not None:
+            gate.wait(5)
+        if path.endswith("manifest.json"):
+            raise OSError("disk full")
+        return real(path, data)
+
+    ckpt._storage.write_bytes = write_bytes  # type: ignore[method-assign]
+
+
+def test_b2_background_failure_is_raised_once_as_commit_failed(tmp_path) -> None:
+    ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1)
+    _failing_storage(ckpt)
+    ckpt.save(b"x", blocking=False)
+    with pytest.raises(CommitFailed, match="disk full"):
+        ckpt.wait()
+    assert ckpt.wait() is True  # once only
+    assert Checkpoint.for_path(str(tmp_path / "ck"), attempt=1).load() is None
+    assert os.listdir(tmp_path / "ck" / "attempt-1") == [], "a failed save must clean up after itself"
+
+
+def test_b2_next_save_waits_for_previous_and_raises_its_failure(tmp_path) -> None:
+    ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1)
+    gate = threading.Event()
+    _failing_storage(ckpt, gate)
+    ckpt.save(b"x", blocking=False)
+    assert writer.ACTIVE.count == 1 and ckpt.wait(timeout=0.01) is False
+    gate.set()
+    with pytest.raises(CommitFailed):
+        ckpt.save(b"y", blocking=False)
+    assert ckpt.wait() is True
+
+
+def test_b2_blocking_save_failure_raises_commit_failed(tmp_path) -> None:
+    ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1)
+    _failing_storage(ckpt)
+    with pytest.raises(CommitFailed, match="disk full"):
+        ckpt.save(b"x")
+
+
+def test_b2_snapshot_false_reads_the_source_in_the_background(tmp_path) -> None:
+    src = tmp_path / "step-10"
+    src.mkdir()
+    (src / "m.bin").write_bytes(b"m" * 1000)
+    ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1)
+    ckpt.save(src, blocking=False, snapshot=False)
+    ckpt.wait()
+    assert (src / "m.bin").exists(), "the caller's data is never moved or deleted"
+    assert (Checkpoint.for_path(str(tmp_path / "ck"), attempt=1).load() / "m.bin").read_bytes() == b"m" * 1000
+
+
+def test_b5_commit_appends_one_event_line(tmp_path) -> None:
+    events = tmp_path / "events.jsonl"
+    ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=2, task="train", rank=0, events_file=str(events))
+    ckpt.save(b"a", step=6)
+    ckpt.save(b"b", blocking=False)
+    ckpt.wait()
+    lines = [json.loads(x) for x in events.read_text().splitlines()]
+    assert [(e["type"], e["task"], e["attempt"], e["rank"], e["seq"], e["step"]) for e in lines] == [
+        ("checkpoint_committed", "train", 2, 0, 1, 6),
+        ("checkpoint_committed", "train", 2, 0, 2, None),
+    ]
+    assert lines[0]["uri"] == f"{tmp_path}/ck/attempt-2/ckpt-000001" and isinstance(lines[0]["time"], float)
