@@ -101,14 +101,19 @@ class _StopState:
 
     # --- signal side: record and wake, nothing else ---
     def handle(self, signum: int, frame: object) -> None:
-        if self.notice is None:
+        first = self.notice is None
+        if first:
             self.notice = read_notice(self.env, now=time.time())
             writer.exit_deadline = self.notice.deadline
-            self._thread = threading.Thread(target=self._stop_thread, name="gangrun-stop", daemon=True)
-            self._thread.start()
-        prev = self.previous
-        if callable(prev):
-            prev(signum, frame)
+        try:
+            prev = self.previous
+            if callable(prev):
+                prev(signum, frame)
+        finally:
+            # Started after the previous handler ran, so the stop thread cannot end the process first.
+            if first:
+                self._thread = threading.Thread(target=self._stop_thread, name="gangrun-stop", daemon=True)
+                self._thread.start()
 
     # --- stop thread: hooks, flush, end ---
     def _stop_thread(self) -> None:
@@ -129,6 +134,8 @@ class _StopState:
         self.exit(EXIT_STATUS)
 
     def _flush(self, notice: StopNotice) -> None:
+        if writer.ACTIVE.count:
+            _say(f"gangrun: flushing {writer.ACTIVE.count} checkpoint save(s) in flight before stopping")
         if not writer.flush_all(max(0.0, notice.deadline - time.time())):
             _say("gangrun: a checkpoint save did not finish before the stop deadline")
 
