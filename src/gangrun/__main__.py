@@ -1,0 +1,7 @@
+"""`python -m gangrun`: the same as the `gangrun` command."""
+
+import sys
+
+from gangrun.cli import main
+
+sys.exit(main())

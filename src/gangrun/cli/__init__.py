@@ -1,0 +1,119 @@
+"""The `gangrun` command line: a thin client of the backends.
+
+Exit codes: 0 success (for `run`: the task Succeeded); 1 the task ended without succeeding;
+2 a user mistake or a gangrun error, printed as `<Type>: <message>` without a traceback; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from gangrun._errors import GangrunError
+from gangrun.cli import commands
+
+EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gangrun", description="Run multi-node training gangs that survive preemption.")
+    _backend_options(p, default=True)
+    common = argparse.ArgumentParser(add_help=False)
+    _backend_options(common, default=False)  # the same flags after the command name: `gangrun get x --backend ...`
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def cmd(name: str, func, help_: str, *, json_out: bool = True) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help_, description=help_, parents=[common])
+        if json_out:
+            sp.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
+        sp.set_defaults(func=func)
+        return sp
+
+    sp = cmd("validate", commands.validate, "check a manifest and print it with defaults")
+    sp.add_argument("file")
+    sp = cmd("run", commands.run, "submit a task and follow it until it ends; exit 0 only on Succeeded")
+    sp.add_argument("file")
+    sp = cmd("submit", commands.submit, "submit a task and print its name")
+    sp.add_argument("file")
+    sp = cmd("get", commands.get, "one task or all, with phase and reason")
+    sp.add_argument("name", nargs="?")
+    sp = cmd("describe", commands.describe, "status, attempts, budgets and the event timeline")
+    sp.add_argument("name")
+    sp = cmd("events", commands.events, "the task's event timeline")
+    sp.add_argument("name")
+    sp.add_argument("-f", "--follow", action="store_true", help="keep printing new events until the task ends")
+    sp = cmd("logs", commands.logs, "worker output", json_out=False)
+    sp.add_argument("name")
+    sp.add_argument("--rank", type=int, default=None, help="only this global rank")
+    sp.add_argument("--attempt", type=int, default=None, help="this attempt (default: the current one)")
+    sp.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
+    sp = cmd("cancel", commands.cancel, "stop the task (Aborted)")
+    sp.add_argument("name")
+    sp = cmd("render", commands.render, "print the JobSet an attempt would create on Kubernetes", json_out=False)
+    sp.add_argument("file")
+    sp.add_argument("--attempt", type=int, default=1, help="attempt number (default 1)")
+    sp.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    sp = cmd("controller", commands.controller, "run the Kubernetes controller", json_out=False)
+    sp.add_argument("--metrics-port", type=int, default=8080)
+    sp.add_argument("--health-port", type=int, default=8081)
+    sp.add_argument("--leader-election", action=argparse.BooleanOptionalAction, default=True)
+    sp.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gangrun-system"))
+    sp.add_argument("--identity", default=None, help="leader election identity (default: hostname and pid)")
+    sp.add_argument("--all-namespaces", action="store_true", help="watch every namespace (default: --namespace or all)")
+
+    local = sub.add_parser("local", help="the local control plane", description="the local control plane",
+                           parents=[common])
+    lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
+
+    def lcmd(name: str, func, help_: str) -> argparse.ArgumentParser:
+        sp = lsub.add_parser(name, help=help_, description=help_, parents=[common])
+        sp.add_argument("-o", "--output", choices=["text", "json"], default="text")
+        sp.set_defaults(func=func)
+        return sp
+
+    sp = lcmd("up", commands.local_up, "start (or reconfigure) the local control plane and its queue's quota")
+    sp.add_argument("--cpu", default=None, help="CPU quota, e.g. 8 or 500m (default: this machine's cores)")
+    sp.add_argument("--memory", default=None, help="memory quota, e.g. 16Gi (default: this machine's memory)")
+    sp.add_argument("--gpu", type=int, default=None, help="GPU quota (default: 0)")
+    lcmd("down", commands.local_down, "stop the local control plane and every gang it runs")
+    lcmd("status", commands.local_status, "quota, queue and running gangs")
+    sp = lcmd("evict", commands.local_evict, "inject a Kueue eviction into a task's gang")
+    sp.add_argument("name")
+    sp.add_argument("--reason", required=True, choices=["Preempted", "PodsReadyTimeout", "NodeFailures"])
+    sp = lcmd("deactivate", commands.local_deactivate, "set the task's workload inactive (spec.active=false)")
+    sp.add_argument("name")
+    sp = lcmd("activate", commands.local_activate, "set the task's workload active again")
+    sp.add_argument("name")
+    return p
+
+
+def _backend_options(p: argparse.ArgumentParser, *, default: bool) -> None:
+    """Backend flags; sub-commands repeat them with suppressed defaults so they never undo the top level."""
+    def d(value):
+        return value if default else argparse.SUPPRESS
+
+    p.add_argument("--backend", choices=["local", "kubernetes"], default=d(os.environ.get("GANGRUN_BACKEND", "local")),
+                   help="where tasks run (default: $GANGRUN_BACKEND or local)")
+    p.add_argument("--kubeconfig", default=d(None), help="kubernetes backend: kubeconfig file (default: the usual lookup)")
+    p.add_argument("--context", default=d(None), help="kubernetes backend: kubeconfig context")
+    p.add_argument("-n", "--namespace", default=d(None), help="kubernetes backend: namespace")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except GangrunError as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `gangrun logs x | head`
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""One function per CLI command. Each builds SDK/backend objects and prints; no logic of its own."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import yaml
+
+from gangrun._backends.base import Backend
+from gangrun._core.spec import TaskSpec, load_manifest
+from gangrun._core.timeline import Event
+from gangrun._errors import UsageError
+from gangrun.cli import output
+from gangrun.cli.follow import follow_task
+
+TERMINAL = {"Succeeded", "Failed", "Aborted"}
+
+
+def backend(args: argparse.Namespace) -> Backend:
+    """The backend named by --backend; imported lazily so each one's dependencies stay optional."""
+    if args.backend == "kubernetes":
+        try:
+            from gangrun._backends.kube import KubeBackend
+        except ImportError as e:
+            raise UsageError(f"the kubernetes backend needs extra packages: pip install 'gangrun[kubernetes]' ({e})") from None
+        return KubeBackend(kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace)
+    from gangrun._backends.local import LocalBackend
+
+    return LocalBackend()
+
+
+def _local(args: argparse.Namespace):
+    if args.backend != "local":
+        raise UsageError("`gangrun local` commands act on the local backend; drop --backend kubernetes")
+    from gangrun._backends.local import LocalBackend
+
+    return LocalBackend()
+
+
+def _json(args: argparse.Namespace) -> bool:
+    return getattr(args, "output", "text") == "json"
+
+
+def validate(args: argparse.Namespace) -> int:
+    spec = load_manifest(args.file)
+    if _json(args):
+        output.emit_json({"valid": True, "name": spec.name, "spec": spec_summary(spec)})
+    else:
+        s = spec_summary(spec)
+        print(f"{args.file}: valid ClusteredTask {spec.name!r}: {s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
+              f"retries {s['retries']}, maxRestarts {s['maxRestarts']}, "
+              f"resumeAfterPreemption {str(s['resumeAfterPreemption']).lower()}, queue {s['queue']}")
+    return 0
+
+
+def spec_summary(spec: TaskSpec) -> dict[str, Any]:
+    return {"name": spec.name, "nodes": spec.nodes, "nprocPerNode": spec.nproc_per_node, "command": list(spec.command),
+            "resources": {"cpu": str(spec.resources.cpu), "memory": str(spec.resources.memory),
+                          "gpu": spec.resources.gpu},
+            "retries": spec.retries, "maxSystemRetries": spec.max_system_retries,
+            "maxRuntime": spec.max_runtime.total_seconds() if spec.max_runtime else None,
+            "maxRestarts": spec.failure_policy.max_restarts,
+            "resumeAfterPreemption": spec.failure_policy.resume_after_preemption,
+            "queue": spec.queue, "priorityClass": spec.priority_class, "checkpointUri": spec.checkpoint_uri}
+
+
+def submit(args: argparse.Namespace) -> int:
+    name = backend(args).submit(load_manifest(args.file))
+    output.emit_json({"name": name}) if _json(args) else print(name)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    be = backend(args)
+    name = be.submit(load_manifest(args.file))
+    view = follow_task(be, name, quiet=_json(args))
+    if _json(args):
+        output.emit_json(view)
+    return 0 if view["phase"] == "Succeeded" else 1
+
+
+def get(args: argparse.Namespace) -> int:
+    be = backend(args)
+    views = [be.get(args.name)] if args.name else be.list()
+    if _json(args):
+        output.emit_json(views[0] if args.name else views)
+    elif views:
+        print(output.task_rows(views))
+    else:
+        print("no tasks")
+    return 0
+
+
+def describe(args: argparse.Namespace) -> int:
+    be = backend(args)
+    view, events_ = be.get(args.name), be.events(args.name)
+    if _json(args):
+        output.emit_json({**view, "events": [e.for_json() for e in events_]})
+    else:
+        print(output.describe(view, events_))
+    return 0
+
+
+def events(args: argparse.Namespace) -> int:
+    be = backend(args)
+    seen = 0
+    while True:
+        evs = be.events(args.name)
+        for e in evs[seen:]:
+            _print_event(e, as_json=_json(args) and args.follow)
+        seen = len(evs)
+        if not args.follow:
+            if _json(args):
+                output.emit_json([e.for_json() for e in evs])
+            return 0
+        if be.get(args.name)["phase"] in TERMINAL:
+            return 0
+        time.sleep(0.5)
+
+
+def _print_event(e: Event, *, as_json: bool) -> None:
+    print(json.dumps(e.for_json()) if as_json else output.event_line(e), flush=True)
+
+
+def logs(args: argparse.Namespace) -> int:
+    for line in backend(args).logs(args.name, rank=args.rank, attempt=args.attempt, follow=args.follow):
+        sys.stdout.write(line if line.endswith("\n") else line + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    changed = backend(args).cancel(args.name)
+    if _json(args):
+        output.emit_json({"name": args.name, "cancelled": changed})
+    else:
+        print(f"{args.name}: {'cancelled' if changed else 'already ended'}")
+    return 0
+
+
+def render(args: argparse.Namespace) -> int:
+    from gangrun._backends.kube import render_jobset
+
+    if args.attempt < 1:
+        raise UsageError(f"--attempt must be >= 1, got {args.attempt}")
+    doc = render_jobset(load_manifest(args.file), attempt=args.attempt)
+    if args.output == "json":
+        output.emit_json(doc)
+    else:
+        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False))
+    return 0
+
+
+def controller(args: argparse.Namespace) -> int:
+    try:
+        from gangrun._backends.kube import run_controller
+    except ImportError as e:
+        raise UsageError(f"the controller needs extra packages: pip install 'gangrun[kubernetes]' ({e})") from None
+    namespace = None if args.all_namespaces else args.namespace
+    return run_controller(kubeconfig=args.kubeconfig, namespace=namespace, metrics_port=args.metrics_port,
+                          health_port=args.health_port, leader_election=args.leader_election,
+                          lease_namespace=args.lease_namespace, identity=args.identity)
+
+
+# -- local ------------------------------------------------------------------------------------------
+
+
+def _print_status(args: argparse.Namespace, status: dict[str, Any]) -> None:
+    if _json(args):
+        output.emit_json(status)
+        return
+    if not status.get("running", True):
+        print("local control plane: not running")
+        return
+    quota, used = status.get("quota", {}), status.get("used", {})
+    print("local control plane: running" + (f" (pid {status['pid']})" if status.get("pid") else ""))
+    for res in ("cpu", "memory", "gpu"):
+        if res in quota:
+            print(f"  {res:<7} {used.get(res, 0)} of {quota[res]} in use")
+    if status.get("queues"):
+        print(f"  queues: {', '.join(status['queues'])}")
+    gangs = status.get("gangs", [])
+    if gangs:
+        rows = [[g.get("task", ""), str(g.get("attempt", "")), g.get("state", ""), str(g.get("priority", ""))]
+                for g in gangs]
+        print(output.table(rows, ["TASK", "ATTEMPT", "WORKLOAD", "PRIORITY"]))
+
+
+def local_up(args: argparse.Namespace) -> int:
+    _print_status(args, _local(args).up(cpu=args.cpu, memory=args.memory, gpu=args.gpu))
+    return 0
+
+
+def local_down(args: argparse.Namespace) -> int:
+    stopped = _local(args).down()
+    output.emit_json({"stopped": stopped}) if _json(args) else print(
+        "local control plane stopped" if stopped else "local control plane was not running")
+    return 0
+
+
+def local_status(args: argparse.Namespace) -> int:
+    _print_status(args, _local(args).status())
+    return 0
+
+
+def _local_act(args: argparse.Namespace, verb: str, call) -> int:
+    call()
+    output.emit_json({"name": args.name, "done": verb}) if _json(args) else print(f"{args.name}: {verb}")
+    return 0
+
+
+def local_evict(args: argparse.Namespace) -> int:
+    return _local_act(args, f"evicted ({args.reason})", lambda: _local(args).evict(args.name, args.reason))
+
+
+def local_deactivate(args: argparse.Namespace) -> int:
+    return _local_act(args, "deactivated", lambda: _local(args).deactivate(args.name))
+
+
+def local_activate(args: argparse.Namespace) -> int:
+    return _local_act(args, "activated", lambda: _local(args).activate(args.name))

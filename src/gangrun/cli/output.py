@@ -1,0 +1,80 @@
+"""How the CLI prints tasks, timelines and tables. Text for people, `-o json` for programs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from typing import Any
+
+from gangrun._core.timeline import Event
+
+
+def emit_json(doc: Any) -> None:
+    json.dump(doc, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return "\n".join(lines)
+
+
+def task_rows(views: list[dict[str, Any]]) -> str:
+    rows = [[v["name"], v["phase"], str(v["attempt"]), _short(v["reason"], 90)] for v in views]
+    return table(rows, ["NAME", "PHASE", "ATTEMPT", "REASON"])
+
+
+def event_line(e: Event) -> str:
+    attempt = f"attempt {e.attempt}" if e.attempt else ""
+    return f"{_clock(e.time)}  {e.type.value:<22} {attempt:<10} {e.message}"
+
+
+def describe(view: dict[str, Any], events: list[Event]) -> str:
+    out = [
+        f"Name:           {view['name']}",
+        f"Phase:          {view['phase']} (version {view['phaseVersion']})",
+        f"Reason:         {view['reason']}",
+        f"Attempt:        {view['attempt']}   restart attempt {view['restartAttempt']}",
+        f"Retries used:   user {view['userRetriesUsed']}, system {view['systemRetriesUsed']}",
+    ]
+    for key, label in (("queue", "Queue"), ("priorityClass", "Priority"), ("namespace", "Namespace"),
+                       ("checkpointRoot", "Checkpoints")):
+        if view.get(key) not in (None, ""):
+            out.append(f"{label + ':':<16}{view[key]}")
+    if view.get("code"):
+        out.append(f"Error:          {view['code']}: {view.get('message', '')}")
+    if view.get("evictionsByCause"):
+        causes = ", ".join(f"{k} {v}" for k, v in view["evictionsByCause"].items())
+        out.append(f"Evictions:      {causes}; waited {view['waitingForReadmissionSeconds']:.1f}s for re-admission")
+    accounting = view.get("accounting")
+    if isinstance(accounting, dict) and accounting:
+        out.append("Accounting:     " + ", ".join(f"{k} {_num(v)}" for k, v in accounting.items()))
+    out.append("Attempts:")
+    rows = [[str(a["number"]), _clock_s(a["startedAt"]), _clock_s(a.get("endedAt")), a.get("outcome") or "-",
+             _short(a.get("reason") or "", 70)] for a in view["attempts"]]
+    out.append(_indent(table(rows, ["#", "STARTED", "ENDED", "OUTCOME", "REASON"])))
+    out.append("Events:")
+    out.extend("  " + event_line(e) for e in events)
+    return "\n".join(out)
+
+
+def _num(v: Any) -> str:
+    return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def _short(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _clock(t: datetime) -> str:
+    return t.astimezone().strftime("%H:%M:%S")
+
+
+def _clock_s(iso: str | None) -> str:
+    return _clock(datetime.fromisoformat(iso)) if iso else "-"
