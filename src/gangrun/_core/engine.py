@@ -44,6 +44,7 @@ RELEASED_BEFORE_READY = "released by admission gate before all workers were read
 WAITING_FOR_READMISSION = "waiting for re-admission"
 UNEXPLAINED_SUSPEND = "gang suspended; waiting for kueue to report why"
 DETAIL_LIMIT = 200
+_NO_EVICTION = frozenset({EvictionKind.NOT_YET, EvictionKind.UNKNOWN})
 
 
 class ActionKind(StrEnum):
@@ -81,15 +82,17 @@ def decide(policy: Policy, state: TaskState, obs: Observation, *, now: datetime)
     gang = obs.gang
     if gang is None:
         return _gang_missing(policy, state, now=now)
-    state = _note_eviction(state, obs, now=now)
+    ev = classify_eviction(obs.workload, obs.workload_read)
+    if ev.kind not in _NO_EVICTION:  # recorded the first time it shows: readmission overwrites it
+        state = state.with_eviction_seen(ev, at=now)
     if not state.gang_seen:
         state = replace(state, gang_seen=True)
     for step in (_completed, _failed, _being_deleted, _out_of_time):
-        decision = step(policy, state, obs, gang, now)
+        decision = step(policy, state, gang, now)
         if decision is not None:
             return decision
     if state.started or gang.has_run:
-        decision = _after_start(policy, state, obs, gang, now)
+        decision = _after_start(policy, state, gang, ev, now)
     else:
         decision = _before_start(policy, state, obs, gang, now)
     return _with_deadline(policy, decision)
@@ -116,15 +119,7 @@ def _gang_missing(policy: Policy, state: TaskState, *, now: datetime) -> Decisio
                 message=message + "; this does not count against the task's retries", now=now)
 
 
-def _note_eviction(state: TaskState, obs: Observation, *, now: datetime) -> TaskState:
-    """Record Kueue's eviction reason the first time it shows: readmission overwrites it."""
-    ev = classify_eviction(obs.workload, obs.workload_read)
-    if ev.kind in (EvictionKind.NOT_YET, EvictionKind.UNKNOWN):
-        return state
-    return state.with_eviction_seen(ev, at=now)
-
-
-def _completed(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision | None:
+def _completed(policy: Policy, state: TaskState, gang: Gang, now: datetime) -> Decision | None:
     if not gang.completed:
         return None
     reason = "all workers succeeded"
@@ -133,7 +128,7 @@ def _completed(policy: Policy, state: TaskState, obs: Observation, gang: Gang, n
     return Decision(state=done, action=Action(kind=ActionKind.SUCCEED, attempt=state.attempt))
 
 
-def _failed(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision | None:
+def _failed(policy: Policy, state: TaskState, gang: Gang, now: datetime) -> Decision | None:
     cond = gang.failed
     if cond is None:
         return None
@@ -149,7 +144,7 @@ def _failed(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now:
     return _end(policy, state, RetryKind.USER, code=cond.reason or WORKER_FAILED, message=message, now=now)
 
 
-def _being_deleted(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision | None:
+def _being_deleted(policy: Policy, state: TaskState, gang: Gang, now: datetime) -> Decision | None:
     if not gang.deleting:
         return None
     message = f"the gang of attempt {state.attempt} is being deleted outside gangrun"
@@ -157,7 +152,7 @@ def _being_deleted(policy: Policy, state: TaskState, obs: Observation, gang: Gan
                 message=message + "; this does not count against the task's retries", now=now)
 
 
-def _out_of_time(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision | None:
+def _out_of_time(policy: Policy, state: TaskState, gang: Gang, now: datetime) -> Decision | None:
     """S8: maxRuntime counts from the attempt's first Running, waits for re-admission included."""
     since = state.running_at
     if policy.max_runtime is None or since is None or now - since < policy.max_runtime:
@@ -167,12 +162,10 @@ def _out_of_time(policy: Policy, state: TaskState, obs: Observation, gang: Gang,
     return _end(policy, state, RetryKind.USER, code=MAX_RUNTIME_EXCEEDED, message=message, now=now)
 
 
-def _after_start(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision:
+def _after_start(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now: datetime) -> Decision:
     if gang.suspended:
-        return _taken_back(policy, state, obs, gang, now)
-    evicted_now = classify_eviction(obs.workload, obs.workload_read).kind not in (EvictionKind.NOT_YET,
-                                                                                EvictionKind.UNKNOWN)
-    if state.eviction is not None and not evicted_now:
+        return _taken_back(policy, state, gang, ev, now)
+    if state.eviction is not None and ev.kind in _NO_EVICTION:
         state = state.with_readmitted(at=now)
     if state.eviction is None:  # B4: failures inside an eviction window are not the application's
         fatal = _fatal(policy, state, gang, now)
@@ -184,9 +177,8 @@ def _after_start(policy: Policy, state: TaskState, obs: Observation, gang: Gang,
     return _report(state, Phase.RUNNING, f"running (restart attempt {gang.restarts})")
 
 
-def _taken_back(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision:
+def _taken_back(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now: datetime) -> Decision:
     """A started gang is suspended: Kueue took it back (S4–S7)."""
-    ev = classify_eviction(obs.workload, obs.workload_read)
     if ev.kind is EvictionKind.NOT_YET and state.eviction is not None:
         ev = state.eviction.as_eviction()  # already readmitted; the JobSet has not caught up yet
     if ev.kind is EvictionKind.NOT_YET:
@@ -278,7 +270,7 @@ def _with_deadline(policy: Policy, decision: Decision) -> Decision:
         return decision
     deadline = since + policy.max_runtime
     wake = deadline if decision.wake_at is None else min(deadline, decision.wake_at)
-    return replace(decision, wake_at=wake)
+    return Decision(state=decision.state, action=decision.action, wake_at=wake)
 
 
 def _cap(text: str) -> str:

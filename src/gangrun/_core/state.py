@@ -102,6 +102,9 @@ class TaskState:
 
     def with_running(self, *, at: datetime, restart_attempt: int) -> TaskState:
         """The whole gang is up: started becomes sticky, maxRuntime starts counting once per attempt."""
+        if (self.started and self.restart_attempt == restart_attempt and self.consecutive_system_failures == 0
+                and self.unexplained_suspend_since is None and self.current.running_at is not None):
+            return self  # the steady state: most observations change nothing
         current = self.current if self.current.running_at else replace(self.current, running_at=at)
         return replace(self, started=True, restart_attempt=restart_attempt, consecutive_system_failures=0,
                        attempts=self.attempts[:-1] + (current,), unexplained_suspend_since=None)
