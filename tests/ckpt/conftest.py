@@ -41,7 +41,7 @@ def s3_server() -> Iterator[str]:
 
 
 def s3_options(endpoint: str) -> dict:
-    return {**S3_KEY, "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+    return {**S3_KEY, "client_kwargs": {"endpoint_url": endpoint, "region_name": "eu-west-1"}}
 
 
 @pytest.fixture
@@ -54,16 +54,21 @@ def s3_root(s3_server: str) -> tuple[str, dict]:
     return f"s3://{bucket}/runs/train", opts
 
 
-@pytest.fixture(params=["local", "memory"])
+@pytest.fixture(params=["local", "memory", "s3"])
 def store(request: pytest.FixtureRequest, tmp_path) -> Callable[..., Checkpoint]:  # type: ignore[no-untyped-def]
     """make(attempt=N, **kw) -> Checkpoint on a fresh root, for each kind of store."""
+    opts: dict = {}
     if request.param == "local":
         root = str(tmp_path / "runs" / "train")
-    else:
+    elif request.param == "memory":
         root = f"memory://gangrun-tests/{uuid.uuid4().hex}/train"
+    else:
+        root, opts = request.getfixturevalue("s3_root")
 
     def make(attempt: int = 1, **kw: object) -> Checkpoint:
         kw.setdefault("cache_dir", tmp_path / f"cache-{uuid.uuid4().hex[:6]}")
+        if opts:
+            kw.setdefault("storage_options", opts)
         return Checkpoint.for_path(root, attempt=attempt, **kw)  # type: ignore[arg-type]
 
     make.root = root  # type: ignore[attr-defined]

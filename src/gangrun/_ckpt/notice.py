@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gangrun._ckpt import writer
+from gangrun._ckpt.logs import say
 from gangrun._errors import WorkerEnvError
 
 log = logging.getLogger("gangrun")
@@ -119,7 +120,7 @@ class _StopState:
     def _stop_thread(self) -> None:
         notice = self.notice
         assert notice is not None
-        _say(f"gangrun: stop requested (cause {notice.cause or 'unknown'}; {notice.seconds_left:.1f}s left)")
+        say(f"gangrun: stop requested (cause {notice.cause or 'unknown'}; {notice.seconds_left:.1f}s left)")
         for hook in list(self.hooks):
             self.call_hook(hook)
         if not self.listening:
@@ -128,16 +129,16 @@ class _StopState:
             # Leave a margin before the deadline to flush and exit ahead of the SIGKILL.
             margin = min(2.0, 0.1 * max(0.0, notice.deadline - notice.received_at))
             self._wake.wait(max(0.0, notice.deadline - margin - time.time()))
-            _say("gangrun: still running at the stop deadline; flushing checkpoints and exiting")
+            say("gangrun: still running at the stop deadline; flushing checkpoints and exiting")
             self._flush(notice)
         _flush_stdio()
         self.exit(EXIT_STATUS)
 
     def _flush(self, notice: StopNotice) -> None:
         if writer.ACTIVE.count:
-            _say(f"gangrun: flushing {writer.ACTIVE.count} checkpoint save(s) in flight before stopping")
+            say(f"gangrun: flushing {writer.ACTIVE.count} checkpoint save(s) in flight before stopping")
         if not writer.flush_all(max(0.0, notice.deadline - time.time())):
-            _say("gangrun: a checkpoint save did not finish before the stop deadline")
+            say("gangrun: a checkpoint save did not finish before the stop deadline")
 
     def call_hook(self, hook: Callable[[StopNotice], object]) -> None:
         """Call a hook at most once, whichever thread gets there first."""
@@ -188,11 +189,6 @@ def on_stop(fn: Callable[[StopNotice], object]) -> None:
     STATE.hooks.append(fn)
     if STATE.notice is not None:  # registered after the notice came: run it now, still only once
         STATE.call_hook(fn)
-
-
-def _say(line: str) -> None:
-    log.info(line)
-    print(line, file=sys.stderr, flush=True)
 
 
 def _flush_stdio() -> None:

@@ -28,7 +28,6 @@ import functools
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -40,6 +39,7 @@ from typing import Any, Literal
 from gangrun._ckpt import catalog, events, transfer
 from gangrun._ckpt import writer as writer_mod
 from gangrun._ckpt.commit import pending_for
+from gangrun._ckpt.logs import say
 from gangrun._ckpt.layout import attempt_name, entry_name, join, split_attempt_path
 from gangrun._ckpt.manifest import Manifest
 from gangrun._ckpt.storage import open_storage
@@ -143,7 +143,7 @@ class Checkpoint:
                     continue
                 path = transfer.read_checkpoint(self._storage, cand.path, manifest, self._cache())
             except (CheckpointError, OSError, ValueError) as e:
-                _say(f"gangrun: skipping checkpoint {uri}: {e}; trying the next one", logging.WARNING)
+                say(f"gangrun: skipping checkpoint {uri}: {e}; trying the next one", logging.WARNING)
                 continue
             own = cand.attempt == self.attempt
             self.loaded_from = "own" if own else "previous"
@@ -151,10 +151,10 @@ class Checkpoint:
             self.loaded_attempt, self.loaded_seq = cand.attempt, cand.seq
             self._loaded, self._load_done = path, True
             where = "this attempt" if own else f"previous attempt {cand.attempt}"
-            _say(f"gangrun: loaded checkpoint from {where} (seq {cand.seq}, step {manifest.step}): {uri}")
+            say(f"gangrun: loaded checkpoint from {where} (seq {cand.seq}, step {manifest.step}): {uri}")
             return path
         self._load_done = True
-        _say(f"gangrun: no checkpoint found (looked in attempts {self.attempt} to 1 under {self.root})")
+        say(f"gangrun: no checkpoint found (looked in attempts {self.attempt} to 1 under {self.root})")
         return None
 
     async def aload(self) -> Path | None:
@@ -177,7 +177,7 @@ class Checkpoint:
         if not self.writer:
             if not self._said_not_writer:
                 self._said_not_writer = True
-                _say(f"gangrun: rank {self.rank} does not write checkpoints (rank 0 saves the replicated state)")
+                say(f"gangrun: rank {self.rank} does not write checkpoints (rank 0 saves the replicated state)")
             return None
         if step is not None and not isinstance(step, int):
             raise TypeError(f"step must be an int or None, not {type(step).__name__}")
@@ -271,9 +271,3 @@ def _process_cache() -> str:
     path = tempfile.mkdtemp(prefix="gangrun-cache-")
     atexit.register(shutil.rmtree, path, True)
     return path
-
-
-def _say(line: str, level: int = logging.INFO) -> None:
-    """Log on the `gangrun` logger and print to stderr, so the line shows in worker logs either way."""
-    log.log(level, line)
-    print(line, file=sys.stderr, flush=True)
