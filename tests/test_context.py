@@ -1,0 +1,115 @@
+"""gangrun.context(): the worker environment (INTERFACE.md "Inside a worker") read into a Context."""
+
+from __future__ import annotations
+
+import pytest
+
+import gangrun
+from gangrun import Context
+from gangrun._ckpt import notice
+from gangrun._errors import UsageError, WorkerEnvError
+
+
+@pytest.fixture(autouse=True)
+def _restore_sigterm():
+    yield
+    notice.uninstall()
+
+
+def gang_env(**over: str) -> dict[str, str]:
+    env = {
+        "GANGRUN_TASK": "train",
+        "GANGRUN_ATTEMPT": "3",
+        "JOBSET_RESTART_ATTEMPT": "1",
+        "NNODES": "2",
+        "NODE_RANK": "1",
+        "NPROC_PER_NODE": "4",
+        "RANK": "6",
+        "LOCAL_RANK": "2",
+        "WORLD_SIZE": "8",
+        "MASTER_ADDR": "train-workers-0-0.train",
+        "MASTER_PORT": "29500",
+        "GANGRUN_CHECKPOINT_PATH": "s3://bucket/ck/train/attempt-3",
+        "GANGRUN_PREV_CHECKPOINT_PATH": "s3://bucket/ck/train/attempt-2",
+    }
+    env.update(over)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def test_context_reads_every_worker_variable() -> None:
+    ctx = Context.from_env(gang_env(), install_stop_handler=False)
+    assert ctx and ctx.in_gang
+    got = (ctx.task, ctx.attempt, ctx.restart_attempt, ctx.rank, ctx.local_rank, ctx.world_size,
+           ctx.node_rank, ctx.nnodes, ctx.nproc_per_node, ctx.master_addr, ctx.master_port)  # fmt: skip
+    assert got == ("train", 3, 1, 6, 2, 8, 1, 2, 4, "train-workers-0-0.train", 29500)
+    ckpt = ctx.checkpoint
+    assert (ckpt.root, ckpt.attempt, ckpt.uri) == ("s3://bucket/ck/train", 3, "s3://bucket/ck/train/attempt-3")
+    assert (ckpt.rank, ckpt.writer, ckpt.task) == (6, False, "train")
+
+
+def test_outside_a_gang_context_says_so_instead_of_raising() -> None:
+    ctx = Context.from_env({})
+    assert not ctx and ctx.in_gang is False and ctx.checkpoint is None and ctx.attempt is None
+    assert (ctx.rank, ctx.world_size, ctx.nnodes, ctx.restart_attempt) == (0, 1, 1, 0)
+    assert not notice.STATE.installed, "no SIGTERM handler outside a gang unless asked"
+
+
+def test_plain_torchrun_variables_are_read_outside_a_gang() -> None:
+    ctx = Context.from_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "NPROC_PER_NODE": "2"})
+    assert (ctx.in_gang, ctx.rank, ctx.world_size, ctx.checkpoint) == (False, 1, 2, None)
+
+
+def test_rank_zero_writes_checkpoints() -> None:
+    ctx = Context.from_env(gang_env(RANK="0", NODE_RANK="0", LOCAL_RANK="0"), install_stop_handler=False)
+    assert ctx.is_main and ctx.checkpoint.writer
+
+
+def test_in_a_gang_from_the_main_thread_the_stop_handler_is_installed() -> None:
+    Context.from_env(gang_env())
+    assert notice.STATE.installed
+
+
+@pytest.mark.parametrize(
+    ("over", "name"),
+    [
+        pytest.param({"GANGRUN_ATTEMPT": "zero"}, "GANGRUN_ATTEMPT", id="attempt-not-a-number"),
+        pytest.param({"GANGRUN_ATTEMPT": "0"}, "GANGRUN_ATTEMPT", id="attempt-is-1-based"),
+        pytest.param({"RANK": "8"}, "RANK", id="rank-beyond-world-size"),
+        pytest.param({"RANK": "-1"}, "RANK", id="negative-rank"),
+        pytest.param({"WORLD_SIZE": "0"}, "WORLD_SIZE", id="empty-world"),
+        pytest.param({"NODE_RANK": "2"}, "NODE_RANK", id="node-rank-beyond-nnodes"),
+        pytest.param({"LOCAL_RANK": "4"}, "LOCAL_RANK", id="local-rank-beyond-nproc"),
+        pytest.param({"MASTER_PORT": "70000"}, "MASTER_PORT", id="port-out-of-range"),
+        pytest.param({"JOBSET_RESTART_ATTEMPT": "x"}, "JOBSET_RESTART_ATTEMPT", id="restart-attempt-not-a-number"),
+        pytest.param({"GANGRUN_CHECKPOINT_PATH": "s3://b/ck/train/attempt-2"}, "GANGRUN_CHECKPOINT_PATH", id="checkpoint-path-of-another-attempt"),
+        pytest.param({"GANGRUN_CHECKPOINT_PATH": "s3://b/ck/train"}, "GANGRUN_CHECKPOINT_PATH", id="checkpoint-path-without-attempt-folder"),
+        pytest.param({"GANGRUN_PREV_CHECKPOINT_PATH": "s3://other/train/attempt-2"}, "GANGRUN_PREV_CHECKPOINT_PATH", id="prev-path-off-the-layout-rule"),
+        pytest.param({"GANGRUN_GRACE_PERIOD": "soon"}, "GANGRUN_GRACE_PERIOD", id="grace-period-not-a-number"),
+    ],
+)  # fmt: skip
+def test_malformed_worker_variable_is_an_error_naming_it(over, name) -> None:
+    with pytest.raises(WorkerEnvError, match=name) as exc:
+        Context.from_env(gang_env(**over), install_stop_handler=False)
+    assert exc.value.name == name and isinstance(exc.value, UsageError)
+
+
+def test_empty_prev_path_on_first_attempt_and_no_checkpoint_path() -> None:
+    env = gang_env(GANGRUN_ATTEMPT="1", GANGRUN_CHECKPOINT_PATH="/ck/train/attempt-1", GANGRUN_PREV_CHECKPOINT_PATH="")
+    assert Context.from_env(env, install_stop_handler=False).checkpoint.attempt == 1
+    env.pop("GANGRUN_CHECKPOINT_PATH")
+    assert Context.from_env(env, install_stop_handler=False).checkpoint is None
+
+
+def test_context_is_cached_until_the_environment_changes(monkeypatch) -> None:
+    for k in gang_env():
+        monkeypatch.delenv(k, raising=False)
+    first = gangrun.context()
+    assert gangrun.context() is first and not first
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert gangrun.context() is not first and gangrun.context().world_size == 2
+
+
+def test_public_surface_is_sorted_and_exported() -> None:
+    assert gangrun.__all__ == sorted(gangrun.__all__)
+    assert {"Checkpoint", "Context", "context"} <= set(gangrun.__all__)
