@@ -29,6 +29,9 @@ DEFAULT_FAILURE_POLICY = "DefaultFailurePolicy"
 MSG_COMPLETED = "jobset completed successfully"
 MSG_SUSPENDED = "jobset is suspended"
 MSG_RESUMED = "jobset is resumed"
+JOBS_READY = "JobsReady"  # RestartingJobSet=False once the restarted gang is ready again (v0.12+)
+JOBSET_SUSPENDED = "JobSetSuspended"  # RestartingJobSet=False when the JobSet is suspended mid-restart
+MSG_JOBS_READY = "all jobs are ready"
 
 
 def failed_jobs_message(first_failed_job: str) -> str:
@@ -50,3 +53,13 @@ REPLICATED_JOB_NAME_KEY = "jobset.sigs.k8s.io/replicatedjob-name"
 RESTART_ATTEMPT_KEY = "jobset.sigs.k8s.io/restart-attempt"
 JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
 JOB_COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+
+# Spec values a client writes itself because it cannot rely on JobSet's defaulting webhook
+# (reference control-plane.md §4.3), and the downward-API path of the restart counter (§7).
+SUCCESS_POLICY_ALL = "All"
+STARTUP_ANY_ORDER = "AnyOrder"
+RESTART_STRATEGY_RECREATE = "Recreate"
+DEFAULT_GROUP_NAME = "default"
+RESTART_ATTEMPT_FIELD_PATH = f"metadata.annotations['{RESTART_ATTEMPT_KEY}']"
+JOB_COMPLETION_INDEX_FIELD_PATH = f"metadata.annotations['{JOB_COMPLETION_INDEX_KEY}']"
+JOB_COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # injected by the Job controller into Indexed pods

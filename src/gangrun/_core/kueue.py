@@ -71,6 +71,8 @@ MSG_DEACTIVATED = "The workload is deactivated"
 MSG_REACTIVATED = "The workload was reactivated"
 MSG_PODS_READY = "All pods reached readiness and the workload is running"
 MSG_PODS_NOT_READY = "Not all pods are ready or succeeded"
+MSG_PODS_WAIT_FOR_RECOVERY = "At least one pod has failed, waiting for recovery"
+MSG_BACKOFF_FINISHED = "The workload backoff was finished"
 
 
 def quota_reserved_message(cluster_queue: str) -> str:
@@ -106,3 +108,8 @@ def previously(message: str) -> str:
 def is_deactivation_reason(reason: str) -> bool:
     """Kueue's IsEvictedByDeactivation is a prefix match; `InactiveWorkload` is the pre-v0.10 spelling."""
     return reason.startswith(DEACTIVATED) or reason == INACTIVE_WORKLOAD_LEGACY
+
+
+KIND = "Workload"
+WORKLOAD_PRIORITY_CLASSES = "workloadpriorityclasses"
+LOCAL_QUEUES = "localqueues"

@@ -1,0 +1,257 @@
+"""JobSet + pods + Kueue Workload (plain dicts from the API) → the engine's `Observation`.
+
+Total functions: a partial, malformed or unexpected object becomes a partial observation, never an
+exception, because one odd object must not stop the controller from driving every other task
+(flyte-clustered.md §4.1: "a malformed or non-list status.conditions counts as not found").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gangrun._backends.kube import crd
+from gangrun._backends.kube.render import REPLICATED_JOB
+from gangrun._core import jobset, kueue
+from gangrun._core.conditions import Condition
+from gangrun._core.observation import Gang, Observation, Workload, WorkloadRead
+
+# Waiting reasons that no amount of waiting fixes (a bad image name, a broken pod config).
+FATAL_WAITING_REASONS = frozenset({"InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull",
+                                   "CreateContainerError"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadLookup:
+    """What reading the Workloads of a JobSet gave: the candidates, or why none could be read."""
+
+    read: WorkloadRead = WorkloadRead.NOT_FOUND
+    items: tuple[dict[str, Any], ...] = ()
+    error: str = ""
+
+    @classmethod
+    def found(cls, items: Iterable[Any]) -> WorkloadLookup:
+        kept = tuple(i for i in items if isinstance(i, dict))
+        return cls(read=WorkloadRead.FOUND if kept else WorkloadRead.NOT_FOUND, items=kept)
+
+    @classmethod
+    def unreadable(cls, error: str) -> WorkloadLookup:
+        return cls(read=WorkloadRead.UNREADABLE, error=error)
+
+
+# -- small total readers ------------------------------------------------------------------------------
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _int(v: Any, default: int = 0) -> int:
+    if isinstance(v, bool):
+        return default
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return default
+
+
+def _str(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _time(v: Any) -> datetime | None:
+    if not isinstance(v, str) or not v:
+        return None
+    try:
+        return datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def conditions(obj: Any) -> tuple[Condition, ...]:
+    """`status.conditions` as values; entries that are not mappings with a string `type` are skipped."""
+    raw = _get(obj, "status", "conditions")
+    if not isinstance(raw, list):
+        return ()
+    out = []
+    for c in raw:
+        if isinstance(c, dict) and isinstance(c.get("type"), str):
+            out.append(Condition(type=c["type"], status=_str(c.get("status")), reason=_str(c.get("reason")),
+                                 message=_str(c.get("message")), last_transition=_time(c.get("lastTransitionTime"))))
+    return tuple(out)
+
+
+def labels(obj: Any) -> dict[str, str]:
+    raw = _get(obj, "metadata", "labels")
+    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(raw, dict) else {}
+
+
+def attempt_of(obj: Any) -> int | None:
+    """The gangrun attempt a JobSet or pod belongs to, from its label; None when absent or bad."""
+    v = labels(obj).get(crd.ATTEMPT_LABEL, "")
+    return int(v) if v.isdigit() else None
+
+
+# -- Workload ---------------------------------------------------------------------------------------
+
+
+def newest_workload(items: Sequence[Any]) -> dict[str, Any] | None:
+    """The newest Workload by creationTimestamp (ties: the later one listed), as Flyte's kueue.go picks."""
+    best, best_at = None, None
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        at = _time(_get(item, "metadata", "creationTimestamp"))
+        if best is None or (at is not None and (best_at is None or at >= best_at)):
+            best, best_at = item, at
+    return best
+
+
+def to_workload(obj: Any) -> Workload | None:
+    if not isinstance(obj, dict):
+        return None
+    active = _get(obj, "spec", "active")
+    return Workload(conditions=conditions(obj), active=active is not False,
+                    queue_name=_str(_get(obj, "spec", "queueName")))
+
+
+# -- JobSet + pods -----------------------------------------------------------------------------------
+
+
+def _replicated_job(obj: Any) -> dict[str, Any]:
+    for rj in _get(obj, "spec", "replicatedJobs") or []:
+        if isinstance(rj, dict) and rj.get("name") == REPLICATED_JOB:
+            return rj
+    return {}
+
+
+def _replicated_status(obj: Any) -> dict[str, Any]:
+    for rs in _get(obj, "status", "replicatedJobsStatus") or []:
+        if isinstance(rs, dict) and rs.get("name") == REPLICATED_JOB:
+            return rs
+    return {}
+
+
+def expected_workers(obj: Any, default: int = 1) -> int:
+    rj = _replicated_job(obj)
+    parallelism = _int(_get(rj, "template", "spec", "parallelism"), default)
+    return max(_int(rj.get("replicas"), 1), 0) * parallelism if rj else default
+
+
+def current_round(pods: Iterable[Any], restarts: int) -> list[dict[str, Any]]:
+    """Pods of the current whole-gang restart round (pods without the label are kept, as Flyte does)."""
+    out = []
+    for p in pods:
+        if not isinstance(p, dict):
+            continue
+        v = labels(p).get(jobset.RESTART_ATTEMPT_KEY)
+        if v is None or _int(v, -1) == restarts:
+            out.append(p)
+    return out
+
+
+def _terminated(pod: dict[str, Any]) -> tuple[datetime | None, str] | None:
+    """(finishedAt, description) of a failed worker container, or None."""
+    for cs in _get(pod, "status", "containerStatuses") or []:
+        term = _get(cs, "state", "terminated") if isinstance(cs, dict) else None
+        if isinstance(term, dict) and _int(term.get("exitCode")) != 0:
+            reason = _str(term.get("reason")) or "Error"
+            desc = f"pod {_str(_get(pod, 'metadata', 'name'))} exited with code {_int(term.get('exitCode'))} ({reason})"
+            if _str(term.get("message")):
+                desc += f": {term['message'][:200]}"
+            return _time(term.get("finishedAt")), desc
+    if _get(pod, "status", "phase") == "Failed":
+        return _time(_get(pod, "metadata", "creationTimestamp")), (
+            f"pod {_str(_get(pod, 'metadata', 'name'))} failed: {_str(_get(pod, 'status', 'reason')) or 'Failed'}")
+    return None
+
+
+def _fatal_waiting(pod: dict[str, Any]) -> str:
+    for cs in _get(pod, "status", "containerStatuses") or []:
+        waiting = _get(cs, "state", "waiting") if isinstance(cs, dict) else None
+        if isinstance(waiting, dict) and waiting.get("reason") in FATAL_WAITING_REASONS:
+            name = _str(_get(pod, "metadata", "name"))
+            return f"pod {name}: {waiting['reason']}: {_str(waiting.get('message'))[:200]}".rstrip(": ")
+    return ""
+
+
+def _unscheduled_detail(pod: dict[str, Any]) -> str:
+    for c in _get(pod, "status", "conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"{_str(c.get('reason'))}: {_str(c.get('message'))}".strip(": ")
+    return ""
+
+
+def to_gang(obj: Any, pods: Iterable[Any] = ()) -> Gang | None:
+    """The Gang of a JobSet object and its pods; None when `obj` is not a mapping."""
+    if not isinstance(obj, dict):
+        return None
+    conds = conditions(obj)
+    suspended_cond = any(c.type == jobset.SUSPENDED and c.is_true for c in conds)
+    restarts = max(_int(_get(obj, "status", "restarts")), 0)
+    rs = _replicated_status(obj)
+    expected = expected_workers(obj)
+    scheduled = ready = 0
+    unscheduled = pending_failure = ""
+    failures: list[tuple[datetime | None, str]] = []
+    for pod in current_round(pods, restarts):
+        if _get(pod, "metadata", "deletionTimestamp"):
+            continue  # terminating pods are collateral of a restart or an eviction, not this round's workers
+        phase = _get(pod, "status", "phase")
+        term = _terminated(pod)
+        if term is not None:
+            failures.append(term)
+        if phase in ("Pending", "Running") and _get(pod, "spec", "nodeName"):
+            scheduled += 1
+            if any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in _get(pod, "status", "conditions") or []):
+                ready += 1
+        elif phase == "Pending" and not unscheduled:
+            unscheduled = _unscheduled_detail(pod)
+        if phase == "Pending" and not pending_failure:
+            pending_failure = _fatal_waiting(pod)
+    failures.sort(key=lambda f: (f[0] is None, f[0] or datetime.max))
+    return Gang(
+        suspended=_get(obj, "spec", "suspend") is True or suspended_cond,
+        conditions=conds,
+        restarts=restarts,
+        restarts_count_towards_max=max(_int(_get(obj, "status", "restartsCountTowardsMax")), 0),
+        expected_workers=expected,
+        scheduled_workers=scheduled,
+        ready_workers=ready,
+        jobs_ready=max(_int(rs.get("ready")), 0),
+        jobs_succeeded=max(_int(rs.get("succeeded")), 0),
+        jobs_failed=max(_int(rs.get("failed")), 0),
+        unscheduled_detail=unscheduled,
+        first_failure=failures[0][1] if failures else "",
+        pending_failure=pending_failure,
+        deleting=bool(_get(obj, "metadata", "deletionTimestamp")),
+    )
+
+
+def observe(jobset_obj: Any, lookup: WorkloadLookup, pods: Iterable[Any] = ()) -> Observation:
+    """The engine's observation of one attempt. A missing JobSet is `Observation()` (no gang)."""
+    gang = to_gang(jobset_obj, pods)
+    if gang is None:
+        return Observation()
+    if lookup.read is WorkloadRead.UNREADABLE:
+        return Observation(gang=gang, workload_read=WorkloadRead.UNREADABLE, workload_error=lookup.error)
+    workload = to_workload(newest_workload(lookup.items))
+    if workload is None:
+        return Observation(gang=gang, workload_read=WorkloadRead.NOT_FOUND)
+    return Observation(gang=gang, workload=workload)
+
+
+def job_uid(obj: Any) -> str:
+    return _str(_get(obj, "metadata", "uid"))
+
+
+def workload_job_uid(obj: Any) -> str:
+    return labels(obj).get(kueue.JOB_UID_LABEL, "")

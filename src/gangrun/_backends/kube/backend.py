@@ -1,0 +1,198 @@
+"""`KubeBackend`: the CLI's `Backend` on a cluster. It submits ClusteredTasks and reads what the
+controller wrote; it never drives a task itself (cancel asks the controller through an annotation,
+because only the controller writes status)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+from gangrun._backends.kube import adapter, crd, events
+from gangrun._backends.kube.client import EVENTS, LOCAL_QUEUES, PODS, TASKS, KubeApi, connect
+from gangrun._backends.kube.reconcile import load_state
+from gangrun._backends.kube.render import CONTAINER, render_jobset
+from gangrun._core import jobset
+from gangrun._core.spec import TaskSpec
+from gangrun._core.timeline import Event
+from gangrun._core.view import task_view
+from gangrun._errors import ApiError, Conflict, NotFound, UsageError
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class KubeBackend:
+    name = "kubernetes"
+
+    def __init__(self, *, kubeconfig: str | None = None, context: str | None = None,
+                 namespace: str | None = None, api: KubeApi | None = None) -> None:
+        self._kubeconfig, self._context, self._namespace = kubeconfig, context, namespace
+        self._api = api  # tests pass a fake; otherwise connected on first use (constructing never dials)
+
+    @property
+    def api(self) -> KubeApi:
+        if self._api is None:
+            self._api, default_ns = connect(kubeconfig=self._kubeconfig, context=self._context)
+            self._namespace = self._namespace or default_ns
+        return self._api
+
+    @property
+    def namespace(self) -> str:
+        _ = self.api
+        return self._namespace or "default"
+
+    # -- Backend ------------------------------------------------------------------------------------
+
+    def submit(self, spec: TaskSpec) -> str:
+        render_jobset(spec)  # refuses what the cluster would refuse later (no image), naming the field
+        ns = spec.namespace or self.namespace
+        self._check_queue(ns, spec.queue)
+        body = {k: v for k, v in (spec.raw or {}).items() if k != "status"}
+        meta = {k: v for k, v in (body.get("metadata") or {}).items()
+                if k in ("name", "labels", "annotations")}
+        body.update(apiVersion=crd.API_VERSION, kind=crd.KIND, metadata={**meta, "name": spec.name, "namespace": ns})
+        try:
+            self.api.create(TASKS, ns, body)
+        except Conflict:
+            raise UsageError(f"task {spec.name} already exists in namespace {ns}; delete it or pick another name") \
+                from None
+        except ApiError as e:
+            raise self._explain(e, "create") from None
+        return spec.name
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self._view(self._task(name))
+
+    def list(self) -> list[dict[str, Any]]:
+        try:
+            items = self.api.list(TASKS, self.namespace).get("items") or []
+        except ApiError as e:
+            raise self._explain(e, "list") from None
+        return [self._view(t) for t in sorted(items, key=lambda t: (t.get("metadata") or {}).get("name", ""))]
+
+    def events(self, name: str) -> list[Event]:
+        self._task(name)
+        selector = f"involvedObject.kind={crd.KIND},involvedObject.name={name}"
+        try:
+            items = self.api.list(EVENTS, self.namespace, field_selector=selector).get("items") or []
+        except ApiError as e:
+            raise self._explain(e, "read the events of") from None
+        pairs = [(ev, (i.get("metadata") or {}).get("name", "")) for i in items if (ev := events.from_k8s(i))]
+        return [ev for ev, _ in sorted(pairs, key=lambda p: (p[0].time, p[1]))]
+
+    def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
+             follow: bool = False) -> Iterator[str]:
+        task = self._task(name)
+        n = attempt or int((task.get("status") or {}).get("attempt") or 1)
+        pods = self._worker_pods(name, n)
+        if rank is not None:
+            pods = [(r, p) for r, p in pods if r == rank]
+        if not pods:
+            which = f"rank {rank} of " if rank is not None else ""
+            raise UsageError(f"no worker pods for {which}attempt {n} of task {name} (yet, or any more)")
+        if len(pods) == 1:
+            yield from self.api.log_lines(self.namespace, pods[0][1], container=CONTAINER, follow=follow)
+            return
+        if not follow:
+            for r, pod in pods:
+                for line in self.api.log_lines(self.namespace, pod, container=CONTAINER):
+                    yield f"[rank {r}] {line}"
+            return
+        yield from self._merged(pods)
+
+    def cancel(self, name: str) -> bool:
+        task = self._task(name)
+        if load_state(task, now=_now()).phase.terminal:
+            return False
+        patch = {"metadata": {"annotations": {crd.CANCEL_ANNOTATION: _now().isoformat()}}}
+        try:
+            self.api.patch(TASKS, self.namespace, name, patch)
+        except ApiError as e:
+            raise self._explain(e, "cancel") from None
+        return True
+
+    def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
+        """`SupportsFollow`: re-read the task until (attempt, phaseVersion, phase) moves, or `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            view = self.get(name)
+            if (view["attempt"], view["phaseVersion"], view["phase"]) != tuple(after_version) \
+                    or time.monotonic() >= deadline:
+                return view
+            time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _task(self, name: str) -> dict[str, Any]:
+        try:
+            return self.api.get(TASKS, self.namespace, name)
+        except NotFound:
+            raise UsageError(f"no task named {name} in namespace {self.namespace}") from None
+        except ApiError as e:
+            raise self._explain(e, "read") from None
+
+    def _view(self, task: dict[str, Any]) -> dict[str, Any]:
+        md = task.get("metadata") or {}
+        spec = task.get("spec") or {}
+        created = adapter._time(md.get("creationTimestamp")) or _now()
+        state = load_state(task, now=created)
+        extra = {"namespace": md.get("namespace", self._namespace), "queue": spec.get("queue", "default"),
+                 "priorityClass": spec.get("priorityClass", ""),
+                 "jobSet": (task.get("status") or {}).get("jobSet", "")}
+        return task_view(md.get("name", ""), state, now=_now(), extra=extra)
+
+    def _check_queue(self, namespace: str, queue_name: str) -> None:
+        try:
+            self.api.get(LOCAL_QUEUES, namespace, queue_name)
+        except NotFound:
+            raise UsageError(f'spec.queue: the Kueue LocalQueue "{queue_name}" does not exist in namespace '
+                             f'{namespace}') from None
+        except ApiError:
+            pass  # forbidden or Kueue not served to us: Kueue itself reports a missing queue later
+
+    def _worker_pods(self, name: str, attempt: int) -> list[tuple[int, str]]:
+        selector = f"{crd.TASK_LABEL}={name},{crd.ATTEMPT_LABEL}={attempt}"
+        items = self.api.list(PODS, self.namespace, label_selector=selector).get("items") or []
+        newest = max((int(adapter.labels(p).get(jobset.RESTART_ATTEMPT_KEY, "0") or 0) for p in items), default=0)
+        out = []
+        for p in adapter.current_round(items, newest):
+            md = p.get("metadata") or {}
+            index = (md.get("annotations") or {}).get(jobset.JOB_COMPLETION_INDEX_KEY) \
+                or adapter.labels(p).get(jobset.JOB_COMPLETION_INDEX_KEY, "")
+            if str(index).isdigit():
+                out.append((int(index), md.get("name", "")))
+        return sorted(out)
+
+    def _merged(self, pods: list[tuple[int, str]]) -> Iterator[str]:
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump(r: int, pod: str) -> None:
+            try:
+                for line in self.api.log_lines(self.namespace, pod, container=CONTAINER, follow=True):
+                    lines.put(f"[rank {r}] {line}")
+            except ApiError as e:
+                lines.put(f"[rank {r}] gangrun: log stream ended: {e}")
+            finally:
+                lines.put(None)
+
+        for r, pod in pods:
+            threading.Thread(target=pump, args=(r, pod), daemon=True).start()
+        open_streams = len(pods)
+        while open_streams:
+            line = lines.get()
+            if line is None:
+                open_streams -= 1
+            else:
+                yield line
+
+    def _explain(self, e: ApiError, verb: str) -> ApiError:
+        if e.status == 403:
+            return type(e)(e.status, f"forbidden to {verb} ClusteredTasks in namespace {self._namespace}: {e}")
+        if e.status == 404 and "clusteredtasks" in str(e).lower():
+            return type(e)(e.status, "the ClusteredTask CRD is not installed; kubectl apply -k deploy/")
+        return e

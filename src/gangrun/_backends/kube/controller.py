@@ -1,0 +1,247 @@
+"""The controller's shell: informers feed a keyed work queue; one sync per key does the I/O around
+the pure `reconcile`.
+
+    ClusteredTask ─┐
+    JobSet (ours) ─┼─► key (namespace, task) ─► WorkQueue ─► sync(key):
+    Pod (ours)    ─┤                                           read task, JobSet, Workloads, pods
+    Workload      ─┘ (via the JobSet UID it names)             reconcile(...)  (pure)
+                                                               write status once (resourceVersion)
+                                                               then create/delete JobSets, record Events
+
+A sync that raises is retried with per-key backoff; one that asks for `wake_at` is queued again then.
+Reads come from the informer caches, except where a stale cache could cost an attempt:
+* a JobSet missing from the cache after it was seen is read from the API server before the engine
+  may call it deleted;
+* when the JobSet is suspended the Workload is listed from the API server (the JobSet and Workload
+  streams are not ordered, reference §3.3 race 2).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from gangrun._backends.kube import adapter, crd, events
+from gangrun._backends.kube.adapter import WorkloadLookup
+from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
+from gangrun._backends.kube.informer import Informer, Key, key_of
+from gangrun._backends.kube.metrics import Metrics
+from gangrun._backends.kube.reconcile import CreateJobSet, DeleteJobSet, RecordEvent, RequeueAt, reconcile
+from gangrun._backends.kube.render import jobset_name
+from gangrun._backends.kube.workqueue import WorkQueue
+from gangrun._core import kueue
+from gangrun._core.timeline import EventType
+from gangrun._errors import ApiError, Conflict, NotFound
+
+log = logging.getLogger(__name__)
+RBAC_HINT = ("the controller may not read Kueue Workloads (403); evictions of started gangs will be "
+             "system retries. Grant get/list/watch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Controller:
+    def __init__(self, api: KubeApi, *, namespace: str | None, clock: Callable[[], datetime] = _utcnow,
+                 metrics: Metrics | None = None, identity: str = "", queue: WorkQueue | None = None) -> None:
+        self.api, self.namespace, self.clock = api, namespace, clock
+        self.metrics = metrics or Metrics()
+        self.identity = identity
+        self.queue = queue or WorkQueue()
+        self.tasks = Informer(api, TASKS, namespace=namespace, on_change=self._task_changed)
+        self.jobsets = Informer(api, JOBSETS, namespace=namespace, label_selector=crd.TASK_LABEL,
+                                on_change=self._owned_changed)
+        self.pods = Informer(api, PODS, namespace=namespace, label_selector=crd.TASK_LABEL,
+                             on_change=self._owned_changed)
+        self.workloads = Informer(api, WORKLOADS, namespace=namespace, on_change=self._workload_changed)
+        self.informers = (self.tasks, self.jobsets, self.pods, self.workloads)
+        self._hinted = False
+
+    # -- event routing --------------------------------------------------------------------------------
+
+    def _task_changed(self, obj: dict[str, Any]) -> None:
+        self.queue.add(key_of(obj))
+
+    def _owned_changed(self, obj: dict[str, Any]) -> None:
+        task = adapter.labels(obj).get(crd.TASK_LABEL)
+        if task:
+            self.queue.add((key_of(obj)[0], task))
+
+    def _workload_changed(self, obj: dict[str, Any]) -> None:
+        uid = adapter.workload_job_uid(obj)
+        if not uid:
+            return
+        for js in self.jobsets.items(lambda o: adapter.job_uid(o) == uid):
+            self._owned_changed(js)
+
+    # -- one reconcile --------------------------------------------------------------------------------
+
+    def sync(self, key: Key) -> None:
+        """Reconcile one task. Raises (ApiError, ...) when it should be retried."""
+        namespace, name = key
+        task = self.tasks.get(key)
+        if task is None:  # deleted: its JobSets go with it through their ownerReference
+            return
+        now = self.clock()
+        status = task.get("status") if isinstance(task.get("status"), dict) else {}
+        attempt = status.get("attempt") if isinstance(status.get("attempt"), int) else 1
+        js = self.jobsets.get((namespace, jobset_name(name, attempt)))
+        if js is None and status.get("gangSeen"):
+            js = self._live_jobset(namespace, jobset_name(name, attempt))
+        owned = self.jobsets.items(lambda o: key_of(o)[0] == namespace
+                                   and adapter.labels(o).get(crd.TASK_LABEL) == name)
+        pods = self.pods.items(lambda o: key_of(o)[0] == namespace and adapter.labels(o).get(crd.TASK_LABEL) == name
+                               and adapter.attempt_of(o) == attempt)
+        new_status, actions = reconcile(task, js, self._workloads_for(js), pods, now=now, owned_jobsets=owned)
+        if new_status is not None:
+            rv = (task.get("metadata") or {}).get("resourceVersion")
+            patch = {"metadata": {"resourceVersion": rv}, "status": new_status}
+            updated = self.api.patch(TASKS, namespace, name, patch, subresource="status")  # Conflict: retry
+            if isinstance(updated, dict):
+                updated.setdefault("kind", crd.KIND)
+                self.tasks.upsert(updated)
+                task = updated
+        index = 0
+        for action in actions:
+            if isinstance(action, CreateJobSet):
+                self._create_jobset(namespace, action.body)
+            elif isinstance(action, DeleteJobSet):
+                self._delete_jobset(namespace, action.name)
+            elif isinstance(action, RecordEvent):
+                self._record(task, action, index)
+                index += 1
+            elif isinstance(action, RequeueAt):
+                self.queue.add_after(key, max((action.at - now).total_seconds(), 0.0))
+
+    def _live_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj = self.api.get(JOBSETS, namespace, name)
+        except NotFound:
+            return None
+        self.jobsets.upsert(obj)
+        return obj
+
+    def _workloads_for(self, js: dict[str, Any] | None) -> WorkloadLookup:
+        uid = adapter.job_uid(js) if js is not None else ""
+        if not uid:
+            return WorkloadLookup()
+        gang = adapter.to_gang(js)
+        if gang is not None and gang.suspended:
+            try:
+                doc = self.api.list(WORKLOADS, key_of(js)[0], label_selector=f"{kueue.JOB_UID_LABEL}={uid}")
+            except ApiError as e:
+                if e.status == 403:
+                    self._rbac_hint()
+                    return WorkloadLookup.unreadable(str(e))
+                if e.status == 404:  # Kueue's CRD is not installed
+                    return WorkloadLookup()
+                raise  # 5xx, timeouts: retry the reconcile rather than misread an eviction
+            return WorkloadLookup.found(doc.get("items") or [])
+        if self.workloads.forbidden:
+            self._rbac_hint()
+            return WorkloadLookup.unreadable("forbidden to list workloads")
+        return WorkloadLookup.found(self.workloads.items(lambda o: adapter.workload_job_uid(o) == uid))
+
+    def _rbac_hint(self) -> None:
+        if not self._hinted:
+            self._hinted = True
+            log.warning(RBAC_HINT)
+
+    def _create_jobset(self, namespace: str, body: dict[str, Any]) -> None:
+        body = {**body, "metadata": {**body["metadata"], "namespace": namespace}}
+        try:
+            created = self.api.create(JOBSETS, namespace, body)
+        except Conflict:  # AlreadyExists: an earlier reconcile created it
+            return
+        if isinstance(created, dict):
+            self.jobsets.upsert(created)
+        log.info("created JobSet %s/%s", namespace, body["metadata"]["name"])
+
+    def _delete_jobset(self, namespace: str, name: str) -> None:
+        try:
+            self.api.delete(JOBSETS, namespace, name)
+            log.info("deleted JobSet %s/%s", namespace, name)
+        except NotFound:
+            pass
+
+    def _record(self, task: dict[str, Any], action: RecordEvent, index: int) -> None:
+        ev = action.event
+        self._count(ev)
+        body = events.to_k8s(task, ev, type_=action.type, index=index, instance=self.identity)
+        try:
+            self.api.create(EVENTS, key_of(task)[0], body)
+        except Conflict:
+            pass
+        except ApiError as e:  # an Event is worth a log line, never a retry of the whole reconcile
+            log.warning("could not record event %s on %s: %s", ev.type.value, key_of(task), e)
+
+    def _count(self, ev: events.Event) -> None:
+        m = self.metrics
+        if ev.type in (EventType.PREEMPTED, EventType.EVICTED):
+            m.preemptions.inc(str(ev.data.get("reason") or "Unknown"))
+        elif ev.type is EventType.READMITTED:
+            m.readmission_wait.observe(float(ev.data.get("waitedSeconds") or 0.0))
+        elif ev.type is EventType.ATTEMPT_ENDED:
+            m.attempts.inc(str(ev.data.get("outcome") or "Unknown"))
+        elif ev.type in (EventType.FAILED, EventType.SUCCEEDED, EventType.ABORTED):
+            m.attempts.inc(ev.type.value)
+
+    # -- loops ----------------------------------------------------------------------------------------
+
+    def process_one(self, timeout: float | None = None) -> bool:
+        """Take one key from the queue and sync it. Returns False when none came within `timeout`."""
+        key = self.queue.get(timeout)
+        if key is None:
+            return False
+        started = time.monotonic()
+        try:
+            self.sync(key)
+            self.queue.forget(key)
+        except Exception as e:  # noqa: BLE001 - every failure is retried with backoff
+            self.metrics.errors.inc()
+            delay = self.queue.add_rate_limited(key)
+            level = logging.INFO if isinstance(e, (Conflict, ApiError)) else logging.ERROR
+            log.log(level, "reconcile of %s/%s failed (%s: %s); retrying in %.2fs", *key, type(e).__name__, e, delay,
+                    exc_info=level == logging.ERROR)
+        finally:
+            self.metrics.reconcile.observe(time.monotonic() - started)
+            self.queue.done(key)
+        return True
+
+    def refresh_gauges(self) -> None:
+        counts: dict[tuple[str, ...], float] = {}
+        for t in self.tasks.items():
+            phase = str(((t.get("status") or {}).get("phase")) or "Pending")
+            counts[(phase,)] = counts.get((phase,), 0) + 1
+        self.metrics.tasks.set_all(counts)
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def run(self, stop: threading.Event, *, workers: int = 2) -> None:
+        """Run informers and workers until `stop` is set."""
+        threads = [threading.Thread(target=i.run, args=(stop,), name=f"watch-{i.res.plural}", daemon=True)
+                   for i in self.informers]
+        for t in threads:
+            t.start()
+        while not stop.is_set() and not self.synced:  # never decide on a half-filled cache
+            stop.wait(0.1)
+        log.info("caches synced; reconciling")
+
+        def work() -> None:
+            while not stop.is_set():
+                self.process_one(timeout=0.5)
+
+        workers_ = [threading.Thread(target=work, name=f"worker-{n}", daemon=True) for n in range(workers)]
+        for t in workers_:
+            t.start()
+        stop.wait()
+        self.queue.shutdown()
+        for t in workers_:
+            t.join(timeout=10)

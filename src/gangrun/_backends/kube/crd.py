@@ -1,0 +1,170 @@
+"""The `ClusteredTask` custom resource: its names, gangrun's own labels, and the CRD generated from here.
+
+This module is the one source of truth for `deploy/crd.yaml` (`python -m gangrun._backends.kube.crd`
+prints it; a test keeps the committed file equal). The OpenAPI schema mirrors the validation of
+`gangrun._core.spec.parse_manifest` so that `kubectl apply` refuses at admission what `gangrun submit`
+refuses locally, with a message that names the field.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+
+from gangrun._core import spec as core_spec
+
+GROUP = "gangrun.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = core_spec.KIND
+PLURAL = "clusteredtasks"
+SINGULAR = "clusteredtask"
+SHORT_NAMES = ["ctask", "ct"]
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# Labels gangrun puts on every JobSet it creates and, through the pod template, on every worker pod.
+TASK_LABEL = f"{GROUP}/task"
+ATTEMPT_LABEL = f"{GROUP}/attempt"
+# `gangrun cancel` asks the controller to abort by annotating the task; the controller owns status.
+CANCEL_ANNOTATION = f"{GROUP}/cancel-requested"
+FIELD_MANAGER = "gangrun-controller"
+
+_DNS_1035 = core_spec.DNS_1035.pattern
+_QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+_DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$|^[0-9]+(\.[0-9]+)?$"
+
+
+def _int(minimum: int, description: str) -> dict[str, Any]:
+    return {"type": "integer", "minimum": minimum, "description": description}
+
+
+def _str(description: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "string", "description": description, **extra}
+
+
+def _quantity(description: str) -> dict[str, Any]:
+    # The shape controller-gen emits for resource.Quantity.
+    return {"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": _QUANTITY,
+            "x-kubernetes-int-or-string": True, "description": description}
+
+
+def spec_schema() -> dict[str, Any]:
+    """The OpenAPI v3 schema of `.spec` (INTERFACE.md's manifest)."""
+    reserved = sorted(core_spec.RESERVED_ENV)
+    return {
+        "type": "object",
+        "required": ["nodes", "command"],
+        "properties": {
+            "nodes": _int(1, "gang size: pods, one per node"),
+            "nprocPerNode": _int(1, "processes per node (torchrun when > 1)"),
+            "command": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                        "description": "the worker's argv, no shell"},
+            "workingDir": _str("working directory inside the container (absolute) or '.'"),
+            "env": {"type": "object", "additionalProperties": {"type": "string"},
+                    "description": "extra environment variables",
+                    "x-kubernetes-validations": [{
+                        "rule": "self.all(k, !(k in " + repr(reserved).replace("'", '"') + "))",
+                        "message": "names set by gangrun for every worker cannot be overridden: "
+                                   + ", ".join(reserved)}]},
+            "image": _str("container image with gangrun installed (kubernetes only)", minLength=1),
+            "resources": {"type": "object", "description": "per node", "properties": {
+                "cpu": _quantity("CPU cores, a Kubernetes quantity like 500m or 2"),
+                "memory": _quantity("memory, a Kubernetes quantity like 1Gi"),
+                "gpu": _int(0, "whole GPUs (nvidia.com/gpu)")}},
+            "retries": _int(0, "user retry budget: attempts = retries + 1"),
+            "maxSystemRetries": _int(0, "system retries allowed in a row (default 3)"),
+            "maxRuntime": _str("per attempt, from the first Running; waits for re-admission count",
+                               pattern=_DURATION),
+            "terminationGracePeriod": _str("how long workers have to checkpoint after SIGTERM", pattern=_DURATION),
+            "failurePolicy": {"type": "object", "properties": {
+                "maxRestarts": _int(0, "whole-gang restarts inside one attempt"),
+                "resumeAfterPreemption": {"type": "boolean",
+                                          "description": "a preempted started gang keeps its attempt"}}},
+            "queue": _str("Kueue LocalQueue", pattern=_DNS_1035, maxLength=63),
+            "priorityClass": _str("Kueue WorkloadPriorityClass", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+            "checkpoint": {"type": "object", "properties": {
+                "uri": _str("checkpoint root; attempt N saves under <uri>/<task>/attempt-<N>")}},
+        },
+    }
+
+
+def status_schema() -> dict[str, Any]:
+    """`.status`: the persisted `TaskState` (see `gangrun._core.state.TaskState.for_storage`) plus conditions."""
+    record = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return {
+        "type": "object",
+        "properties": {
+            "phase": _str("Queued, WaitingForResources, Initializing, Running, Succeeded, Failed or Aborted"),
+            "phaseVersion": {"type": "integer"},
+            "reason": _str("why the task is in its phase"),
+            "message": _str("the final error on Failed"),
+            "code": _str("the final error code on Failed"),
+            "attempt": {"type": "integer", "description": "the current attempt, from 1"},
+            "gangSeen": {"type": "boolean"},
+            "started": {"type": "boolean"},
+            "restartAttempt": {"type": "integer"},
+            "userRetriesUsed": {"type": "integer"},
+            "systemRetriesUsed": {"type": "integer"},
+            "consecutiveSystemFailures": {"type": "integer"},
+            "eviction": {**record, "description": "the eviction in progress, recorded when first seen"},
+            "unexplainedSuspendSince": {"type": "string"},
+            "attempts": {"type": "array", "items": record},
+            "evictions": {"type": "array", "items": record},
+            "jobSet": _str("the JobSet of the current attempt"),
+            "observedGeneration": {"type": "integer"},
+            "conditions": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
+                           "items": {"type": "object", "required": ["type", "status"], "properties": {
+                               "type": {"type": "string"}, "status": {"type": "string"},
+                               "reason": {"type": "string"}, "message": {"type": "string"},
+                               "lastTransitionTime": {"type": "string", "format": "date-time"},
+                               "observedGeneration": {"type": "integer"}}}},
+        },
+    }
+
+
+def crd() -> dict[str, Any]:
+    """The CustomResourceDefinition, as a dict."""
+    schema = {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+            "metadata": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 63,
+                                                                    "pattern": _DNS_1035}}},
+            "spec": spec_schema(),
+            "status": status_schema(),
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": SINGULAR,
+                      "shortNames": SHORT_NAMES, "categories": ["gangrun"]},
+            "versions": [{
+                "name": VERSION, "served": True, "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                    {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt"},
+                    {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 0},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                ],
+                "schema": {"openAPIV3Schema": schema},
+            }],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    header = "# Generated by `python -m gangrun._backends.kube.crd`; do not edit by hand.\n"
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=120)
+
+
+if __name__ == "__main__":  # pragma: no cover - a generator entry point
+    sys.stdout.write(crd_yaml())

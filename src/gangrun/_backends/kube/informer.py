@@ -1,0 +1,143 @@
+"""List-then-watch one resource into an in-memory cache, calling back on every change.
+
+The loop is the only code that knows about watch mechanics (kopf keeps its `infinite_watch` apart for
+the same reason): it lists to get a consistent snapshot and a resourceVersion, then watches from there
+with bookmarks so a reconnect resumes where it left off. `410 Gone` (the version was compacted) means
+"list again"; any other error backs off and resumes. After each relist, objects that vanished while
+we were not watching are reported as deleted, so nothing is missed.
+
+`forbidden` records a 403 on list: the controller reads that as "the Workload is unreadable" (S4).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from gangrun._backends.kube.client import KubeApi, Resource
+from gangrun._errors import ApiError
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]  # (namespace, name)
+
+
+def key_of(obj: dict[str, Any]) -> Key:
+    md = obj.get("metadata") or {}
+    return md.get("namespace") or "", md.get("name") or ""
+
+
+def _rv(obj: dict[str, Any]) -> int | None:
+    v = (obj.get("metadata") or {}).get("resourceVersion")
+    return int(v) if isinstance(v, str) and v.isdigit() else None
+
+
+class Informer:
+    def __init__(self, api: KubeApi, res: Resource, *, namespace: str | None, label_selector: str = "",
+                 on_change: Callable[[dict[str, Any]], None] = lambda obj: None,
+                 watch_timeout: int = 300, max_backoff: float = 30.0) -> None:
+        self.api, self.res, self.namespace, self.label_selector = api, res, namespace, label_selector
+        self.on_change = on_change
+        self.watch_timeout, self.max_backoff = watch_timeout, max_backoff
+        self._lock = threading.Lock()
+        self._cache: dict[Key, dict[str, Any]] = {}
+        self.synced = threading.Event()
+        self.forbidden = False
+        self.relists = 0
+
+    # -- cache ----------------------------------------------------------------------------------------
+
+    def get(self, key: Key) -> dict[str, Any] | None:
+        with self._lock:
+            return self._cache.get(key)
+
+    def items(self, predicate: Callable[[dict[str, Any]], bool] = lambda o: True) -> list[dict[str, Any]]:
+        with self._lock:
+            return [o for o in self._cache.values() if predicate(o)]
+
+    def upsert(self, obj: dict[str, Any]) -> bool:
+        """Store `obj` unless the cache already holds a newer version of it. Returns whether stored.
+
+        Our own writes update the cache from the response; a watch event that lags behind must not
+        roll it back (resourceVersions are etcd revisions; when they are not numbers, the latest wins).
+        """
+        key = key_of(obj)
+        with self._lock:
+            old = self._cache.get(key)
+            if old is not None and _rv(old) is not None and _rv(obj) is not None and _rv(obj) < _rv(old):
+                return False
+            self._cache[key] = obj
+            return True
+
+    def remove(self, obj: dict[str, Any]) -> None:
+        with self._lock:
+            self._cache.pop(key_of(obj), None)
+
+    # -- loop -----------------------------------------------------------------------------------------
+
+    def relist(self) -> str:
+        """Replace the cache with a fresh list; returns the list's resourceVersion."""
+        doc = self.api.list(self.res, self.namespace, label_selector=self.label_selector)
+        items = [i for i in doc.get("items") or [] if isinstance(i, dict)]
+        for i in items:  # list items carry no apiVersion/kind
+            i.setdefault("kind", self.res.kind)
+        fresh = {key_of(i): i for i in items}
+        with self._lock:
+            gone = [o for k, o in self._cache.items() if k not in fresh]
+            self._cache = fresh
+        self.forbidden = False
+        self.relists += 1
+        for obj in [*items, *gone]:
+            self.on_change(obj)
+        return (doc.get("metadata") or {}).get("resourceVersion") or ""
+
+    def handle(self, event: dict[str, Any]) -> str | None:
+        """Apply one watch event; returns the resourceVersion to resume from (None: keep the old one)."""
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            return None
+        kind = event.get("type")
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            return rv
+        if kind == "DELETED":
+            self.remove(obj)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.upsert(obj)
+        else:
+            return None
+        self.on_change(obj)
+        return rv
+
+    def run(self, stop: threading.Event) -> None:
+        """List and watch until `stop` is set. Never raises."""
+        backoff = 0.5
+        rv = ""
+        while not stop.is_set():
+            try:
+                if not rv:
+                    rv = self.relist()
+                    self.synced.set()
+                for event in self.api.watch(self.res, self.namespace, resource_version=rv,
+                                            label_selector=self.label_selector, timeout_seconds=self.watch_timeout):
+                    rv = self.handle(event) or rv
+                    if stop.is_set():
+                        return
+                backoff = 0.5  # the server closed the watch at its timeout: resume from rv
+            except ApiError as e:
+                if e.status == 410:
+                    log.info("watch of %s: resourceVersion too old, listing again", self.res.plural)
+                    rv = ""
+                    continue
+                if e.status == 403:
+                    self.forbidden = True
+                    self.synced.set()  # nothing to wait for; readers treat the resource as unreadable
+                log.warning("watch of %s failed (%s); retrying in %.1fs", self.res.plural, e, backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+            except Exception:  # a bug or a malformed stream must not kill the informer thread
+                log.exception("watch of %s failed; listing again", self.res.plural)
+                rv = ""
+                stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
