@@ -81,6 +81,7 @@ class MarkerPending(PendingCheckpoint):
         return self.final
 
     def finalize(self, manifest: bytes) -> None:
+        self.storage.sync_tree(self.final)  # data durable before the marker that vouches for it
         self.storage.write_bytes(join(self.final, MANIFEST), manifest)
 
 

@@ -124,14 +124,11 @@ class LocalStorage(Storage):
             # The source is a snapshot we staged on this filesystem: move it, then checksum it.
             os.rename(src, dst)
             with open(dst, "rb") as f:
-                crc = _copy_stream(f.readinto, lambda _b: None)
-                os.fsync(f.fileno())
-            return crc
+                return _copy_stream(f.readinto, lambda _b: None)
+        # No fsync here: sync_tree() fsyncs every file once all are written, so the kernel writes
+        # back early files while later ones are copied instead of stalling after each.
         with open(src, "rb") as fin, open(dst, "wb") as fout:
-            crc = _copy_stream(fin.readinto, fout.write)
-            fout.flush()
-            os.fsync(fout.fileno())
-        return crc
+            return _copy_stream(fin.readinto, fout.write)
 
     def get_file(self, src: str, dst: str) -> Crc:
         with open(src, "rb") as fin, open(dst, "wb") as fout:
@@ -153,7 +150,11 @@ class LocalStorage(Storage):
         os.rename(src, dst)
 
     def sync_tree(self, path: str) -> None:
-        # New directory entries are durable only once their directory is fsynced.
+        # Files first, then directories: new directory entries are durable only once their
+        # directory is fsynced, and a rename must not become durable before the data it names.
+        for dirpath, _dirs, files in os.walk(path):
+            for name in files:
+                _fsync_path(os.path.join(dirpath, name))
         for dirpath, _dirs, _files in os.walk(path):
             _fsync_path(dirpath)
 
