@@ -99,6 +99,7 @@ class Controller:
                                and adapter.attempt_of(o) == attempt)
         new_status, actions = reconcile(task, js, self._workloads_for(js), pods, now=now, owned_jobsets=owned)
         if new_status is not None:
+            before = status
             rv = (task.get("metadata") or {}).get("resourceVersion")
             patch = {"metadata": {"resourceVersion": rv}, "status": new_status}
             updated = self.api.patch(TASKS, namespace, name, patch, subresource="status")  # Conflict: retry
@@ -106,6 +107,7 @@ class Controller:
                 updated.setdefault("kind", crd.KIND)
                 self.tasks.upsert(updated)
                 task = updated
+            self._count(before, new_status)
         index = 0
         for action in actions:
             if isinstance(action, CreateJobSet):
@@ -171,7 +173,8 @@ class Controller:
 
     def _record(self, task: dict[str, Any], action: RecordEvent, index: int) -> None:
         ev = action.event
-        self._count(ev)
+        if ev.type is EventType.READMITTED:
+            self.metrics.readmission_wait.observe(float(ev.data.get("waitedSeconds") or 0.0))
         body = events.to_k8s(task, ev, type_=action.type, index=index, instance=self.identity)
         try:
             self.api.create(EVENTS, key_of(task)[0], body)
@@ -180,16 +183,15 @@ class Controller:
         except ApiError as e:  # an Event is worth a log line, never a retry of the whole reconcile
             log.warning("could not record event %s on %s: %s", ev.type.value, key_of(task), e)
 
-    def _count(self, ev: events.Event) -> None:
-        m = self.metrics
-        if ev.type in (EventType.PREEMPTED, EventType.EVICTED):
-            m.preemptions.inc(str(ev.data.get("reason") or "Unknown"))
-        elif ev.type is EventType.READMITTED:
-            m.readmission_wait.observe(float(ev.data.get("waitedSeconds") or 0.0))
-        elif ev.type is EventType.ATTEMPT_ENDED:
-            m.attempts.inc(str(ev.data.get("outcome") or "Unknown"))
-        elif ev.type in (EventType.FAILED, EventType.SUCCEEDED, EventType.ABORTED):
-            m.attempts.inc(ev.type.value)
+    def _count(self, before: dict[str, Any], after: dict[str, Any]) -> None:
+        """Metrics from what the status write changed: new evictions and newly ended attempts."""
+        old_evictions = before.get("evictions") if isinstance(before.get("evictions"), list) else []
+        for ev in (after.get("evictions") or [])[len(old_evictions):]:
+            self.metrics.preemptions.inc(str(ev.get("reason") or ev.get("kind") or "Unknown"))
+        ended = {a.get("number") for a in before.get("attempts") or [] if isinstance(a, dict) and a.get("outcome")}
+        for a in after.get("attempts") or []:
+            if a.get("outcome") and a.get("number") not in ended:
+                self.metrics.attempts.inc(str(a["outcome"]))
 
     # -- loops ----------------------------------------------------------------------------------------
 

@@ -1,0 +1,229 @@
+"""One reconcile as a pure function: objects in, the status to write and the actions out (S2–S9 on k8s)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kube_builders import PREEMPTION_MESSAGE, at, jobset_obj, pod_obj, task_obj, task_spec, workload_obj
+
+from gangrun._backends.kube import crd
+from gangrun._backends.kube.adapter import WorkloadLookup
+from gangrun._backends.kube.reconcile import (
+    CreateJobSet,
+    DeleteJobSet,
+    RecordEvent,
+    RequeueAt,
+    reconcile,
+)
+from gangrun._core.timeline import EventType
+
+NONE = WorkloadLookup()
+
+
+class Task:
+    """A ClusteredTask whose status is written back after each reconcile, like the shell does."""
+
+    def __init__(self, **spec: Any) -> None:
+        self.obj = task_obj(**spec)
+        self.spec = task_spec(**spec)
+
+    def step(self, js: dict | None = None, wl: WorkloadLookup = NONE, pods: list | None = None, *, t: float = 0,
+             owned: list | None = None) -> tuple[dict | None, list]:
+        status, actions = reconcile(self.obj, js, wl, pods or [], now=at(t), owned_jobsets=owned or [])
+        if status is not None:
+            self.obj["status"] = status
+        return status, actions
+
+    @property
+    def status(self) -> dict:
+        return self.obj["status"]
+
+
+def kinds(actions: list) -> list[str]:
+    return [type(a).__name__ for a in actions if not isinstance(a, RecordEvent)]
+
+
+def events(actions: list) -> list[EventType]:
+    return [a.event.type for a in actions if isinstance(a, RecordEvent)]
+
+
+def running(task: Task, *, t: float = 10) -> dict:
+    """Drive a new task to Running on attempt 1; returns its JobSet."""
+    task.step(t=0)
+    task.step(jobset_obj(task.spec).suspended().obj(), t=1)
+    js = jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj()
+    wl = WorkloadLookup.found([workload_obj("js-uid").admitted().obj()])
+    task.step(js, wl, [pod_obj("train-1", 0), pod_obj("train-1", 1)], t=t)
+    assert task.status["phase"] == "Running"
+    return js
+
+
+def test_a_new_task_persists_attempt_1_then_creates_its_suspended_jobset() -> None:
+    task = Task()
+    status, actions = task.step()
+    assert status["phase"] == "Queued" and status["attempt"] == 1 and status["jobSet"] == "train-1"
+    assert kinds(actions) == ["CreateJobSet"]
+    create = next(a for a in actions if isinstance(a, CreateJobSet))
+    assert create.body["spec"]["suspend"] is True
+    assert create.body["metadata"]["ownerReferences"][0]["uid"] == "task-uid"
+    assert create.body["metadata"]["namespace"] == "ml"
+    assert events(actions) == [EventType.SUBMITTED, EventType.GANG_CREATED]
+
+
+def test_nothing_changed_means_no_status_write_and_no_repeated_events() -> None:
+    task = Task()
+    task.step()
+    status, actions = task.step(t=1)  # the JobSet is not in the cache yet
+    assert status is None
+    assert kinds(actions) == ["CreateJobSet"]  # idempotent: AlreadyExists is fine
+    assert events(actions) == []
+
+
+def test_s3_a_suspended_gang_that_never_started_waits_for_admission() -> None:
+    task = Task()
+    task.step()
+    status, actions = task.step(jobset_obj(task.spec).suspended().obj(), t=1)
+    assert status["phase"] == "WaitingForResources"
+    assert status["reason"] == "waiting for gang admission: jobset is suspended"
+    assert kinds(actions) == []
+
+
+def test_running_gang_reports_restart_attempt() -> None:
+    task = Task()
+    running(task)
+    assert task.status["reason"] == "running (restart attempt 0)" and task.status["started"] is True
+    cond = {c["type"]: c for c in task.status["conditions"]}
+    assert cond["Running"]["status"] == "True" and cond["Finished"]["status"] == "False"
+
+
+def test_s4_preemption_ends_the_attempt_deletes_old_and_creates_next_in_one_reconcile() -> None:
+    task = Task(retries=1)
+    running(task)
+    js = jobset_obj(task.spec).suspended().jobs(suspended=1).obj()
+    wl = WorkloadLookup.found([workload_obj("js-uid").admitted().evicted("Preempted", PREEMPTION_MESSAGE)
+                               .preempted().obj()])
+    status, actions = task.step(js, wl, t=20)
+    assert status["attempt"] == 2 and status["userRetriesUsed"] == 1 and status["phase"] == "Queued"
+    assert [a.name for a in actions if isinstance(a, (DeleteJobSet, CreateJobSet))] == ["train-1", "train-2"]
+    assert status["attempts"][0]["outcome"] == "UserRetry"
+    assert "gang evicted by kueue (Preempted, InClusterQueue)" in status["attempts"][0]["reason"]
+    assert status["evictions"][0]["reason"] == "Preempted"  # recorded: Kueue overwrites it at readmission
+    # timeline.transition_events emits no Preempted event when the eviction ends the attempt in the same
+    # step; the AttemptEnded message carries the eviction summary instead.
+    assert EventType.ATTEMPT_ENDED in events(actions)
+    create = next(a for a in actions if isinstance(a, CreateJobSet))
+    env = {e["name"]: e.get("value") for e in
+           create.body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GANGRUN_PREV_CHECKPOINT_PATH"].endswith("/train/attempt-1")
+
+
+def test_s5_resume_after_preemption_keeps_the_attempt_and_jobset_until_readmission() -> None:
+    task = Task(failurePolicy={"resumeAfterPreemption": True})
+    running(task)
+    js = jobset_obj(task.spec).suspended().obj()
+    evicted = workload_obj("js-uid").admitted().evicted("Preempted", PREEMPTION_MESSAGE).preempted()
+    status, actions = task.step(js, WorkloadLookup.found([evicted.obj()]), t=20)
+    assert status["attempt"] == 1 and status["phase"] == "Running"
+    assert status["reason"].endswith("; waiting for re-admission")
+    assert kinds(actions) == []
+    assert status["eviction"]["reason"] == "Preempted"
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Evicted"] == "True"
+    back = jobset_obj(task.spec).admitted().jobs(ready=1).obj()
+    status, actions = task.step(back, WorkloadLookup.found([evicted.readmitted().obj()]),
+                                [pod_obj("train-1", 0), pod_obj("train-1", 1)], t=80)
+    assert status["attempt"] == 1 and status["reason"] == "running (restart attempt 0)"
+    assert "eviction" not in status or status["eviction"] is None
+    assert EventType.READMITTED in events(actions)
+
+
+def test_s7_suspended_without_evicted_waits_and_asks_to_be_woken() -> None:
+    task = Task()
+    running(task)
+    js = jobset_obj(task.spec).suspended().obj()
+    status, actions = task.step(js, WorkloadLookup.found([workload_obj("js-uid").admitted().obj()]), t=20)
+    assert status["attempt"] == 1 and status["phase"] == "Running"
+    wake = [a for a in actions if isinstance(a, RequeueAt)]
+    assert wake and wake[0].at == at(50)  # the engine's suspend grace, 30s
+
+
+def test_s4_unreadable_workload_on_a_started_suspended_gang_is_a_system_retry() -> None:
+    task = Task()
+    running(task)
+    js = jobset_obj(task.spec).suspended().obj()
+    status, actions = task.step(js, WorkloadLookup.unreadable("403: forbidden"), t=20)
+    assert status["attempt"] == 2 and status["systemRetriesUsed"] == 1 and status["userRetriesUsed"] == 0
+    assert kinds(actions) == ["DeleteJobSet", "CreateJobSet"]
+
+
+def test_cancel_annotation_aborts_and_deletes_the_jobset() -> None:
+    task = Task()
+    running(task)
+    task.obj["metadata"]["annotations"] = {crd.CANCEL_ANNOTATION: "now"}
+    status, actions = task.step(jobset_obj(task.spec).admitted().obj(), t=30)
+    assert status["phase"] == "Aborted"
+    assert [a.name for a in actions if isinstance(a, DeleteJobSet)] == ["train-1"]
+    assert EventType.ABORTED in events(actions)
+    assert task.step(t=31) == (None, [])  # terminal: nothing more to do
+
+
+def test_jobsets_of_other_attempts_are_garbage_collected() -> None:
+    task = Task(retries=1)
+    task.step()
+    task.obj["status"]["attempt"] = 2
+    old = jobset_obj(task.spec, attempt=1).obj()
+    current = jobset_obj(task.spec, attempt=2).suspended().obj()
+    foreign = jobset_obj(task_spec("other"), attempt=1).obj()
+    _, actions = task.step(current, owned=[old, current, foreign], t=5)
+    assert [a.name for a in actions if isinstance(a, DeleteJobSet)] == ["train-1"]
+
+
+def test_a_jobset_of_another_attempt_is_not_taken_for_the_current_one() -> None:
+    task = Task()
+    task.step()
+    stale = jobset_obj(task.spec, attempt=7).completed().obj()
+    status, actions = task.step(stale, t=1)
+    assert task.status["phase"] == "Queued" and kinds(actions)[0] == "CreateJobSet"
+
+
+def test_completed_gang_succeeds_and_keeps_its_jobset_for_logs() -> None:
+    task = Task()
+    running(task)
+    status, actions = task.step(jobset_obj(task.spec).admitted().completed().obj(), t=30)
+    assert status["phase"] == "Succeeded"
+    assert not any(isinstance(a, DeleteJobSet) for a in actions)
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Finished"] == "True"
+
+
+def test_failed_task_deletes_every_owned_jobset() -> None:
+    task = Task()
+    running(task)
+    failed = jobset_obj(task.spec).failed().obj()
+    status, actions = task.step(failed, owned=[failed], t=30)
+    assert status["phase"] == "Failed"
+    assert [a.name for a in actions if isinstance(a, DeleteJobSet)] == ["train-1"]  # once, not twice
+
+
+def test_a_spec_the_schema_let_through_fails_the_task_naming_the_field() -> None:
+    task = Task()
+    task.obj["spec"]["nodes"] = 0
+    status, actions = task.step()
+    assert status["phase"] == "Failed" and status["code"] == "InvalidSpec"
+    assert status["message"].startswith("spec.nodes")
+    assert kinds(actions) == []
+
+
+def test_max_runtime_deadline_is_a_timer_not_a_poll() -> None:
+    task = Task(maxRuntime="1h")
+    running(task, t=10)
+    _, actions = task.step(jobset_obj(task.spec).admitted().jobs(ready=1).obj(),
+                           WorkloadLookup.found([workload_obj("js-uid").admitted().obj()]),
+                           [pod_obj("train-1", 0), pod_obj("train-1", 1)], t=20)
+    assert [a.at for a in actions if isinstance(a, RequeueAt)] == [at(10 + 3600)]
+
+
+def test_status_holds_everything_the_view_needs() -> None:
+    task = Task()
+    status, _ = task.step()
+    for key in ("phase", "phaseVersion", "reason", "attempt", "userRetriesUsed", "systemRetriesUsed",
+                "restartAttempt", "attempts", "conditions", "observedGeneration"):
+        assert key in status

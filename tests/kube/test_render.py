@@ -1,0 +1,150 @@
+"""The JobSet of an attempt: the contract with JobSet, Kueue and the worker SDK (issue #5 item 2)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from kube_builders import task_spec
+
+from gangrun._backends.kube import crd, render_jobset
+from gangrun._backends.kube.render import NAME_MAX, jobset_name
+from gangrun._core import jobset, kueue
+from gangrun._errors import SpecError
+
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _env(js: dict) -> dict[str, dict]:
+    container = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e for e in container["env"]}
+
+
+def _job(js: dict) -> dict:
+    return js["spec"]["replicatedJobs"][0]["template"]["spec"]
+
+
+@pytest.mark.parametrize("task,attempt", [
+    pytest.param("train", 1, id="short"),
+    pytest.param("a" * 63, 1, id="longest-task-name"),
+    pytest.param("a" * 36 + "-b" * 13, 12345, id="long-name-dash-at-cut"),
+])
+def test_jobset_name_is_a_dns_label_of_at_most_41_characters(task: str, attempt: int) -> None:
+    name = jobset_name(task, attempt)
+    assert len(name) <= NAME_MAX and DNS_1035.match(name)
+    assert len(f"{name}-workers-0-99999") <= 63
+
+
+def test_jobset_name_is_deterministic_and_distinct_per_attempt() -> None:
+    assert jobset_name("train", 1) == jobset_name("train", 1) == "train-1"
+    assert jobset_name("train", 1) != jobset_name("train", 2)
+    long = "x" * 60
+    assert jobset_name(long, 1) != jobset_name(long, 2)
+    assert jobset_name(long + "a", 1) != jobset_name(long + "b", 1)  # the hash separates truncated names
+
+
+def test_render_is_deterministic() -> None:
+    spec = task_spec()
+    assert render_jobset(spec, attempt=3, owner_uid="u") == render_jobset(spec, attempt=3, owner_uid="u")
+
+
+def test_jobset_is_created_suspended_with_kueue_and_gangrun_labels() -> None:
+    js = render_jobset(task_spec(queue="team-a", priorityClass="high"), attempt=2)
+    assert js["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and js["kind"] == "JobSet"
+    assert js["spec"]["suspend"] is True
+    labels = js["metadata"]["labels"]
+    assert labels[kueue.QUEUE_NAME_LABEL] == "team-a"
+    assert labels[kueue.PRIORITY_CLASS_LABEL] == "high"
+    assert labels[crd.TASK_LABEL] == "train" and labels[crd.ATTEMPT_LABEL] == "2"
+    pod_labels = _job(js)["template"]["metadata"]["labels"]
+    assert pod_labels[crd.TASK_LABEL] == "train" and pod_labels[crd.ATTEMPT_LABEL] == "2"
+
+
+def test_no_priority_class_label_when_the_spec_has_none() -> None:
+    assert kueue.PRIORITY_CLASS_LABEL not in render_jobset(task_spec())["metadata"]["labels"]
+
+
+def test_every_field_the_jobset_webhook_would_default_is_explicit() -> None:
+    js = render_jobset(task_spec(failurePolicy={"maxRestarts": 3}))
+    spec = js["spec"]
+    assert spec["successPolicy"]["operator"] == "All"
+    assert spec["startupPolicy"] == {"startupPolicyOrder": "AnyOrder"}
+    assert spec["network"] == {"enableDNSHostnames": True, "subdomain": js["metadata"]["name"],
+                               "publishNotReadyAddresses": True}
+    assert spec["failurePolicy"] == {"maxRestarts": 3, "restartStrategy": "Recreate"}
+    rj = spec["replicatedJobs"][0]
+    assert rj["name"] == "workers" and rj["replicas"] == 1 and rj["groupName"] == "default"
+    job = _job(js)
+    assert job["completionMode"] == "Indexed"
+    assert job["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_failure_policy_is_always_set_even_with_no_restarts() -> None:
+    assert render_jobset(task_spec())["spec"]["failurePolicy"]["maxRestarts"] == 0
+
+
+def test_one_indexed_job_of_nodes_pods_that_never_retries_or_overlaps() -> None:
+    job = _job(render_jobset(task_spec(nodes=4)))
+    assert job["parallelism"] == job["completions"] == 4
+    assert job["backoffLimit"] == 0
+    assert job["podReplacementPolicy"] == "Failed"
+
+
+def test_worker_env_follows_the_interface() -> None:
+    spec = task_spec(nodes=3, nprocPerNode=2, checkpoint={"uri": "s3://b/ckpt/"}, env={"FOO": "bar"})
+    js = render_jobset(spec, attempt=2)
+    env = _env(js)
+    name = js["metadata"]["name"]
+    assert env["GANGRUN_TASK"]["value"] == "train" and env["GANGRUN_ATTEMPT"]["value"] == "2"
+    assert env["JOBSET_RESTART_ATTEMPT"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        f"metadata.annotations['{jobset.RESTART_ATTEMPT_KEY}']"
+    assert env["NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        f"metadata.annotations['{jobset.JOB_COMPLETION_INDEX_KEY}']"
+    assert env["MASTER_ADDR"]["value"] == f"{name}-workers-0-0.{name}"
+    assert env["MASTER_PORT"]["value"] == "29500"
+    assert (env["NNODES"]["value"], env["NPROC_PER_NODE"]["value"], env["WORLD_SIZE"]["value"]) == ("3", "2", "6")
+    assert env["GANGRUN_CHECKPOINT_PATH"]["value"] == "s3://b/ckpt/train/attempt-2"
+    assert env["GANGRUN_PREV_CHECKPOINT_PATH"]["value"] == "s3://b/ckpt/train/attempt-1"
+    assert env["FOO"]["value"] == "bar"
+
+
+def test_first_attempt_has_no_previous_checkpoint() -> None:
+    assert _env(render_jobset(task_spec(), attempt=1))["GANGRUN_PREV_CHECKPOINT_PATH"]["value"] == ""
+
+
+def test_termination_grace_period_comes_from_the_spec() -> None:
+    js = render_jobset(task_spec(terminationGracePeriod="2m"))
+    assert _job(js)["template"]["spec"]["terminationGracePeriodSeconds"] == 120
+    assert _env(js)["GANGRUN_GRACE_PERIOD"]["value"] == "120"
+
+
+def test_owner_reference_to_the_task_only_when_its_uid_is_known() -> None:
+    assert "ownerReferences" not in render_jobset(task_spec())["metadata"]
+    ref = render_jobset(task_spec(), owner_uid="abc")["metadata"]["ownerReferences"][0]
+    assert ref == {"apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "name": "train", "uid": "abc",
+                   "controller": True, "blockOwnerDeletion": True}
+
+
+def test_command_runs_under_the_launcher_and_resources_are_per_node() -> None:
+    js = render_jobset(task_spec(resources={"cpu": "500m", "memory": "2Gi", "gpu": 1}))
+    c = _job(js)["template"]["spec"]["containers"][0]
+    assert c["command"] == ["python", "-m", "gangrun.launch", "--", "python", "train.py"]
+    assert c["resources"]["requests"] == {"cpu": "500m", "memory": str(2 * 2**30), "nvidia.com/gpu": "1"}
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+def test_render_refuses_a_spec_without_image_naming_the_field() -> None:
+    with pytest.raises(SpecError, match=r"^spec\.image"):
+        render_jobset(task_spec(image=""))
+
+
+def test_render_refuses_attempt_zero() -> None:
+    with pytest.raises(SpecError):
+        render_jobset(task_spec(), attempt=0)
+
+
+def test_termination_grace_of_zero_is_allowed() -> None:
+    spec = task_spec(terminationGracePeriod="0s")
+    assert spec.termination_grace == timedelta(0)
+    assert _job(render_jobset(spec))["template"]["spec"]["terminationGracePeriodSeconds"] == 0
