@@ -3,4 +3,4 @@
 from gangrun._context import Context, context
 from gangrun.checkpoint import Checkpoint
 
-__all__ = sorted(["Checkpoint", "Context", "context"])
+__all__ = ["Checkpoint", "Context", "context"]
