@@ -1,0 +1,136 @@
+"""Kueue-like admission for the one local ClusterQueue, as a pure function.
+
+Inputs: the quota, the gangs holding quota and the gangs waiting for it. Output: which waiting gangs
+get quota now and which admitted gangs must be preempted, and for whom. No clock, no I/O: the daemon
+feeds it values and carries out the plan (tests/local/test_admission.py is its table).
+
+Semantics copied from Kueue (ClusterQueue `queueingStrategy: BestEffortFIFO`,
+`preemption.withinClusterQueue: LowerPriority`):
+
+- Waiting gangs are considered by priority (higher first), then submission order.
+- All or nothing: a gang gets quota for all its nodes × per-node resources, or none.
+- A gang that does not fit may preempt admitted gangs of strictly lower priority. Kueue's candidate
+  order: gangs already being evicted first (their quota is on its way back), then lowest priority,
+  then the most recently admitted. It takes candidates until the gang fits, then drops every victim
+  that turns out not to be needed, so the set is minimal ("the fewest").
+- A gang waiting for its victims to stop keeps the room it needs: lower entries cannot take it in the
+  meantime (Kueue reserves it within the scheduling cycle and re-runs the same order next cycle).
+- A gang that cannot fit even after every allowed preemption is skipped; smaller ones behind it may
+  still be admitted (BestEffortFIFO).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+RESOURCE_NAMES = ("cpu", "memory", "gpu")
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu: Decimal = Decimal(0)
+    memory: Decimal = Decimal(0)
+    gpu: Decimal = Decimal(0)
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.cpu + other.cpu, self.memory + other.memory, self.gpu + other.gpu)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.cpu - other.cpu, self.memory - other.memory, self.gpu - other.gpu)
+
+    def scaled(self, n: int) -> Resources:
+        return Resources(self.cpu * n, self.memory * n, self.gpu * n)
+
+    def fits_in(self, room: Resources) -> bool:
+        return all(getattr(self, r) <= getattr(room, r) for r in RESOURCE_NAMES)
+
+    def first_exceeding(self, room: Resources) -> str | None:
+        """The first resource of which this asks more than `room` has, or None."""
+        return next((r for r in RESOURCE_NAMES if getattr(self, r) > getattr(room, r)), None)
+
+    def for_json(self) -> dict[str, str]:
+        return {r: str(getattr(self, r)) for r in RESOURCE_NAMES}
+
+    @classmethod
+    def from_json(cls, d: dict[str, str]) -> Resources:
+        return cls(*(Decimal(str(d.get(r, "0"))) for r in RESOURCE_NAMES))
+
+
+ZERO = Resources()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """One gang's claim on the queue: a pending Workload, or an admitted one (with `admitted_at`)."""
+
+    name: str
+    priority: int
+    order: int  # submission order: the FIFO tie-break among equal priorities
+    resources: Resources
+    admitted_at: float = 0.0  # when quota was reserved; newer victims go first
+    evicting: bool = False  # Evicted=True already, quota not released yet
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    admit: tuple[str, ...] = ()
+    preempt: tuple[tuple[str, str], ...] = ()  # (victim, preemptor)
+    waiting: tuple[str, ...] = ()  # preemptors whose victims are still stopping
+
+    @property
+    def empty(self) -> bool:
+        return not self.admit and not self.preempt
+
+
+def plan(quota: Resources, admitted: list[Request], pending: list[Request]) -> Plan:
+    """Admissions and preemptions for one scheduling cycle. Pure; see the module docstring."""
+    free = quota
+    for a in admitted:
+        free = free - a.resources
+    returning = ZERO  # quota of gangs already being evicted: it comes back without new preemptions
+    for a in admitted:
+        if a.evicting:
+            returning = returning + a.resources
+    candidates = sorted((a for a in admitted if not a.evicting), key=lambda a: (a.priority, -a.admitted_at, a.name))
+    admit: list[str] = []
+    preempt: list[tuple[str, str]] = []
+    waiting: list[str] = []
+    for w in sorted(pending, key=lambda p: (-p.priority, p.order, p.name)):
+        if w.resources.fits_in(free):
+            admit.append(w.name)
+            free = free - w.resources
+            continue
+        if w.resources.fits_in(free + returning):
+            # Kueue: "WaitingForPreemptedWorkloads" — the room is already on its way back.
+            free, returning = free + returning - w.resources, ZERO
+            waiting.append(w.name)
+            continue
+        victims = _victims(w, free + returning, [c for c in candidates if c.priority < w.priority])
+        if victims is None:
+            continue  # inadmissible for now; BestEffortFIFO lets smaller gangs behind it try
+        for v in victims:
+            preempt.append((v.name, w.name))
+            candidates.remove(v)
+            free = free + v.resources
+        free, returning = free + returning - w.resources, ZERO
+        waiting.append(w.name)
+    return Plan(admit=tuple(admit), preempt=tuple(preempt), waiting=tuple(waiting))
+
+
+def _victims(w: Request, room: Resources, candidates: list[Request]) -> list[Request] | None:
+    """The fewest candidates (in Kueue's order) whose quota makes `w` fit, or None if none can."""
+    chosen: list[Request] = []
+    for c in candidates:
+        chosen.append(c)
+        room = room + c.resources
+        if w.resources.fits_in(room):
+            break
+    else:
+        return None
+    # Kueue's minimal-set pass: walk back from the second-to-last victim and drop any not needed.
+    for v in list(reversed(chosen[:-1])):
+        if w.resources.fits_in(room - v.resources):
+            chosen.remove(v)
+            room = room - v.resources
+    return chosen

@@ -1,0 +1,137 @@
+"""The local control plane's files under GANGRUN_HOME, and its configuration.
+
+    $GANGRUN_HOME/                     (0700: only its user reaches the socket and the state)
+      local.db                         SQLite: tasks, timelines, configuration
+      daemon.sock                      the RPC socket (0600); see `socket_path` for long homes
+      daemon.lock / daemon.pid         one daemon per home
+      daemon.log                       the daemon's own output
+      logs/<task>/attempt-<N>/restart-<R>/rank-<r>.log
+      run/<task>/attempt-<N>/          stop notice and checkpoint events of that attempt's gang
+      checkpoints/<task>/attempt-<N>/  default checkpoint root (spec.checkpoint.uri overrides it)
+
+Configuration = the one ClusterQueue's quota, its named queues and the priority classes. A task
+without `priorityClass` gets `default_priority_class` (`normal`, 1000), so that a `low` task never
+preempts a task whose author did not think about priorities. (Kueue itself gives such a Workload
+priority 0 unless a default WorkloadPriorityClass exists; `normal` plays that default's role.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from gangrun._backends.local.admission import Resources
+from gangrun._core.units import parse_quantity
+
+CLUSTER_QUEUE = "local"
+NAMESPACE = "local"
+DEFAULT_QUEUES = ("default",)
+DEFAULT_PRIORITY_CLASSES = {"low": 100, "normal": 1000, "high": 10000}
+DEFAULT_PRIORITY_CLASS = "normal"
+SOCKET_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("GANGRUN_HOME") or Path.home() / ".gangrun").expanduser()
+
+
+@dataclass(frozen=True)
+class Paths:
+    home: Path
+
+    @property
+    def db(self) -> Path:
+        return self.home / "local.db"
+
+    @property
+    def socket(self) -> Path:
+        return socket_path(self.home)
+
+    @property
+    def lock(self) -> Path:
+        return self.home / "daemon.lock"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.home / "daemon.pid"
+
+    @property
+    def log(self) -> Path:
+        return self.home / "daemon.log"
+
+    def logs(self, task: str, attempt: int | None = None) -> Path:
+        base = self.home / "logs" / task
+        return base if attempt is None else base / f"attempt-{attempt}"
+
+    def run(self, task: str, attempt: int) -> Path:
+        return self.home / "run" / task / f"attempt-{attempt}"
+
+    def checkpoint_root(self, task: str, uri: str) -> str:
+        return f"{uri.rstrip('/')}/{task}" if uri else str(self.home / "checkpoints" / task)
+
+    def ensure(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.home, 0o700)
+
+
+def socket_path(home: Path) -> Path:
+    """`home/daemon.sock`, or a short stand-in in a private temp dir when that path is too long."""
+    p = Path(home).resolve() / "daemon.sock"
+    if len(str(p)) <= SOCKET_MAX:
+        return p
+    short = Path(tempfile.gettempdir()) / f"gangrun-{os.getuid()}"
+    short.mkdir(mode=0o700, exist_ok=True)
+    return short / (hashlib.sha1(str(p).encode()).hexdigest()[:16] + ".sock")
+
+
+def machine_quota() -> Resources:
+    """Defaults from the machine: all its cores and memory, and its NVIDIA GPUs if any."""
+    cpu = Decimal(os.cpu_count() or 1)
+    try:
+        memory = Decimal(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError):
+        memory = Decimal(8 * 2**30)
+    gpus = sum(1 for p in Path("/dev").glob("nvidia[0-9]*")) if Path("/dev").exists() else 0
+    return Resources(cpu=cpu, memory=memory, gpu=Decimal(gpus))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    quota: Resources
+    queues: tuple[str, ...] = DEFAULT_QUEUES
+    priority_classes: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
+    default_priority_class: str = DEFAULT_PRIORITY_CLASS
+    pods_ready_backoff: float = 1.0  # seconds before requeue number 1 after PodsReadyTimeout (Kueue: 60)
+
+    def priority_of(self, priority_class: str) -> int:
+        return self.priority_classes[priority_class or self.default_priority_class]
+
+    def with_quota(self, *, cpu: str | None, memory: str | None, gpu: int | None) -> Config:
+        q = self.quota
+        new = Resources(cpu=parse_quantity(cpu) if cpu is not None else q.cpu,
+                        memory=parse_quantity(memory) if memory is not None else q.memory,
+                        gpu=Decimal(gpu) if gpu is not None else q.gpu)
+        return Config(quota=new, queues=self.queues, priority_classes=self.priority_classes,
+                      default_priority_class=self.default_priority_class,
+                      pods_ready_backoff=self.pods_ready_backoff)
+
+    def for_json(self) -> dict[str, Any]:
+        return {"quota": self.quota.for_json(), "queues": list(self.queues),
+                "priorityClasses": self.priority_classes, "defaultPriorityClass": self.default_priority_class,
+                "podsReadyBackoffSeconds": self.pods_ready_backoff}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Config:
+        return cls(quota=Resources.from_json(d["quota"]), queues=tuple(d.get("queues", DEFAULT_QUEUES)),
+                   priority_classes=dict(d.get("priorityClasses", DEFAULT_PRIORITY_CLASSES)),
+                   default_priority_class=d.get("defaultPriorityClass", DEFAULT_PRIORITY_CLASS),
+                   pods_ready_backoff=float(d.get("podsReadyBackoffSeconds", 1.0)))
+
+    @classmethod
+    def default(cls) -> Config:
+        return cls(quota=machine_quota())

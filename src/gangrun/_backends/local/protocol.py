@@ -1,0 +1,73 @@
+"""The RPC between `LocalBackend` and the daemon: one JSON line each way over a Unix socket.
+
+    request   {"op": "submit", "args": {...}}\\n
+    response  {"ok": true, "result": ...}\\n  |  {"ok": false, "error": {"type": "UsageError", "message": "..."}}\\n
+
+One request per connection keeps the daemon's single-threaded loop simple. Errors travel by the
+name of their class in `gangrun._errors`, so the client re-raises the very type the daemon raised
+(a user mistake stays a `UsageError`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+from gangrun import _errors
+from gangrun._errors import DaemonUnavailable, GangrunError
+
+MAX_LINE = 64 * 2**20
+
+
+def encode(doc: dict[str, Any]) -> bytes:
+    return (json.dumps(doc, separators=(",", ":"), default=str) + "\n").encode()
+
+
+def ok(result: Any) -> bytes:
+    return encode({"ok": True, "result": result})
+
+
+def error(exc: BaseException) -> bytes:
+    kind = type(exc).__name__ if isinstance(exc, GangrunError) else "BackendError"
+    message = str(exc) if isinstance(exc, GangrunError) else f"{type(exc).__name__}: {exc}"
+    return encode({"ok": False, "error": {"type": kind, "message": message}})
+
+
+def raise_error(err: dict[str, Any]) -> None:
+    cls = getattr(_errors, err.get("type", ""), None)
+    message = err.get("message", "")
+    if isinstance(cls, type) and issubclass(cls, GangrunError):
+        try:
+            raise cls(message)
+        except TypeError:  # errors whose constructor takes more than a message
+            pass
+    raise _errors.BackendError(message)
+
+
+def call(path: Path, op: str, args: dict[str, Any] | None = None, *, timeout: float = 30.0) -> Any:
+    """Send one request and return its result. Raises DaemonUnavailable when nobody answers."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(str(path))
+            s.sendall(encode({"op": op, "args": args or {}}))
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    break
+                buf += chunk
+                if len(buf) > MAX_LINE:
+                    raise DaemonUnavailable("the local control plane sent an oversized answer")
+    except (FileNotFoundError, ConnectionRefusedError) as e:
+        raise DaemonUnavailable(f"the local control plane is not running ({e.strerror})") from e
+    except OSError as e:  # timeouts included
+        raise DaemonUnavailable(f"the local control plane did not answer {op!r}: {e}") from e
+    if not buf:
+        raise DaemonUnavailable(f"the local control plane closed the connection during {op!r}")
+    doc = json.loads(buf)
+    if not doc.get("ok"):
+        raise_error(doc.get("error") or {})
+    return doc.get("result")

@@ -1,0 +1,138 @@
+"""SQLite state of the local control plane: tasks, their timelines, the configuration.
+
+One row per task holds everything that must survive a daemon crash: the engine's `TaskState`, the
+Workload twin and the gang twin of the current attempt (with worker pids), and the accounting. A
+reconcile writes the row and the new timeline events in ONE transaction (`save`), so a daemon killed
+at any point restarts from a consistent row. WAL mode lets clients read while the daemon writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gangrun._core.timeline import Event
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    name TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    workload TEXT,
+    gang TEXT,
+    acct TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    task TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_task ON events (task, id);
+CREATE TABLE IF NOT EXISTS config (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass(kw_only=True)
+class Row:
+    """A task row as plain JSON values; the daemon turns them into its objects."""
+
+    name: str
+    seq: int
+    spec: dict[str, Any]
+    state: dict[str, Any]
+    workload: dict[str, Any] | None
+    gang: dict[str, Any] | None
+    acct: dict[str, Any]
+
+
+class Store:
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        self.path = path
+        if readonly:
+            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, timeout=10)
+        else:
+            self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.executescript(SCHEMA)
+            path.chmod(0o600)
+        self.db.execute("PRAGMA busy_timeout=10000")
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -- tasks -----------------------------------------------------------------------------------------
+
+    def next_seq(self) -> int:
+        (n,) = self.db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM tasks").fetchone()
+        return int(n)
+
+    def insert(self, row: Row, events: list[Event]) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT INTO tasks (name, seq, spec, state, workload, gang, acct) VALUES (?,?,?,?,?,?,?)",
+                       (row.name, row.seq, _j(row.spec), _j(row.state), _j(row.workload), _j(row.gang),
+                        _j(row.acct)))
+            self._add_events(db, row.name, events)
+
+    def save(self, row: Row, events: list[Event]) -> None:
+        """The one write path of a reconcile: the row and its new events, atomically."""
+        with self.transaction() as db:
+            db.execute("UPDATE tasks SET state=?, workload=?, gang=?, acct=? WHERE name=?",
+                       (_j(row.state), _j(row.workload), _j(row.gang), _j(row.acct), row.name))
+            self._add_events(db, row.name, events)
+
+    def rows(self) -> list[Row]:
+        cur = self.db.execute("SELECT name, seq, spec, state, workload, gang, acct FROM tasks ORDER BY seq")
+        return [_row(r) for r in cur.fetchall()]
+
+    def row(self, name: str) -> Row | None:
+        r = self.db.execute("SELECT name, seq, spec, state, workload, gang, acct FROM tasks WHERE name=?",
+                            (name,)).fetchone()
+        return _row(r) if r else None
+
+    # -- events ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _add_events(db: sqlite3.Connection, task: str, events: list[Event]) -> None:
+        db.executemany("INSERT INTO events (task, body) VALUES (?, ?)",
+                       [(task, json.dumps(e.for_json())) for e in events])
+
+    def events(self, task: str) -> list[Event]:
+        cur = self.db.execute("SELECT body FROM events WHERE task=? ORDER BY id", (task,))
+        return [Event.from_json(json.loads(b)) for (b,) in cur.fetchall()]
+
+    # -- config ----------------------------------------------------------------------------------------
+
+    def config(self) -> dict[str, Any] | None:
+        r = self.db.execute("SELECT value FROM config WHERE key='config'").fetchone()
+        return json.loads(r[0]) if r else None
+
+    def put_config(self, value: dict[str, Any]) -> None:
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO config (key, value) VALUES ('config', ?)", (json.dumps(value),))
+
+
+def _j(v: Any) -> str | None:
+    return None if v is None else json.dumps(v)
+
+
+def _row(r: tuple) -> Row:
+    name, seq, spec, state, workload, gang, acct = r
+    return Row(name=name, seq=seq, spec=json.loads(spec), state=json.loads(state),
+               workload=json.loads(workload) if workload else None, gang=json.loads(gang) if gang else None,
+               acct=json.loads(acct))

@@ -1,0 +1,214 @@
+"""The Workload twin: one per attempt's gang, with Kueue's conditions written in Kueue's order.
+
+Only `gangrun._core.kueue` spells the strings; this module only sequences them. One preemption, as
+the daemon carries it out (reference brief kueue-jobset.md §3.3):
+
+    W1  evict()          Evicted=True/Preempted + Preempted=True/InClusterQueue; quota still reserved
+    W2  (gang.suspend)   the gang twin is suspended and its workers get SIGTERM
+    W6  release()        once no worker is left: Requeued=True/Preempted, QuotaReserved=False/Pending,
+                         Admitted=False/NoReservation — the quota is free again
+    W7  reserve()        readmission: QuotaReserved=True, Evicted/Preempted=False/QuotaReserved
+                         "Previously: ...", Admitted=True
+    W8  (gang.resume)    the same attempt's workers start again, same restartAttempt
+
+Every transition takes `now` and returns whether it changed anything (STYLE.md §2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gangrun._backends.local.config import CLUSTER_QUEUE
+from gangrun._core import kueue
+from gangrun._core.conditions import FALSE, TRUE, Condition, find_condition, set_condition
+from gangrun._core.observation import Workload
+
+REQUEUE_ON = (kueue.EVICTED_BY_PREEMPTION, kueue.EVICTED_DUE_TO_NODE_FAILURES)  # Kueue's reconciler rule
+BACKOFF_MAX = 60.0
+
+
+def workload_name(task: str, attempt: int) -> str:
+    """Kueue names a JobSet's Workload `jobset-<name>-<sha1[:5]>`; the local gang of attempt N is `<task>-a<N>`."""
+    gang = f"{task}-a{attempt}"
+    digest = hashlib.sha1(f"JobSet\njobset.x-k8s.io\n{gang}\n{gang}".encode()).hexdigest()[:5]
+    return f"jobset-{gang}-{digest}"
+
+
+@dataclass(kw_only=True)
+class WorkloadTwin:
+    task: str
+    attempt: int
+    queue: str
+    priority: int
+    priority_class: str
+    resources: dict[str, str]  # the whole gang's request (admission.Resources.for_json)
+    order: int  # submission order
+    active: bool = True
+    conditions: list[Condition] = field(default_factory=list)
+    admitted_at: float | None = None  # unix time of the quota reservation; None = no reservation
+    requeue_at: float | None = None  # PodsReadyTimeout backoff
+    requeue_count: int = 0
+    preempted_by: str = ""  # the task whose admission evicted this one (for the timeline)
+    evictions: dict[str, int] = field(default_factory=dict)  # schedulingStats.evictions by reason
+    finished: bool = False  # Finished=True: the gang is done or deleted; it never competes again
+
+    @property
+    def name(self) -> str:
+        return workload_name(self.task, self.attempt)
+
+    @property
+    def uid(self) -> str:
+        return self.name  # locally the name is unique per (task, attempt): it doubles as the UID
+
+    @property
+    def reserved(self) -> bool:
+        return self.admitted_at is not None
+
+    @property
+    def evicted(self) -> Condition | None:
+        cond = find_condition(self.conditions, kueue.EVICTED)
+        return cond if cond is not None and cond.is_true else None
+
+    def pending(self, now: float) -> bool:
+        """Whether it competes for quota: active, no reservation, not backing off."""
+        return (self.active and not self.reserved and not self.finished
+                and (self.requeue_at is None or self.requeue_at <= now))
+
+    # -- transitions ---------------------------------------------------------------------------------
+
+    def reserve(self, *, at: float, now: datetime) -> bool:
+        """W7 (and first admission): quota reserved and admitted; old eviction flips to 'Previously'."""
+        self.admitted_at = at
+        for type_ in (kueue.EVICTED, kueue.PREEMPTED):
+            old = find_condition(self.conditions, type_)
+            if old is not None and old.is_true:
+                self._set(type_, FALSE, kueue.QUOTA_RESERVED_REASON, kueue.previously(old.message), now)
+        self._set(kueue.QUOTA_RESERVED, TRUE, kueue.QUOTA_RESERVED_REASON,
+                  kueue.quota_reserved_message(_cq()), now)
+        self._set(kueue.ADMITTED, TRUE, kueue.ADMITTED, kueue.MSG_ADMITTED, now)
+        self.preempted_by = ""
+        return True
+
+    def evict(self, reason: str, message: str, *, now: datetime, preempted_reason: str = "",
+              preemptor: str = "") -> bool:
+        """W1: Evicted=True (with Preempted=True in the same write for a preemption). Quota stays."""
+        current = self.evicted
+        if current is not None and current.reason == reason:
+            return False
+        self._set(kueue.EVICTED, TRUE, reason, message, now)
+        if preempted_reason:
+            self._set(kueue.PREEMPTED, TRUE, preempted_reason, message, now)
+            self.preempted_by = preemptor
+        self.evictions[reason] = self.evictions.get(reason, 0) + 1
+        return True
+
+    def release(self, *, at: float, now: datetime, backoff_base: float) -> bool:
+        """W6: the gang has no worker left; give the quota back and requeue as Kueue does."""
+        ev = self.evicted
+        if not self.reserved or ev is None:
+            return False
+        requeue = ev.reason in REQUEUE_ON
+        self._set(kueue.REQUEUED, TRUE if requeue else FALSE, ev.reason, ev.message, now)
+        self._set(kueue.QUOTA_RESERVED, FALSE, kueue.PENDING, ev.message, now)
+        self._set(kueue.ADMITTED, FALSE, kueue.NO_RESERVATION, kueue.MSG_NO_RESERVATION, now)
+        self._set(kueue.PODS_READY, FALSE, kueue.PODS_READY_WAIT_FOR_START, kueue.MSG_PODS_NOT_READY, now)
+        self.admitted_at = None
+        if ev.reason == kueue.EVICTED_BY_PODS_READY_TIMEOUT:
+            self.requeue_count += 1
+            self.requeue_at = at + min(BACKOFF_MAX, backoff_base * 2 ** (self.requeue_count - 1))
+        return True
+
+    def backoff_finished(self, *, now_ts: float, now: datetime) -> bool:
+        if self.requeue_at is None or self.requeue_at > now_ts:
+            return False
+        self.requeue_at = None
+        self._set(kueue.REQUEUED, TRUE, kueue.BACKOFF_FINISHED, kueue.MSG_BACKOFF_FINISHED, now)
+        return True
+
+    def deactivate(self, *, now: datetime) -> bool:
+        """spec.active=false: evicted with reason Deactivated; not admitted again until activated."""
+        if not self.active:
+            return False
+        self.active = False
+        self.requeue_at = None  # Kueue resets requeueState on deactivation
+        ev = self.evicted
+        if ev is None or not kueue.is_deactivation_reason(ev.reason):
+            self.evict(kueue.DEACTIVATED, kueue.MSG_DEACTIVATED, now=now)
+        if not self.reserved:  # nothing to release: the requeue verdict is written now
+            self._set(kueue.REQUEUED, FALSE, kueue.DEACTIVATED, kueue.MSG_DEACTIVATED, now)
+        return True
+
+    def activate(self, *, now: datetime) -> bool:
+        if self.active:
+            return False
+        self.active = True
+        self.requeue_at = None
+        self._set(kueue.REQUEUED, TRUE, kueue.REACTIVATED, kueue.MSG_REACTIVATED, now)
+        return True
+
+    def finish(self, *, succeeded: bool, message: str, now: datetime) -> bool:
+        """Finished=True (the gang ended or was deleted): the quota goes back, it never competes again."""
+        if self.finished:
+            return False
+        self.finished, self.admitted_at, self.requeue_at = True, None, None
+        reason = kueue.FINISHED_SUCCEEDED if succeeded else kueue.FINISHED_FAILED
+        self._set(kueue.FINISHED, TRUE, reason, message, now)
+        return True
+
+    def pods_ready(self, ready: bool, *, recovering: bool, now: datetime) -> bool:
+        if ready:
+            reason = kueue.PODS_READY_RECOVERED if recovering else kueue.PODS_READY_STARTED
+            return self._set(kueue.PODS_READY, TRUE, reason, kueue.MSG_PODS_READY, now)
+        if recovering:
+            return self._set(kueue.PODS_READY, FALSE, kueue.PODS_READY_WAIT_FOR_RECOVERY,
+                             kueue.MSG_PODS_WAIT_FOR_RECOVERY, now)
+        return self._set(kueue.PODS_READY, FALSE, kueue.PODS_READY_WAIT_FOR_START, kueue.MSG_PODS_NOT_READY, now)
+
+    def _set(self, type_: str, status: str, reason: str, message: str, now: datetime) -> bool:
+        return set_condition(self.conditions, Condition(type=type_, status=status, reason=reason, message=message),
+                             now=now)
+
+    # -- views ------------------------------------------------------------------------------------------
+
+    def observed(self) -> Workload:
+        return Workload(conditions=tuple(self.conditions), active=self.active, queue_name=self.queue)
+
+    def for_json(self) -> dict[str, Any]:
+        return {"task": self.task, "attempt": self.attempt, "queue": self.queue, "priority": self.priority,
+                "priorityClass": self.priority_class, "resources": self.resources, "order": self.order,
+                "active": self.active, "admittedAt": self.admitted_at, "requeueAt": self.requeue_at,
+                "requeueCount": self.requeue_count, "preemptedBy": self.preempted_by, "evictions": self.evictions,
+                "finished": self.finished, "conditions": [_cond_out(c) for c in self.conditions]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> WorkloadTwin:
+        return cls(task=d["task"], attempt=d["attempt"], queue=d["queue"], priority=d["priority"],
+                   priority_class=d["priorityClass"], resources=d["resources"], order=d["order"],
+                   active=d["active"], admitted_at=d.get("admittedAt"), requeue_at=d.get("requeueAt"),
+                   requeue_count=d.get("requeueCount", 0), preempted_by=d.get("preemptedBy", ""),
+                   evictions=d.get("evictions", {}), finished=d.get("finished", False), conditions=[_cond_in(c) for c in d.get("conditions", [])])
+
+    def summary(self) -> dict[str, Any]:
+        """What `get` shows of it: name, admitted/active, and the conditions Kueue-style."""
+        admitted = find_condition(self.conditions, kueue.ADMITTED)
+        return {"name": self.name, "queue": self.queue, "clusterQueue": _cq(), "priority": self.priority,
+                "active": self.active, "admitted": bool(admitted and admitted.is_true),
+                "conditions": [_cond_out(c) for c in self.conditions]}
+
+
+def _cq() -> str:
+    return CLUSTER_QUEUE
+
+
+def _cond_out(c: Condition) -> dict[str, Any]:
+    return {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+            "lastTransitionTime": c.last_transition.isoformat() if c.last_transition else None}
+
+
+def _cond_in(d: dict[str, Any]) -> Condition:
+    t = d.get("lastTransitionTime")
+    return Condition(type=d["type"], status=d["status"], reason=d.get("reason", ""), message=d.get("message", ""),
+                     last_transition=datetime.fromisoformat(t) if t else None)
