@@ -36,6 +36,8 @@ class EventType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     ABORTED = "Aborted"
+    WORKER_EXITED = "WorkerExited"  # a worker's own exit outside a stop: the cause of a restart or failure
+    CONTROL_PLANE = "ControlPlane"  # the backend itself: restarted, stopped, lost a gang's workers
 
 
 @dataclass(frozen=True, kw_only=True)
