@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -175,7 +176,7 @@ class FakeApi:
                 continue
             if _matches(obj, label_selector, ""):
                 yield {"type": type_, "object": copy.deepcopy(obj)}
-        # then the "server" closes the watch, as at its timeout
+        time.sleep(0.01)  # then the "server" closes the watch, as at its timeout
 
     def log_lines(self, namespace: str, pod: str, *, container: str | None = None,
                   follow: bool = False) -> Iterator[str]:

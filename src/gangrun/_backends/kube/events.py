@@ -10,6 +10,7 @@ the durable record is the status (attempts, evictions).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime, timezone
 from typing import Any
@@ -29,8 +30,10 @@ def _ts(t: datetime) -> str:
 
 
 def event_name(task: str, event: Event, index: int) -> str:
+    """`<task>.<time in hex><digest>`: the same event retried gets the same name; different ones do not."""
     nanos = int(event.time.timestamp() * 1_000_000) * 1000
-    return f"{task}.{nanos:x}{index:02x}"
+    digest = hashlib.sha256(f"{event.type.value}\n{event.attempt}\n{event.message}".encode()).hexdigest()[:8]
+    return f"{task}.{nanos:x}{index:02x}{digest}"
 
 
 def to_k8s(task: dict[str, Any], event: Event, *, type_: str, index: int = 0,

@@ -1,0 +1,335 @@
+"""The controller shell on an in-memory API: API errors, restarts and races never lose or duplicate
+an attempt (issue #5 item 3)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta
+
+import pytest
+from kube_builders import PREEMPTION_MESSAGE, T0, jobset_obj, manifest, pod_obj, task_spec, workload_obj
+from kube_fake import FakeApi
+
+from gangrun._backends.kube import KubeBackend
+from gangrun._backends.kube.client import JOBSETS, LOCAL_QUEUES, PODS, TASKS, WORKLOADS
+from gangrun._backends.kube.controller import RBAC_HINT, Controller
+from gangrun._backends.kube.informer import Informer
+from gangrun._core.spec import parse_manifest
+from gangrun._errors import ApiError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class Cluster:
+    """A fake API, a controller on it, and the moves Kueue, JobSet and the kubelet would make."""
+
+    def __init__(self, api: FakeApi | None = None) -> None:
+        self.api = api or FakeApi()
+        self.clock = Clock()
+        self.ctl = Controller(self.api, namespace=None, clock=self.clock, identity="test")
+        self.api.put(LOCAL_QUEUES, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                                    "metadata": {"name": "default", "namespace": "ml"}})
+        self.backend = KubeBackend(api=self.api, namespace="ml")
+
+    def submit(self, **spec: object) -> None:
+        self.backend.submit(parse_manifest(manifest(**spec)))
+
+    def settle(self, rounds: int = 10) -> None:
+        """Relist every informer (as after watch events) and reconcile until the queue is empty."""
+        for _ in range(rounds):
+            for inf in self.ctl.informers:
+                try:
+                    inf.relist()
+                except ApiError as e:
+                    inf.forbidden = e.status == 403
+            while self.ctl.process_one(timeout=0):
+                pass
+
+    def jobsets(self) -> list[str]:
+        return self.api.names(JOBSETS, "ml")
+
+    def creates(self, name: str) -> int:
+        return sum(1 for verb, plural, n in self.api.calls if (verb, plural, n) == ("create", "jobsets", name))
+
+    def status(self) -> dict:
+        return self.api.obj(TASKS, "ml", "train")["status"]
+
+    # -- the other controllers ------------------------------------------------------------------------
+
+    def js(self, attempt: int = 1) -> dict:
+        return self.api.obj(JOBSETS, "ml", f"train-{attempt}")
+
+    def admit(self, attempt: int = 1) -> None:
+        js = self.js(attempt)
+        uid = js["metadata"]["uid"]
+        self.api.put(WORKLOADS, workload_obj(uid, name=f"jobset-train-{attempt}").admitted().obj())
+        js["spec"]["suspend"] = False
+        js["status"] = {"restarts": 0, "conditions": [], "replicatedJobsStatus": [
+            {"name": "workers", "ready": 1, "active": 1, "succeeded": 0, "failed": 0, "suspended": 0}]}
+        self.api.put(JOBSETS, js)
+        for i in range(2):
+            self.api.put(PODS, pod_obj(f"train-{attempt}", i, attempt=attempt))
+
+    def preempt(self, attempt: int = 1, *, deactivate: bool = False) -> None:
+        uid = self.js(attempt)["metadata"]["uid"]
+        wl = workload_obj(uid, name=f"jobset-train-{attempt}").admitted().evicted("Preempted", PREEMPTION_MESSAGE)
+        wl = wl.preempted()
+        if deactivate:
+            wl = wl.inactive()
+        self.api.put(WORKLOADS, wl.obj())
+        js = self.js(attempt)
+        js["spec"]["suspend"] = True
+        self.api.put(JOBSETS, js)
+        for i in range(2):
+            self.api.remove(PODS, "ml", f"train-{attempt}-workers-0-{i}-abcde")
+
+    def readmit(self, attempt: int = 1) -> None:
+        uid = self.js(attempt)["metadata"]["uid"]
+        wl = workload_obj(uid, name=f"jobset-train-{attempt}").admitted().evicted("Preempted", PREEMPTION_MESSAGE)
+        self.api.put(WORKLOADS, wl.preempted().readmitted().obj())
+        self.admit(attempt)
+
+    def complete(self, attempt: int = 1) -> None:
+        js = self.js(attempt)
+        js["status"]["conditions"] = [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
+                                       "message": "jobset completed successfully"}]
+        self.api.put(JOBSETS, js)
+
+
+def test_submit_then_controller_creates_one_suspended_jobset_and_writes_status() -> None:
+    c = Cluster()
+    c.submit()
+    c.settle()
+    assert c.jobsets() == ["train-1"] and c.js()["spec"]["suspend"] is True
+    assert c.js()["metadata"]["ownerReferences"][0]["kind"] == "ClusteredTask"
+    assert c.status()["phase"] == "WaitingForResources" and c.status()["attempt"] == 1
+    assert c.creates("train-1") == 1
+
+
+def test_s11_preempted_gang_resumes_on_the_same_attempt_and_succeeds() -> None:
+    c = Cluster()
+    c.submit(retries=0, failurePolicy={"resumeAfterPreemption": True})
+    c.settle()
+    c.admit()
+    c.settle()
+    assert c.backend.get("train")["phase"] == "Running"
+    c.preempt()
+    c.settle()
+    view = c.backend.get("train")
+    assert view["phase"] == "Running" and view["reason"].endswith("waiting for re-admission")
+    c.clock.advance(60)
+    c.readmit()
+    c.settle()
+    assert c.backend.get("train")["reason"] == "running (restart attempt 0)"
+    c.complete()
+    c.settle()
+    view = c.backend.get("train")
+    assert view["phase"] == "Succeeded" and view["attempt"] == 1
+    assert c.creates("train-1") == 1 and c.jobsets() == ["train-1"]
+    assert view["evictionsByCause"] == {"Preempted": 1} and view["waitingForReadmissionSeconds"] == 60.0
+    assert c.ctl.metrics.preemptions.value("Preempted") == 1
+    assert c.ctl.metrics.readmission_wait.count == 1
+    types = [e.type.value for e in c.backend.events("train")]
+    assert types[:2] == ["Submitted", "GangCreated"] and "Readmitted" in types and types[-1] == "Succeeded"
+
+
+def test_s11_deactivation_while_waiting_is_a_system_retry_with_a_fresh_gang() -> None:
+    c = Cluster()
+    c.submit(retries=0, failurePolicy={"resumeAfterPreemption": True})
+    c.settle()
+    c.admit()
+    c.settle()
+    c.preempt(deactivate=True)
+    c.settle()
+    s = c.status()
+    assert s["attempt"] == 2 and s["systemRetriesUsed"] == 1 and s["userRetriesUsed"] == 0
+    assert c.jobsets() == ["train-2"]
+    assert c.ctl.metrics.attempts.value("SystemRetry") == 1
+
+
+def test_conflict_on_status_write_is_retried_without_duplicating_the_attempt() -> None:
+    c = Cluster()
+    c.submit()
+    c.api.fail("patch-status", "clusteredtasks", 409, times=2)
+    c.settle()
+    assert c.status()["attempt"] == 1 and c.jobsets() == ["train-1"]
+    assert c.ctl.metrics.errors.value() == 2
+
+
+def test_server_errors_creating_the_jobset_are_retried_after_the_attempt_is_persisted() -> None:
+    c = Cluster()
+    c.submit()
+    c.api.fail("create", "jobsets", 500, times=3)
+    c.api.fail("create", "jobsets", 503)
+    c.settle()
+    assert c.status()["attempt"] == 1 and c.jobsets() == ["train-1"]
+
+
+def test_restart_between_persisting_attempt_2_and_acting_neither_loses_nor_duplicates_it() -> None:
+    c = Cluster()
+    c.submit(retries=3)
+    c.settle()
+    c.admit()
+    c.settle()
+    c.preempt()
+    c.api.fail("delete", "jobsets", 500)  # the new attempt is written, then the controller "dies"
+    for inf in c.ctl.informers:
+        inf.relist()
+    c.ctl.process_one(timeout=0)
+    assert c.status()["attempt"] == 2 and c.jobsets() == ["train-1"]
+    fresh = Cluster(api=c.api)  # a new process: empty caches, empty queue
+    fresh.clock.now = c.clock.now
+    fresh.settle()
+    assert fresh.status()["attempt"] == 2 and fresh.status()["userRetriesUsed"] == 1
+    assert fresh.jobsets() == ["train-2"]
+
+
+def test_forbidden_workloads_are_unreadable_a_started_eviction_is_a_system_retry_and_the_hint_is_logged_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    c = Cluster()
+    c.api.forbid("workloads")
+    c.submit(retries=2)
+    c.settle()
+    c.api.allow("workloads")
+    c.admit()
+    c.api.forbid("workloads")
+    with caplog.at_level(logging.WARNING):
+        c.settle()
+        c.preempt()
+        c.settle()
+    s = c.status()
+    assert s["attempt"] == 2 and s["systemRetriesUsed"] == 1 and s["userRetriesUsed"] == 0
+    assert sum(RBAC_HINT in r.getMessage() for r in caplog.records) == 1
+
+
+def test_suspended_jobset_reads_the_workload_from_the_api_server_not_the_cache() -> None:
+    c = Cluster()
+    c.submit(retries=1)
+    c.settle()
+    c.admit()
+    c.settle()
+    for inf in c.ctl.informers:
+        inf.relist()
+    c.preempt()
+    # Only the JobSet event arrived: the Workload cache still says admitted, not evicted (race 2).
+    js = c.api.obj(JOBSETS, "ml", "train-1")
+    c.ctl.jobsets.upsert(js)
+    c.ctl.queue.add(("ml", "train"))
+    c.ctl.process_one(timeout=0)
+    s = c.status()
+    assert s["attempt"] == 2 and s["userRetriesUsed"] == 1  # classified as Preempted, not a wait or unknown
+
+
+def test_server_error_reading_workloads_of_a_suspended_gang_retries_instead_of_misclassifying() -> None:
+    c = Cluster()
+    c.submit(retries=1)
+    c.settle()
+    c.admit()
+    c.settle()
+    c.preempt()
+    c.api.fail("list", "workloads", 500, times=1)
+    for inf in (c.ctl.tasks, c.ctl.jobsets, c.ctl.pods):
+        inf.relist()
+    c.ctl.process_one(timeout=0)
+    assert c.status()["attempt"] == 1  # not a system retry
+    c.settle()
+    assert c.status()["attempt"] == 2 and c.status()["userRetriesUsed"] == 1
+
+
+def test_a_jobset_missing_from_a_stale_cache_is_read_before_it_is_called_deleted() -> None:
+    c = Cluster()
+    c.submit()
+    c.settle()
+    c.admit()
+    c.settle()
+    c.ctl.jobsets.remove(c.js())  # the cache lost it (e.g. mid-relist); the API server still has it
+    c.ctl.queue.add(("ml", "train"))
+    c.ctl.process_one(timeout=0)
+    assert c.status()["attempt"] == 1 and c.status()["systemRetriesUsed"] == 0
+
+
+def test_a_jobset_deleted_behind_our_back_is_a_system_retry() -> None:
+    c = Cluster()
+    c.submit()
+    c.settle()
+    c.admit()
+    c.settle()
+    c.api.remove(JOBSETS, "ml", "train-1")
+    c.settle()
+    assert c.status()["attempt"] == 2 and c.status()["systemRetriesUsed"] == 1
+    assert c.jobsets() == ["train-2"]
+
+
+def test_cancel_aborts_and_deletes_the_gang() -> None:
+    c = Cluster()
+    c.submit()
+    c.settle()
+    assert c.backend.cancel("train") is True
+    c.settle()
+    assert c.backend.get("train")["phase"] == "Aborted" and c.jobsets() == []
+    assert c.backend.cancel("train") is False
+
+
+def test_workload_events_reach_the_task_through_the_jobset_uid() -> None:
+    c = Cluster()
+    c.submit()
+    c.settle()
+    uid = c.js()["metadata"]["uid"]
+    while c.ctl.process_one(timeout=0):
+        pass
+    c.ctl._workload_changed(workload_obj(uid).obj())
+    assert c.ctl.queue.get(timeout=0) == ("ml", "train")
+
+
+def test_informer_relists_after_410_gone_and_misses_nothing() -> None:
+    api = FakeApi()
+    seen: list[str] = []
+    inf = Informer(api, TASKS, namespace=None, on_change=lambda o: seen.append(o["metadata"]["name"]))
+    api.put(TASKS, {"metadata": {"name": "a", "namespace": "ml"}})
+    stop = threading.Event()
+    thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
+    thread.start()
+    assert inf.synced.wait(5)
+    api.compact()  # the informer's resourceVersion is now too old
+    api.put(TASKS, {"metadata": {"name": "b", "namespace": "ml"}})
+    for _ in range(200):
+        if inf.get(("ml", "b")) is not None and inf.relists >= 2:
+            break
+        stop.wait(0.01)
+    stop.set()
+    thread.join(5)
+    assert inf.get(("ml", "b")) is not None and inf.relists >= 2
+    assert "b" in seen
+
+
+def test_informer_reports_objects_deleted_while_it_was_not_watching() -> None:
+    api = FakeApi()
+    gone: list[str] = []
+    inf = Informer(api, TASKS, namespace=None, on_change=lambda o: gone.append(o["metadata"]["name"]))
+    api.put(TASKS, {"metadata": {"name": "a", "namespace": "ml"}})
+    inf.relist()
+    api.remove(TASKS, "ml", "a")
+    gone.clear()
+    inf.relist()
+    assert gone == ["a"] and inf.get(("ml", "a")) is None
+
+
+def test_cache_never_rolls_back_to_an_older_version_of_an_object() -> None:
+    inf = Informer(FakeApi(), TASKS, namespace=None)
+    assert inf.upsert({"metadata": {"name": "a", "namespace": "ml", "resourceVersion": "10"}})
+    assert not inf.upsert({"metadata": {"name": "a", "namespace": "ml", "resourceVersion": "9"}})
+    assert inf.get(("ml", "a"))["metadata"]["resourceVersion"] == "10"
+
+
+def test_spec_used_by_builders_is_valid() -> None:
+    assert task_spec().nodes == 2 and jobset_obj().obj()["metadata"]["name"] == "train-1"
