@@ -55,7 +55,7 @@ def spec_schema() -> dict[str, Any]:
     reserved = sorted(core_spec.RESERVED_ENV)
     return {
         "type": "object",
-        "required": ["nodes", "command"],
+        "required": ["nodes", "command", "image"],
         "properties": {
             "nodes": _int(1, "gang size: pods, one per node"),
             "nprocPerNode": _int(1, "processes per node (torchrun when > 1)"),
