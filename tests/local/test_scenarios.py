@@ -1,0 +1,222 @@
+"""End to end on the local backend with real processes: the behaviours of DESIGN.md, by name."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from gangrun._backends.local import LocalBackend
+from gangrun._errors import SpecError, UsageError
+
+from .conftest import checkpointed, event_types, phase, wait_for
+
+
+def resumed_from(lines: list[str]) -> list[tuple[int, int, int, str]]:
+    """(attempt, restart, step, loaded_from) of every rank-0 start line."""
+    out = []
+    for line in lines:
+        m = re.search(r"start attempt=(\d+) restart=(\d+) rank=0 resumed_from=(\d+) loaded_from=(\w+)", line)
+        if m:
+            out.append((int(m[1]), int(m[2]), int(m[3]), m[4]))
+    return out
+
+
+def conditions(view: dict, type_: str) -> dict:
+    return next(c for c in view["workload"]["conditions"] if c["type"] == type_)
+
+
+def test_s11_preempted_gang_resumes_from_step_6_on_attempt_1(backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", nodes=2, retries=0, resume=True, priority="low"))
+    wait_for(backend, "train", checkpointed(6), what="step 6 saved")
+    backend.submit(manifest("urgent", nodes=1, steps=3, priority="high"))
+    waiting = wait_for(backend, "train", lambda v: "waiting for re-admission" in v["reason"], what="preempted")
+    assert waiting["phase"] == "Running" and waiting["attempt"] == 1
+    assert "gang evicted by kueue (Preempted, InClusterQueue): Preempted to accommodate a workload" in waiting["reason"]
+    wait_for(backend, "urgent", phase("Succeeded"))
+    done = wait_for(backend, "train", phase("Succeeded"))
+    assert (done["attempt"], done["userRetriesUsed"], done["systemRetriesUsed"], done["restartAttempt"]) == (1, 0, 0, 0)
+    starts = resumed_from(list(backend.logs("train", rank=0)))
+    assert starts[0] == (1, 0, 0, "None")
+    attempt, restart, step, source = starts[-1]
+    assert (attempt, restart, source) == (1, 0, "own") and step >= 6, starts
+    # Kueue's conditions after readmission, in its words.
+    evicted = conditions(done, "Evicted")
+    assert (evicted["status"], evicted["reason"]) == ("False", "QuotaReserved")
+    assert evicted["message"].startswith("Previously: Preempted to accommodate a workload")
+    assert (conditions(done, "Requeued")["status"], conditions(done, "Requeued")["reason"]) == ("True", "Preempted")
+    events = backend.events("train")
+    preempted = next(e for e in events if e.type.value == "Preempted")
+    assert "preempted by task urgent" in preempted.message
+    types = [e.type.value for e in events]
+    for t in ("Submitted", "Admitted", "GangStarted", "WorkerReady", "CheckpointCommitted", "Preempted",
+              "WaitingForReadmission", "Readmitted", "Succeeded"):
+        assert t in types, (t, types)
+    acct = done["accounting"]
+    assert acct["preemptionsByCause"] == {"Preempted": 1}
+    assert acct["waitingForReadmissionSeconds"] > 0
+    assert len(acct["workLost"]) == 1 and acct["workLost"][0]["cause"] == "Preempted"
+    assert 0 < acct["goodput"] <= 1
+
+
+def test_preemption_without_resume_is_a_user_retry_and_attempt_2_resumes_from_attempt_1(
+        backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", retries=1, resume=False, priority="low"))
+    wait_for(backend, "train", checkpointed(6))
+    backend.submit(manifest("urgent", nodes=1, steps=3, priority="high"))
+    done = wait_for(backend, "train", phase("Succeeded"))
+    assert (done["attempt"], done["userRetriesUsed"], done["systemRetriesUsed"]) == (2, 1, 0)
+    assert done["attempts"][0]["outcome"] == "UserRetry" and done["attempts"][0]["code"] == "GangEvicted"
+    starts = resumed_from(list(backend.logs("train", rank=0, attempt=2)))
+    assert starts[0][0] == 2 and starts[0][3] == "previous" and starts[0][2] >= 6, starts
+
+
+def test_s11_deactivated_while_waiting_is_a_system_retry_that_resumes_from_the_newest_checkpoint(
+        backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", resume=True, priority="low"))
+    wait_for(backend, "train", checkpointed(6))
+    backend.submit(manifest("urgent", nodes=1, steps=200, priority="high"))
+    wait_for(backend, "train", lambda v: "waiting for re-admission" in v["reason"])
+    backend.deactivate("train")
+    retried = wait_for(backend, "train", lambda v: v["attempt"] == 2, what="attempt 2")
+    assert retried["systemRetriesUsed"] == 1 and retried["userRetriesUsed"] == 0
+    assert retried["attempts"][0]["outcome"] == "SystemRetry"
+    assert retried["workload"]["active"] is True  # the new attempt has a fresh, active Workload
+    backend.cancel("urgent")
+    done = wait_for(backend, "train", phase("Succeeded"))
+    assert done["attempt"] == 2
+    starts = resumed_from(list(backend.logs("train", rank=0, attempt=2)))
+    assert starts[0][3] == "previous" and starts[0][2] >= 6, starts
+    assert wait_for(backend, "urgent", phase("Aborted"))
+
+
+def test_worker_crash_restarts_the_whole_gang_inside_the_attempt_from_its_own_checkpoint(
+        backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", steps=8, max_restarts=1, env={"CRASH_AT_STEP": "4", "CRASH_RANK": "1"}))
+    done = wait_for(backend, "train", phase("Succeeded"))
+    assert (done["attempt"], done["restartAttempt"], done["userRetriesUsed"]) == (1, 1, 0)
+    starts = resumed_from(list(backend.logs("train", rank=0)))
+    assert starts[-1][:2] == (1, 1) and starts[-1][3] == "own" and starts[-1][2] >= 3, starts
+    types = event_types(backend, "train")
+    assert "WorkerExited" in types and "GangRestarted" in types
+    assert done["accounting"]["workLost"][0]["cause"] == "WorkerFailed"
+
+
+def test_worker_crash_without_restarts_left_fails_with_jobsets_reason(backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", steps=8, env={"CRASH_AT_STEP": "2", "CRASH_RANK": "1"}))
+    done = wait_for(backend, "train", phase("Failed"))
+    assert done["code"] == "MaxRetriesExceeded"
+    assert "ReachedMaxRestarts" in done["message"] and "worker rank 1 (node 1) exited with code 3" in done["message"]
+
+
+def test_max_runtime_exceeded_ends_the_attempt(backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", steps=1000, max_runtime="1s"))
+    done = wait_for(backend, "train", phase("Failed"))
+    assert "MaxRuntimeExceeded" in done["message"]
+    assert backend.status()["used"]["cpu"] == "0"
+
+
+def test_cancel_stops_every_worker_and_frees_the_quota(backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", steps=1000))
+    wait_for(backend, "train", phase("Running"))
+    assert backend.cancel("train") is True
+    done = wait_for(backend, "train", lambda v: v["phase"] == "Aborted" and not any(
+        w["running"] for w in v["gang"]["workers"]))
+    assert done["reason"] == "cancelled by the user"
+    assert backend.cancel("train") is False
+    assert backend.status()["used"]["cpu"] == "0"
+
+
+def test_injected_node_failures_are_a_system_retry(backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", steps=12, resume=True))
+    wait_for(backend, "train", checkpointed(2))
+    backend.evict("train", "NodeFailures")
+    done = wait_for(backend, "train", phase("Succeeded"))
+    assert (done["attempt"], done["systemRetriesUsed"]) == (2, 1)
+    assert "NodeFailures" in done["attempts"][0]["reason"]
+
+
+def test_injected_preemption_with_room_left_is_readmitted_in_the_same_attempt(backend: LocalBackend,
+                                                                                manifest) -> None:
+    backend.submit(manifest("train", steps=12, resume=True))
+    wait_for(backend, "train", checkpointed(2))
+    backend.evict("train", "Preempted")
+    done = wait_for(backend, "train", phase("Succeeded"))
+    assert (done["attempt"], done["userRetriesUsed"]) == (1, 0)
+    assert "Readmitted" in event_types(backend, "train")
+
+
+def test_pods_ready_timeout_before_start_is_a_hold_then_readmitted_after_backoff(backend: LocalBackend,
+                                                                                 manifest) -> None:
+    # Injected right after admission: the engine has not seen the gang up yet only if we are quick, so
+    # accept either outcome the engine allows: a hold (same attempt) or a system retry.
+    backend.submit(manifest("train", steps=4, resume=True))
+    wait_for(backend, "train", lambda v: v["workload"] and v["workload"]["admitted"])
+    backend.evict("train", "PodsReadyTimeout")
+    done = wait_for(backend, "train", phase("Succeeded"))
+    assert done["userRetriesUsed"] == 0
+
+
+def test_daemon_sigkill_mid_run_loses_and_duplicates_nothing(backend: LocalBackend, manifest, home: Path) -> None:
+    backend.submit(manifest("train", steps=14))
+    running = wait_for(backend, "train", checkpointed(3))
+    pids = [w["pid"] for w in running["gang"]["workers"]]
+    os.kill(backend.status()["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids), "workers outlived their daemon"
+    stale = backend.get("train")  # read from the store while no daemon runs
+    assert stale["attempt"] == 1
+    backend.up()
+    done = wait_for(backend, "train", phase("Succeeded"))
+    assert (done["attempt"], done["systemRetriesUsed"], done["userRetriesUsed"]) == (2, 1, 0)
+    assert [v["name"] for v in backend.list()] == ["train"]
+    assert "ControlPlane" in event_types(backend, "train")
+    starts = resumed_from(list(backend.logs("train", rank=0, attempt=2)))
+    assert starts[0][3] == "previous" and starts[0][2] >= 3
+
+
+def test_bad_manifests_and_unknown_queues_are_refused_and_nothing_is_stored(backend: LocalBackend, manifest,
+                                                                            tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r'unknown queue "research".*default'):
+        backend.submit(manifest("train", queue="research"))
+    with pytest.raises(UsageError, match=r"spec\.resources\.cpu: the gang needs 6 cpu"):
+        backend.submit(manifest("big", nodes=3, cpu="2"))
+    with pytest.raises(UsageError, match="unknown priority class"):
+        backend.submit(manifest("odd", priority="urgent"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: gangrun.dev/v1alpha1\nkind: ClusteredTask\nmetadata: {name: bad}\nspec: {nodes: 0}\n")
+    from gangrun._core.spec import load_manifest
+
+    with pytest.raises(SpecError, match="spec.nodes"):
+        load_manifest(bad)
+    assert backend.list() == []
+    backend.submit(manifest("train", steps=1))
+    with pytest.raises(UsageError, match="already exists"):
+        backend.submit(manifest("train", steps=1))
+    with pytest.raises(UsageError, match="unknown task"):
+        backend.get("nope")
+
+
+def test_a_command_that_cannot_start_is_reported_not_retried_forever(backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", command=["/nonexistent/program"]))
+    done = wait_for(backend, "train", phase("Failed"))
+    assert "WorkerCannotStart" in done["message"]
+
+
+def test_home_and_socket_are_private(backend: LocalBackend, home: Path) -> None:
+    assert home.stat().st_mode & 0o777 == 0o700
+    assert Path(backend.status()["socket"]).stat().st_mode & 0o777 == 0o600
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.split(")")[-1].split()[0] != "Z"
