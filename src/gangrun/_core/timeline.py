@@ -70,7 +70,8 @@ def transition_events(before: TaskState, after: TaskState, action: Action, *, no
         ev = after.eviction
         type_ = EventType.PREEMPTED if ev.kind is EvictionKind.PREEMPTED else EventType.EVICTED
         add(type_, ev.as_eviction().summary(), reason=ev.reason, detail=ev.detail)
-    if before.eviction is not None and after.eviction is None and action.kind is ActionKind.NONE:
+    readmitted = before.eviction is not None and after.eviction is None and action.kind is ActionKind.NONE
+    if readmitted:
         waited = now - before.eviction.at
         add(EventType.READMITTED, f"readmitted after {waited.total_seconds():.1f}s", waitedSeconds=waited.total_seconds())
     if after.info != before.info and after.attempt == n and action.kind is ActionKind.NONE:
@@ -81,7 +82,7 @@ def transition_events(before: TaskState, after: TaskState, action: Action, *, no
             add(EventType.GANG_STARTED, f"all workers up: {after.info.reason}")
         elif after.restart_attempt > before.restart_attempt:
             add(EventType.RESTARTED, f"whole-gang restart {after.restart_attempt}: {after.info.reason}")
-        elif after.phase is not before.phase or after.info.reason != before.info.reason:
+        elif not readmitted and (after.phase is not before.phase or after.info.reason != before.info.reason):
             add(EventType.PHASE, f"{after.phase.value}: {after.info.reason}", phase=after.phase.value)
     if action.kind is ActionKind.CREATE_GANG and not before.gang_seen:
         add(EventType.GANG_CREATED, f"gang of attempt {action.attempt} created", attempt=action.attempt)
