@@ -1,0 +1,61 @@
+"""The pure Kueue-like admission: a table of quotas, admitted and pending gangs → admissions and preemptions."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from gangrun._backends.local.admission import Plan, Request, Resources, plan
+
+Q4 = Resources(cpu=Decimal(4), memory=Decimal(16), gpu=Decimal(0))
+
+
+def r(cpu: int, memory: int = 1, gpu: int = 0) -> Resources:
+    return Resources(cpu=Decimal(cpu), memory=Decimal(memory), gpu=Decimal(gpu))
+
+
+def running(name: str, cpu: int, priority: int, admitted_at: float, *, evicting: bool = False) -> Request:
+    return Request(name=name, priority=priority, order=0, resources=r(cpu), admitted_at=admitted_at, evicting=evicting)
+
+
+def waiting(name: str, cpu: int, priority: int, order: int, *, gpu: int = 0) -> Request:
+    return Request(name=name, priority=priority, order=order, resources=r(cpu, gpu=gpu))
+
+
+CASES = [
+    pytest.param([], [waiting("a", 2, 0, 1), waiting("b", 2, 0, 2)], Plan(admit=("a", "b")),
+                 id="both-fit-in-submission-order"),
+    pytest.param([], [waiting("a", 3, 0, 1), waiting("b", 3, 100, 2)], Plan(admit=("b",)),
+                 id="higher-priority-first-even-if-submitted-later"),
+    pytest.param([], [waiting("a", 5, 0, 1)], Plan(), id="bigger-than-quota-never-admitted"),
+    pytest.param([], [waiting("a", 3, 0, 1), waiting("b", 1, 0, 2)], Plan(admit=("a", "b")),
+                 id="all-or-nothing-fills-exactly"),
+    pytest.param([running("low", 4, 100, 1.0)], [waiting("high", 1, 10000, 1)],
+                 Plan(preempt=(("low", "high"),), waiting=("high",)), id="lower-priority-preempted"),
+    pytest.param([running("peer", 4, 1000, 1.0)], [waiting("same", 1, 1000, 1)], Plan(),
+                 id="equal-priority-never-preempted"),
+    pytest.param([running("old", 2, 100, 1.0), running("new", 2, 100, 2.0)], [waiting("high", 2, 10000, 1)],
+                 Plan(preempt=(("new", "high"),), waiting=("high",)), id="most-recently-admitted-goes-first"),
+    pytest.param([running("mid", 2, 1000, 1.0), running("low", 2, 100, 2.0)], [waiting("high", 2, 10000, 1)],
+                 Plan(preempt=(("low", "high"),), waiting=("high",)), id="lowest-priority-goes-first"),
+    pytest.param([running("s1", 1, 100, 3.0), running("big", 3, 100, 1.0)], [waiting("high", 3, 10000, 1)],
+                 Plan(preempt=(("big", "high"),), waiting=("high",)), id="fewest-victims-after-minimal-pass"),
+    pytest.param([running("low", 4, 100, 1.0, evicting=True)], [waiting("high", 2, 10000, 1)],
+                 Plan(waiting=("high",)), id="waits-for-victims-already-stopping"),
+    pytest.param([running("low", 4, 100, 1.0, evicting=True)], [waiting("high", 4, 10000, 1), waiting("x", 1, 0, 2)],
+                 Plan(waiting=("high",)), id="room-on-its-way-is-kept-for-the-preemptor"),
+    pytest.param([running("low", 2, 100, 1.0)], [waiting("high", 6, 10000, 1), waiting("small", 2, 0, 2)],
+                 Plan(admit=("small",)), id="best-effort-fifo-skips-an-inadmissible-head"),
+    pytest.param([], [waiting("g", 1, 0, 1, gpu=1)], Plan(), id="gpu-quota-zero-blocks-gpu-gang"),
+]
+
+
+@pytest.mark.parametrize(("admitted", "pending", "want"), CASES)
+def test_admission_plan(admitted: list[Request], pending: list[Request], want: Plan) -> None:
+    assert plan(Q4, admitted, pending) == want
+
+
+def test_first_exceeding_names_the_resource() -> None:
+    assert r(2, memory=32).first_exceeding(Q4) == "memory"
+    assert r(2).first_exceeding(Q4) is None
