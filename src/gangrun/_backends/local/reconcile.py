@@ -183,7 +183,7 @@ def record(rec: TaskRecord, before, after, action: Action, now: float) -> None: 
     """Adopt the engine's new state and add its timeline events (with who preempted whom)."""
     for e in transition_events(before, after, action, now=utc(now)):
         if e.type is EventType.PREEMPTED and rec.workload is not None and rec.workload.preempted_by:
-            e = replace(e, message=f"{e.message} [preempted by task {rec.workload.preempted_by}]",
+            e = replace(e, message=f"preempted by task {rec.workload.preempted_by}; {e.message}",
                         data={**e.data, "preemptor": rec.workload.preempted_by})
         rec.add(e)
     rec.state = after
