@@ -91,7 +91,8 @@ class Api:
         url = self._host + path + ("?" + urlencode({k: v for k, v in query.items() if v not in (None, "")})
                                    if query else "")
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        self._client.update_params_for_auth(headers, None, ["BearerToken"])
+        # Tokens (static, file-based or from an exec plugin, refreshed by the hook) go in the header.
+        self._client.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
         try:
             resp = self._client.rest_client.request(method, url, headers=headers, body=body,
                                                     _request_timeout=timeout or self._timeout)
