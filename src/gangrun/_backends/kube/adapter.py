@@ -62,6 +62,10 @@ def _int(v: Any, default: int = 0) -> int:
     return default
 
 
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
 def _str(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
@@ -126,14 +130,14 @@ def to_workload(obj: Any) -> Workload | None:
 
 
 def _replicated_job(obj: Any) -> dict[str, Any]:
-    for rj in _get(obj, "spec", "replicatedJobs") or []:
+    for rj in _list(_get(obj, "spec", "replicatedJobs")):
         if isinstance(rj, dict) and rj.get("name") == REPLICATED_JOB:
             return rj
     return {}
 
 
 def _replicated_status(obj: Any) -> dict[str, Any]:
-    for rs in _get(obj, "status", "replicatedJobsStatus") or []:
+    for rs in _list(_get(obj, "status", "replicatedJobsStatus")):
         if isinstance(rs, dict) and rs.get("name") == REPLICATED_JOB:
             return rs
     return {}
@@ -159,7 +163,7 @@ def current_round(pods: Iterable[Any], restarts: int) -> list[dict[str, Any]]:
 
 def _terminated(pod: dict[str, Any]) -> tuple[datetime | None, str] | None:
     """(finishedAt, description) of a failed worker container, or None."""
-    for cs in _get(pod, "status", "containerStatuses") or []:
+    for cs in _list(_get(pod, "status", "containerStatuses")):
         term = _get(cs, "state", "terminated") if isinstance(cs, dict) else None
         if isinstance(term, dict) and _int(term.get("exitCode")) != 0:
             reason = _str(term.get("reason")) or "Error"
@@ -174,7 +178,7 @@ def _terminated(pod: dict[str, Any]) -> tuple[datetime | None, str] | None:
 
 
 def _fatal_waiting(pod: dict[str, Any]) -> str:
-    for cs in _get(pod, "status", "containerStatuses") or []:
+    for cs in _list(_get(pod, "status", "containerStatuses")):
         waiting = _get(cs, "state", "waiting") if isinstance(cs, dict) else None
         if isinstance(waiting, dict) and waiting.get("reason") in FATAL_WAITING_REASONS:
             name = _str(_get(pod, "metadata", "name"))
@@ -183,7 +187,7 @@ def _fatal_waiting(pod: dict[str, Any]) -> str:
 
 
 def _unscheduled_detail(pod: dict[str, Any]) -> str:
-    for c in _get(pod, "status", "conditions") or []:
+    for c in _list(_get(pod, "status", "conditions")):
         if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False":
             return f"{_str(c.get('reason'))}: {_str(c.get('message'))}".strip(": ")
     return ""
@@ -211,7 +215,7 @@ def to_gang(obj: Any, pods: Iterable[Any] = ()) -> Gang | None:
         if phase in ("Pending", "Running") and _get(pod, "spec", "nodeName"):
             scheduled += 1
             if any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in _get(pod, "status", "conditions") or []):
+                   for c in _list(_get(pod, "status", "conditions"))):
                 ready += 1
         elif phase == "Pending" and not unscheduled:
             unscheduled = _unscheduled_detail(pod)
