@@ -220,3 +220,19 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.split(")")[-1].split()[0] != "Z"
+
+
+def test_what_workers_forked_dies_too_after_a_daemon_crash(backend: LocalBackend, manifest) -> None:
+    # The worker leaves a grandchild in its process group: PR_SET_PDEATHSIG does not reach it, the next
+    # daemon kills it from the recorded group (the autouse fixture fails the test if it survives).
+    import sys
+
+    from .conftest import WORKER
+
+    cmd = ["/bin/sh", "-c", f"sleep 300 & exec {sys.executable} {WORKER}"]
+    backend.submit(manifest("train", steps=10, command=cmd))
+    wait_for(backend, "train", checkpointed(2))
+    os.kill(backend.status()["pid"], signal.SIGKILL)
+    time.sleep(0.5)
+    backend.up()
+    wait_for(backend, "train", phase("Succeeded"))
