@@ -333,3 +333,17 @@ def test_cache_never_rolls_back_to_an_older_version_of_an_object() -> None:
 
 def test_spec_used_by_builders_is_valid() -> None:
     assert task_spec().nodes == 2 and jobset_obj().obj()["metadata"]["name"] == "train-1"
+
+
+def test_a_missing_kueue_crd_does_not_keep_the_informers_from_syncing() -> None:
+    api = FakeApi()
+    api.fail("list", "workloads", 404, times=1000)
+    inf = Informer(api, WORKLOADS, namespace=None, max_backoff=0.01)
+    stop = threading.Event()
+    thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert inf.synced.wait(5) and not inf.forbidden and inf.items() == []
+    finally:
+        stop.set()
+        thread.join(5)

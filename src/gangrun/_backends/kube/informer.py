@@ -6,7 +6,8 @@ with bookmarks so a reconnect resumes where it left off. `410 Gone` (the version
 "list again"; any other error backs off and resumes. After each relist, objects that vanished while
 we were not watching are reported as deleted, so nothing is missed.
 
-`forbidden` records a 403 on list: the controller reads that as "the Workload is unreadable" (S4).
+`forbidden` records a 403 on list: the controller reads that as "the Workload is unreadable" (S4). A 404
+(the resource's CRD is not installed) counts as synced and empty.
 """
 
 from __future__ import annotations
@@ -130,9 +131,11 @@ class Informer:
                     log.info("watch of %s: resourceVersion too old, listing again", self.res.plural)
                     rv = ""
                     continue
-                if e.status == 403:
-                    self.forbidden = True
-                    self.synced.set()  # nothing to wait for; readers treat the resource as unreadable
+                if e.status in (403, 404):
+                    # Forbidden, or the CRD is not installed (no Kueue yet): there is nothing to wait for,
+                    # and the controller must not hang on it. Readers see "unreadable" / nothing.
+                    self.forbidden = e.status == 403
+                    self.synced.set()
                 log.warning("watch of %s failed (%s); retrying in %.1fs", self.res.plural, e, backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
