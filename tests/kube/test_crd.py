@@ -40,7 +40,7 @@ def test_crd_has_status_subresource_and_printer_columns() -> None:
 
 @pytest.mark.parametrize("spec", [
     pytest.param({}, id="minimal"),
-    pytest.param({"nprocPerNode": 4, "workingDir": "/work", "env": {"A": "1"}, "retries": 2, "maxSystemRetries": 5,
+    pytest.param({"nprocPerNode": 4, "workingDir": "/app", "env": {"A": "1"}, "retries": 2, "maxSystemRetries": 5,
                   "maxRuntime": "1h30m", "terminationGracePeriod": "90s",
                   "resources": {"cpu": "500m", "memory": "1Gi", "gpu": 1},
                   "failurePolicy": {"maxRestarts": 2, "resumeAfterPreemption": True},
