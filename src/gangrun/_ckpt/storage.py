@@ -6,21 +6,29 @@ files and directories, and an atomic rename. Everything else (``s3://``, ``memor
 `FsspecStorage`, which has no atomic rename, so its saves commit by writing the manifest last.
 
 Every transfer streams fixed-size chunks and returns the CRC-32 and size of what went through, so a
-checksum costs no second read.
+checksum costs no second read. Callers run transfers of different files on a few threads at once
+(`Storage.workers`, see pool.py); each thread reuses one buffer.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
 from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from gangrun._ckpt import pool
 from gangrun._ckpt.manifest import Crc
 
-CHUNK = 8 << 20
+# 1 MiB: the chunk stays in the CPU cache between the CRC and the write. 8 MiB measured half as
+# fast here (each chunk is pulled from memory twice); 1-4 MiB are equal.
+CHUNK = 1 << 20
+_buffers = threading.local()
+# fsync mostly waits on the disk, so more of them than CPUs are in flight; the journal merges them.
+SYNC_WORKERS = 16
 
 
 class Storage:
@@ -30,6 +38,9 @@ class Storage:
     atomic_rename: bool = False
     #: True when files written here are on this machine (no download needed to read them).
     local: bool = False
+    #: How many files to transfer at once. 1 for fsspec stores: their thread safety varies by
+    #: implementation, and the targets that motivated parallel transfers are local disks.
+    workers: int = 1
 
     def list_names(self, path: str) -> list[str]:
         """Names directly under `path`; [] when it does not exist."""
@@ -70,10 +81,17 @@ class Storage:
         """Make the entry of `path` in its parent durable (after a rename)."""
 
 
+def _buffer() -> memoryview:
+    # One buffer per thread, kept: a save of many small files would otherwise allocate per file.
+    view = getattr(_buffers, "view", None)
+    if view is None:
+        view = _buffers.view = memoryview(bytearray(CHUNK))
+    return view
+
+
 def _copy_stream(read, write) -> Crc:  # type: ignore[no-untyped-def]
     crc = Crc()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
+    view = _buffer()
     while True:
         n = read(view)
         if not n:
@@ -90,9 +108,25 @@ def _fsync_path(path: str) -> None:
         os.close(fd)
 
 
+def _copy_local(src: str, dst: str) -> Crc:
+    # Unbuffered files: readinto and write are one syscall each, without a second in-process copy.
+    with open(src, "rb", buffering=0) as fin, open(dst, "wb", buffering=0) as fout:
+        return _copy_stream(fin.readinto, _write_all(fout))
+
+
+def _write_all(f):  # type: ignore[no-untyped-def]
+    # A raw file may write less than asked; the buffered file used before looped for us.
+    def write(view: memoryview) -> None:
+        while view:
+            view = view[f.write(view) :]
+
+    return write
+
+
 class LocalStorage(Storage):
     atomic_rename = True
     local = True
+    workers = pool.WORKERS
 
     def list_names(self, path: str) -> list[str]:
         try:
@@ -123,16 +157,14 @@ class LocalStorage(Storage):
         if move:
             # The source is a snapshot we staged on this filesystem: move it, then checksum it.
             os.rename(src, dst)
-            with open(dst, "rb") as f:
+            with open(dst, "rb", buffering=0) as f:
                 return _copy_stream(f.readinto, lambda _b: None)
         # No fsync here: sync_tree() fsyncs every file once all are written, so the kernel writes
         # back early files while later ones are copied instead of stalling after each.
-        with open(src, "rb") as fin, open(dst, "wb") as fout:
-            return _copy_stream(fin.readinto, fout.write)
+        return _copy_local(src, dst)
 
     def get_file(self, src: str, dst: str) -> Crc:
-        with open(src, "rb") as fin, open(dst, "wb") as fout:
-            return _copy_stream(fin.readinto, fout.write)
+        return _copy_local(src, dst)
 
     def makedirs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
@@ -152,11 +184,15 @@ class LocalStorage(Storage):
     def sync_tree(self, path: str) -> None:
         # Files first, then directories: new directory entries are durable only once their
         # directory is fsynced, and a rename must not become durable before the data it names.
-        for dirpath, _dirs, files in os.walk(path):
-            for name in files:
-                _fsync_path(os.path.join(dirpath, name))
-        for dirpath, _dirs, _files in os.walk(path):
-            _fsync_path(dirpath)
+        # Many fsyncs at once: the journal commits them together instead of one commit per file
+        # (a save of 1,700 files spent most of its time here, one fsync after another).
+        files: list[str] = []
+        dirs: list[str] = []
+        for dirpath, _dirs, names in os.walk(path):
+            dirs.append(dirpath)
+            files.extend(os.path.join(dirpath, n) for n in names)
+        pool.run_all(_fsync_path, files, SYNC_WORKERS)
+        pool.run_all(_fsync_path, dirs, SYNC_WORKERS)
 
     def sync_tree_parent(self, path: str) -> None:
         _fsync_path(os.path.dirname(path.rstrip("/")) or ".")
