@@ -75,3 +75,12 @@ def test_cancel_is_on_the_timeline():
     d = cancel(state, now=at(1))
     events = transition_events(state, d.state, d.action, now=at(1))
     assert [e.type for e in events] == [EventType.ABORTED]
+
+
+def test_b5_an_eviction_that_ends_the_attempt_is_on_the_timeline_too():
+    _, timeline = replay(Policy(retries=1), [
+        (0, NOT_FOUND),
+        (1, observed(make_gang().ready().obj(), make_workload().admitted().obj())),
+        (5, observed(make_gang().suspended().obj(), make_workload().preemption().obj())),
+    ])
+    assert [e.type for e in timeline[-2:]] == [EventType.PREEMPTED, EventType.ATTEMPT_ENDED]

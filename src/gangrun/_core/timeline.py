@@ -66,8 +66,7 @@ def transition_events(before: TaskState, after: TaskState, action: Action, *, no
     def add(type_: EventType, message: str, attempt: int | None = n, **data: Any) -> None:
         out.append(Event(time=now, type=type_, message=message, attempt=attempt, data=data))
 
-    if after.eviction is not None and (before.eviction is None or before.eviction.at != after.eviction.at):
-        ev = after.eviction
+    for ev in after.evictions[len(before.evictions):]:  # the history only grows: new entries are new evictions
         type_ = EventType.PREEMPTED if ev.kind is EvictionKind.PREEMPTED else EventType.EVICTED
         add(type_, ev.as_eviction().summary(), reason=ev.reason, detail=ev.detail)
     readmitted = before.eviction is not None and after.eviction is None and action.kind is ActionKind.NONE
