@@ -101,3 +101,10 @@ def test_quantities(text, value):
 def test_format_duration():
     assert format_duration(timedelta(seconds=5400)) == "1h30m"
     assert format_duration(timedelta(0)) == "0s"
+
+
+def test_format_bytes():
+    from gangrun._core.units import format_bytes
+
+    assert (format_bytes(2**31), format_bytes("1610612736"), format_bytes(512), format_bytes(0)) == (
+        "2Gi", "1.5Gi", "512", "0")

@@ -69,3 +69,14 @@ def parse_quantity(text: str | int | float) -> Decimal:
     if value < 0:
         raise ValueError(f"a quantity cannot be negative, got {text!r}")
     return value
+
+
+def format_bytes(value: Decimal | int | str) -> str:
+    """A byte count the way Kubernetes writes memory: `2Gi`, `512Mi`, or `1.5Gi` when not whole."""
+    n = Decimal(str(value))
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = _BINARY[suffix]
+        if n >= unit:
+            q = n / unit
+            return f"{q.normalize():f}{suffix}" if q == q.to_integral() else f"{q:.1f}{suffix}"
+    return f"{n.normalize():f}"

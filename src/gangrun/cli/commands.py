@@ -13,6 +13,7 @@ import yaml
 from gangrun._backends.base import Backend
 from gangrun._core.spec import TaskSpec, load_manifest
 from gangrun._core.timeline import Event
+from gangrun._core.units import format_bytes
 from gangrun._errors import UsageError
 from gangrun.cli import output
 from gangrun.cli.follow import follow_task
@@ -180,7 +181,8 @@ def _print_status(args: argparse.Namespace, status: dict[str, Any]) -> None:
     print("local control plane: running" + (f" (pid {status['pid']})" if status.get("pid") else ""))
     for res in ("cpu", "memory", "gpu"):
         if res in quota:
-            print(f"  {res:<7} {used.get(res, 0)} of {quota[res]} in use")
+            show = format_bytes if res == "memory" else str
+            print(f"  {res:<7} {show(used.get(res, 0))} of {show(quota[res])} in use")
     if status.get("queues"):
         print(f"  queues: {', '.join(status['queues'])}")
     gangs = status.get("gangs", [])
