@@ -150,15 +150,16 @@ def test_injected_preemption_with_room_left_is_readmitted_in_the_same_attempt(ba
     assert "Readmitted" in event_types(backend, "train")
 
 
-def test_pods_ready_timeout_before_start_is_a_hold_then_readmitted_after_backoff(backend: LocalBackend,
+def test_injected_pods_ready_timeout_after_start_is_a_system_retry_that_resumes(backend: LocalBackend,
                                                                                  manifest) -> None:
-    # Injected right after admission: the engine has not seen the gang up yet only if we are quick, so
-    # accept either outcome the engine allows: a hold (same attempt) or a system retry.
-    backend.submit(manifest("train", steps=4, resume=True))
-    wait_for(backend, "train", lambda v: v["workload"] and v["workload"]["admitted"])
+    backend.submit(manifest("train", steps=12, resume=True))
+    wait_for(backend, "train", checkpointed(2))
     backend.evict("train", "PodsReadyTimeout")
     done = wait_for(backend, "train", phase("Succeeded"))
-    assert done["userRetriesUsed"] == 0
+    assert (done["attempt"], done["userRetriesUsed"], done["systemRetriesUsed"]) == (2, 0, 1)
+    assert "(PodsReadyTimeout)" in done["attempts"][0]["reason"]
+    starts = resumed_from(list(backend.logs("train", rank=0, attempt=2)))
+    assert starts[0][3] == "previous" and starts[0][2] >= 2
 
 
 def test_daemon_sigkill_mid_run_loses_and_duplicates_nothing(backend: LocalBackend, manifest, home: Path) -> None:
