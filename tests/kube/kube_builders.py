@@ -10,23 +10,15 @@ v0.11–v0.12 `jobset.x-k8s.io/v1alpha2`), e.g.
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
+
+from builders import PREEMPTION_MESSAGE, T0, at  # noqa: F401 - re-exported for the kube tests
 
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.render import render_jobset
 from gangrun._core import jobset, kueue
 from gangrun._core.spec import TaskSpec, parse_manifest
-
-T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
-PREEMPTION_MESSAGE = kueue.preemption_message(
-    workload_uid="wl-2", job_uid="js-2", reason=kueue.IN_CLUSTER_QUEUE,
-    preemptor_path="/team-a", preemptee_path="/team-a")
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
 
 def ts(t: datetime = T0) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")

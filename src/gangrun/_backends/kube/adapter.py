@@ -70,7 +70,8 @@ def _str(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
 
-def _time(v: Any) -> datetime | None:
+def parse_time(v: Any) -> datetime | None:
+    """An API timestamp (`Time` or `MicroTime`), or None for anything else."""
     if not isinstance(v, str) or not v:
         return None
     try:
@@ -88,7 +89,7 @@ def conditions(obj: Any) -> tuple[Condition, ...]:
     for c in raw:
         if isinstance(c, dict) and isinstance(c.get("type"), str):
             out.append(Condition(type=c["type"], status=_str(c.get("status")), reason=_str(c.get("reason")),
-                                 message=_str(c.get("message")), last_transition=_time(c.get("lastTransitionTime"))))
+                                 message=_str(c.get("message")), last_transition=parse_time(c.get("lastTransitionTime"))))
     return tuple(out)
 
 
@@ -112,7 +113,7 @@ def newest_workload(items: Sequence[Any]) -> dict[str, Any] | None:
     for item in items:
         if not isinstance(item, dict):
             continue
-        at = _time(_get(item, "metadata", "creationTimestamp"))
+        at = parse_time(_get(item, "metadata", "creationTimestamp"))
         if best is None or (at is not None and (best_at is None or at >= best_at)):
             best, best_at = item, at
     return best
@@ -170,9 +171,9 @@ def _terminated(pod: dict[str, Any]) -> tuple[datetime | None, str] | None:
             desc = f"pod {_str(_get(pod, 'metadata', 'name'))} exited with code {_int(term.get('exitCode'))} ({reason})"
             if _str(term.get("message")):
                 desc += f": {term['message'][:200]}"
-            return _time(term.get("finishedAt")), desc
+            return parse_time(term.get("finishedAt")), desc
     if _get(pod, "status", "phase") == "Failed":
-        return _time(_get(pod, "metadata", "creationTimestamp")), (
+        return parse_time(_get(pod, "metadata", "creationTimestamp")), (
             f"pod {_str(_get(pod, 'metadata', 'name'))} failed: {_str(_get(pod, 'status', 'reason')) or 'Failed'}")
     return None
 

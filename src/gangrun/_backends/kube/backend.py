@@ -143,7 +143,7 @@ class KubeBackend:
     def _view(self, task: dict[str, Any]) -> dict[str, Any]:
         md = task.get("metadata") or {}
         spec = task.get("spec") or {}
-        created = adapter._time(md.get("creationTimestamp")) or _now()
+        created = adapter.parse_time(md.get("creationTimestamp")) or _now()
         state = load_state(task, now=created)
         extra = {"namespace": md.get("namespace", self._namespace), "queue": spec.get("queue", "default"),
                  "priorityClass": spec.get("priorityClass", ""),

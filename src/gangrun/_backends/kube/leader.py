@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from gangrun._backends.kube.adapter import parse_time
 from gangrun._backends.kube.client import LEASES, KubeApi
 from gangrun._errors import ApiError, NotFound
 
@@ -27,15 +28,6 @@ def _utcnow() -> datetime:
 
 def _micro(t: datetime) -> str:  # MicroTime
     return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(s: Any) -> datetime | None:
-    if not isinstance(s, str) or not s:
-        return None
-    try:
-        return datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 class LeaderElector:
@@ -67,14 +59,14 @@ class LeaderElector:
             return self._set(False)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+        renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
         held_by_other = holder and holder != self.identity and renewed is not None and \
             now < renewed + timedelta(seconds=duration)
         if held_by_other:
             return self._set(False)
         transitions = int(spec.get("leaseTransitions") or 0)
-        acquire = _parse(spec.get("acquireTime")) if holder == self.identity else now
+        acquire = parse_time(spec.get("acquireTime")) if holder == self.identity else now
         if holder != self.identity:
             transitions += 1
         lease["spec"] = self._spec(now, acquire=acquire or now, transitions=transitions)
