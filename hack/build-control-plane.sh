@@ -26,6 +26,7 @@
 set -euo pipefail
 
 K8S_VERSION=${GANGRUN_K8S_VERSION:-1.36.3}
+K8S_VERSION=${K8S_VERSION#v}   # without the leading v from here on
 ETCD_VERSION=${GANGRUN_ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${GANGRUN_KWOK_VERSION:-v0.8.0}
 JOBSET_VERSION=${GANGRUN_JOBSET_VERSION:-v0.12.0}
@@ -89,7 +90,7 @@ build_kube() {  # kube-apiserver, kube-controller-manager and kube-scheduler in 
   # in its go.mod; a consumer must replace each one by its published v0.X.Y release.
   for m in $( { sed -nE 's#^[[:space:]]*(k8s\.io/[a-z0-9-]+) => \./staging/.*#\1#p' "$kmod"
                 sed -nE 's#^[[:space:]]*(k8s\.io/[a-z0-9-]+) v0\.0\.0([[:space:]]*//.*)?$#\1#p' "$kmod"; } | sort -u ); do
-    go mod edit -replace="$m=$m@v0.${K8S_VERSION#v1.}"
+    go mod edit -replace="$m=$m@v0.${K8S_VERSION#1.}"   # 1.36.3 -> v0.36.3
   done
   gd=$(sed -nE 's#^godebug (default=go[0-9.]+)$#\1#p' "$kmod" || true)
   if [ -n "$gd" ]; then go mod edit -godebug="$gd"; fi
@@ -122,19 +123,25 @@ build_etcd() {  # server/go.mod has replace directives, so build it from a wrapp
   mv "$BIN/etcd.tmp" "$BIN/etcd"
 }
 
-go_install() {  # go_install <binary name> <package@version> [extra ldflags]: plain go install
-  local name=$1 pkg=$2 extra=${3:-} out
-  cd "$ROOT"
-  out=$(mktemp -d "$ROOT/.out.XXXXXX")
-  GOBIN="$out" go install -trimpath -ldflags "-s -w $extra" "$pkg"
-  mv "$out/$(basename "${pkg%@*}")" "$BIN/$name"
-  rm -rf "$out"
+build_wrapped() {  # build_wrapped <binary> <module> <version> <main package> [extra ldflags]
+  # A wrapper module (require <module>, nothing else) rather than `go install pkg@version`:
+  # go install also reads the module's version list to look for a deprecation notice, and
+  # a proxy that refuses to list a module (403) then fails the install even though the
+  # version itself is served. The build list is the module's own (MVS over its go.mod).
+  local name=$1 version=$3 pkg=$4 extra=${5:-}
+  mkdir -p "$ROOT/src/$name"
+  cd "$ROOT/src/$name"
+  rm -f go.mod go.sum
+  go mod init "local/${name}bin" >/dev/null 2>&1
+  go get -tool "$pkg@$version"
+  go build -trimpath -ldflags "-s -w $extra" -o "$BIN/$name.tmp" "$pkg"
+  mv "$BIN/$name.tmp" "$BIN/$name"
 }
 
-build_kwok()   { go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"; }
-build_jobset() { go_install jobset "sigs.k8s.io/jobset@$JOBSET_VERSION" \
+build_kwok()   { build_wrapped kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok; }
+build_jobset() { build_wrapped jobset sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset \
                    "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION"; }
-build_kueue()  { go_install kueue "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION" \
+build_kueue()  { build_wrapped kueue sigs.k8s.io/kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue \
                    "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"; }
 
 {

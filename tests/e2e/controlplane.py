@@ -38,6 +38,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -354,16 +355,28 @@ class ApiError(RuntimeError):
 class Kube:
     """kubectl-like calls on plain dicts: ``kube.get("Workload", name, ns)``, ``kube.apply(obj)``.
 
-    Built on the official client's REST layer (``kubernetes.client.ApiClient``), so TLS and auth
-    come from the kubeconfig it was made from.
+    Plain HTTPS (``urllib``) with the TLS material and credentials of a kubeconfig written by
+    this module (client certificate or bearer token). ``api_client`` gives the official
+    ``kubernetes`` client for the same kubeconfig.
     """
 
     def __init__(self, kubeconfig: Path):
-        from kubernetes import client, config
-
         self.kubeconfig = Path(kubeconfig)
-        self.api_client: client.ApiClient = config.new_client_from_config(str(kubeconfig))
-        self._host = self.api_client.configuration.host
+        kc = yaml.safe_load(self.kubeconfig.read_text())
+        cluster = kc["clusters"][0]["cluster"]
+        user = kc["users"][0]["user"]
+        self._host = cluster["server"].rstrip("/")
+        self._ctx = ssl.create_default_context(cafile=cluster["certificate-authority"])
+        if "client-certificate" in user:
+            self._ctx.load_cert_chain(user["client-certificate"], user["client-key"])
+        self._token = user.get("token")
+
+    @property
+    def api_client(self):
+        """The official client (``kubernetes.client.ApiClient``) for this kubeconfig."""
+        from kubernetes import config
+
+        return config.new_client_from_config(str(self.kubeconfig))
 
     # -- paths
     @staticmethod
@@ -391,21 +404,18 @@ class Kube:
                 content_type: str = "application/json", query: dict | None = None) -> Any:
         url = self._host + path
         if query:
-            url += "?" + "&".join(f"{k}={v}" for k, v in query.items())
+            url += "?" + urllib.parse.urlencode(query)
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        self.api_client.update_params_for_auth(headers, None, ["BearerToken"])
-        from kubernetes.client.exceptions import ApiException
-
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
-            resp = self.api_client.rest_client.request(
-                method, url, headers=headers, body=body, _preload_content=True, _request_timeout=60
-            )
-        except ApiException as e:
-            raise ApiError(e.status, e.body or e.reason or "", method, path) from None
-        data = resp.data
-        if isinstance(data, bytes):
-            data = data.decode()
-        return json.loads(data) if data else None
+            with urllib.request.urlopen(req, context=self._ctx, timeout=60) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            raise ApiError(e.code, e.read().decode(errors="replace"), method, path) from None
+        return json.loads(raw) if raw else None
 
     # -- verbs
     def get(self, kind: str, name: str, namespace: str | None = None, *,
@@ -686,8 +696,12 @@ class ControlPlane:
         tail = f"\nlast log lines of {component.name}:\n{component.tail()}" if component else ""
         raise ControlPlaneError(f"timed out after {timeout}s waiting for {what}; last error: {last}{tail}")
 
-    def _https_ok(self, port: int, path: str, client_cert: bool = True) -> bool:
+    def _https_ok(self, port: int, path: str, client_cert: bool = True,
+                  verify: bool = True) -> bool:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        if not verify:  # a component serving its own self-signed certificate (--cert-dir)
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
         if client_cert:
             pki = self.workdir / "pki"
             ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
@@ -738,12 +752,22 @@ class ControlPlane:
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            # Unused (no aggregated API servers), but without it every component that reads
+            # extension-apiserver-authentication logs an error about a missing CA bundle.
+            f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             "--authorization-mode=Node,RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount",
+            # ServiceAccount: pods need no default ServiceAccount (as envtest).
+            # TaintNodesByCondition: it taints new Nodes not-ready, and only the node-lifecycle
+            # controller (disabled in KCM, see below) would lift the taint.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--enable-priority-and-fairness=false",
             "--endpoint-reconciler-type=none",
             "--v=1",
@@ -784,6 +808,7 @@ class ControlPlane:
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}", "--use-service-account-credentials=false",
             "--kube-api-qps=100", "--kube-api-burst=200",
+            # Node health is kwok's business: no NotReady marking, no taint-based eviction.
             "--controllers=*,-node-lifecycle-controller,-taint-eviction-controller",
             "--v=1",
         ])
@@ -819,7 +844,8 @@ class ControlPlane:
         self._wait("jobset /readyz",
                    lambda: self._http_ok(f"http://127.0.0.1:{p['jobset_health']}/readyz"), 90, js)
         self._install_jobset_webhooks()
-        self._wait("kube-scheduler /readyz", lambda: self._https_ok(p["scheduler"], "/readyz"), 60, sched)
+        self._wait("kube-scheduler /readyz", lambda: self._https_ok(p["scheduler"], "/readyz", verify=False),
+                   60, sched)
         # The JobSet defaulting webhook answers: dry-run a JobSet and see successPolicy filled in.
         probe = _probe_jobset("default", queue=None)
         self._wait("JobSet webhook answering", lambda: self.kube.create(probe, dry_run=True)

@@ -184,12 +184,17 @@ def test_queued_jobset_is_admitted_unsuspended_and_runs_on_kwok_nodes(
     kube = control_plane_tier_c.kube
     ns = make_namespace()
     wl, js = start_admitted_jobset(kube, ns, "train")
-    assert wl["spec"]["priorityClassName"] == "low"
+    # v1beta2: priorityClassRef {group: kueue.x-k8s.io, kind: WorkloadPriorityClass, name}.
+    assert wl["spec"]["priorityClassRef"]["name"] == "low", wl["spec"]
     assert wl["spec"]["priority"] == 100
     assert wl["status"]["admission"]["clusterQueue"] == "cluster-queue"
+    capture("workload-admitted", wl)
     pods = wait_running(kube, ns, jobset_pods("train"), 2)
     assert all(p["spec"]["nodeName"].startswith("kwok-node-") for p in pods)
-    capture("workload-admitted", workload_of(kube, ns, "JobSet", "train"))
+    # waitForPodsReady is on by default in Kueue 0.19: PodsReady follows the pods' Ready.
+    wl = wait_workload(kube, ns, "JobSet", "train",
+                       lambda w: has_condition(w, "PodsReady"), "PodsReady")
+    capture("workload-running", wl)
     capture("jobset-running", kube.get("JobSet", "train", ns))
 
 
@@ -215,8 +220,8 @@ def test_higher_priority_job_preempts_jobset_which_is_readmitted_after(
     # Quota released: the preemptor runs; the victim waits, requeued.
     wait_workload(kube, ns, "Job", "urgent", admitted, "admitted")
     wl = wait_workload(kube, ns, "JobSet", "victim",
-                       lambda w: has_condition(w, "QuotaReserved", "False"), "pending after eviction")
-    capture("workload-requeued-pending", wl)
+                       lambda w: has_condition(w, "QuotaReserved", "False")
+                       and has_condition(w, "Requeued", reason="Preempted"), "requeued, pending")
     urgent_pods = wait_running(kube, ns, "batch.kubernetes.io/job-name=urgent", 3)
     assert len(urgent_pods) == 3
 
