@@ -287,6 +287,7 @@ class Component:
     name: str
     proc: subprocess.Popen
     log: Path
+    core: bool = True  # part of the control plane (False: spawned by a test)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -525,6 +526,7 @@ class ControlPlane:
     tier: str | None = None
     components: list[Component] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
+    _start_error: BaseException | None = field(default=None, repr=False)
 
     # ---------------------------------------------------------------- public surface
     @property
@@ -558,6 +560,8 @@ class ControlPlane:
         """Start whatever tier ``tier`` needs and is not running yet."""
         if tier not in TIERS:
             raise ValueError(f"tier must be one of {TIERS}, not {tier!r}")
+        if self._start_error is not None:  # do not retry a failed start for every test
+            raise ControlPlaneError(f"the control plane failed to start earlier: {self._start_error}")
         self.check_alive()
         have = TIERS.index(self.tier) if self.tier else -1
         want = TIERS.index(tier)
@@ -565,14 +569,15 @@ class ControlPlane:
             for t in TIERS[have + 1 : want + 1]:
                 getattr(self, f"_start_tier_{t.lower()}")()
                 self.tier = t
-        except BaseException:
+        except BaseException as e:
+            self._start_error = e
             self.stop()
             raise
         return self
 
     def check_alive(self) -> None:
         for c in self.components:
-            if not c.alive():
+            if c.core and not c.alive():
                 raise ControlPlaneError(
                     f"{c.name} exited with code {c.proc.returncode}; last log lines "
                     f"({c.log}):\n{c.tail()}"
@@ -587,6 +592,9 @@ class ControlPlane:
         self.tier = None
         if self.workdir and not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+        if hasattr(self, "_kube"):
+            del self._kube
 
     def logs(self) -> dict[str, Path]:
         return {c.name: c.log for c in self.components}
@@ -651,6 +659,25 @@ class ControlPlane:
         path.write_text(yaml.safe_dump(
             _kubeconfig(self.api_url, self.ca_file, {"token": tr["status"]["token"]})))
         return path
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Component:
+        """Run a process of the test's own (e.g. ``gangrun controller``) next to the control plane.
+
+        It gets ``KUBECONFIG`` (admin) unless ``env`` says otherwise, its own process group and
+        a log file under the work directory; it is killed by :meth:`terminate` or at teardown.
+        """
+        c = self._spawn(name, argv, {"KUBECONFIG": str(self.kubeconfig), **(env or {})})
+        c.core = False
+        return c
+
+    def terminate(self, component: Component, grace: float = 10.0) -> int | None:
+        """SIGTERM a spawned process group, SIGKILL after ``grace``; return the exit code."""
+        _kill_group(component.proc, grace=grace)
+        with contextlib.suppress(ValueError):
+            _LIVE.remove(component.proc)
+        with contextlib.suppress(ValueError):
+            self.components.remove(component)
+        return component.proc.returncode
 
     def env(self) -> dict[str, str]:
         """Environment for a subprocess (e.g. ``gangrun controller``) that should use this cluster."""

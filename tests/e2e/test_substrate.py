@@ -300,3 +300,16 @@ def test_service_account_without_workload_rights_cannot_read_workloads(
     with pytest.raises(ApiError) as e:
         limited.list("Workload", ns)
     assert e.value.status == 403
+
+
+def test_spawned_process_reaches_the_api_with_the_official_client(
+        control_plane_tier_a: ControlPlane) -> None:
+    # The way a test runs `gangrun controller`: cp.spawn(...) with KUBECONFIG set.
+    import sys
+
+    code = ("from kubernetes import client, config; config.load_kube_config(); "
+            "print(client.VersionApi().get_code().git_version)")
+    proc = control_plane_tier_a.spawn("official-client", [sys.executable, "-c", code])
+    proc.proc.wait(timeout=60)
+    assert control_plane_tier_a.terminate(proc) == 0, proc.tail()
+    assert control_plane_tier_a.binaries.versions["K8S_VERSION"] in proc.log.read_text()
