@@ -124,7 +124,7 @@ def locate_binaries() -> Binaries:
     if not (root / "complete").exists():
         raise NotBuiltError(
             f"control-plane binaries are not built (no complete cache at {root}); "
-            f"run `bash {BUILD_SCRIPT_REL}` first (cold build: about 15-25 minutes on 2 cores)"
+            f"run `bash {BUILD_SCRIPT_REL}` first (cold build: about 10-17 minutes on 2 cores)"
         )
     versions = _read_env_file(root / "versions.env")
     moddirs = {k: Path(v) for k, v in _read_env_file(root / "moddirs.env").items()}
