@@ -372,6 +372,16 @@ class Kube:
             self._ctx.load_cert_chain(user["client-certificate"], user["client-key"])
         self._token = user.get("token")
 
+    @staticmethod
+    def register_kind(kind: str, api_version: str, plural: str, namespaced: bool) -> None:
+        """Teach the path table a kind of your own (e.g. a CRD installed by the test)."""
+        group = api_version.split("/", 1)[0] if "/" in api_version else ""
+        if group:
+            _GROUPED[(group, kind)] = (plural, namespaced)
+        else:
+            _CORE[kind] = (plural, namespaced)
+        DEFAULT_API_VERSION.setdefault(kind, api_version)
+
     @property
     def api_client(self):
         """The official client (``kubernetes.client.ApiClient``) for this kubeconfig."""
@@ -660,6 +670,23 @@ class ControlPlane:
             _kubeconfig(self.api_url, self.ca_file, {"token": tr["status"]["token"]})))
         return path
 
+    def install_crds(self, docs: list[dict], timeout: float = 60.0) -> None:
+        """Server-side apply CustomResourceDefinitions and wait until each is Established.
+
+        Also teaches :class:`Kube` their kinds (storage version), so ``kube.get(kind, ...)`` works.
+        """
+        for doc in docs:
+            self.kube.apply(doc)
+            spec = doc["spec"]
+            storage = next((v["name"] for v in spec["versions"] if v.get("storage")),
+                           spec["versions"][0]["name"])
+            Kube.register_kind(spec["names"]["kind"], f"{spec['group']}/{storage}",
+                               spec["names"]["plural"], spec["scope"] == "Namespaced")
+        for doc in docs:
+            n = doc["metadata"]["name"]
+            self._wait(f"CRD {n} Established", lambda n=n: has_condition(
+                self.kube.get("CustomResourceDefinition", n), "Established"), timeout)
+
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Component:
         """Run a process of the test's own (e.g. ``gangrun controller``) next to the control plane.
 
@@ -811,14 +838,7 @@ class ControlPlane:
         md = self.binaries.moddirs
         files = [md["JOBSET_DIR"] / "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"]
         files += sorted((md["KUEUE_DIR"] / "config/components/crd/bases").glob("kueue.x-k8s.io_*.yaml"))
-        names = []
-        for f in files:
-            for doc in _load_yaml_docs(f):
-                self.kube.apply(doc)
-                names.append(doc["metadata"]["name"])
-        for n in names:
-            self._wait(f"CRD {n} Established", lambda n=n: has_condition(
-                self.kube.get("CustomResourceDefinition", n), "Established"), 60)
+        self.install_crds([doc for f in files for doc in _load_yaml_docs(f)])
 
     # ---- tier B
     def _start_tier_b(self) -> None:
