@@ -32,6 +32,7 @@ KWOK_VERSION=${GANGRUN_KWOK_VERSION:-v0.8.0}
 JOBSET_VERSION=${GANGRUN_JOBSET_VERSION:-v0.12.0}
 KUEUE_VERSION=${GANGRUN_KUEUE_VERSION:-v0.19.2}
 
+: "${HOME:=$(getent passwd "$(id -u)" | cut -d: -f6)}"
 CACHE_ROOT=${GANGRUN_CONTROL_PLANE_CACHE:-$HOME/.cache/gangrun/control-plane}
 KEY="k8s${K8S_VERSION#v}-etcd${ETCD_VERSION#v}-kwok${KWOK_VERSION#v}-jobset${JOBSET_VERSION#v}-kueue${KUEUE_VERSION#v}"
 ROOT="$CACHE_ROOT/$KEY"
@@ -57,6 +58,7 @@ mkdir -p "$BIN" "$ROOT/src/k8s" "$ROOT/src/etcd"
 exec 9>"$ROOT/.lock"
 if command -v flock >/dev/null; then flock 9; fi
 if [ -f "$ROOT/complete" ]; then echo "control plane cache complete: $ROOT (built concurrently)"; exit 0; fi
+rm -rf "$ROOT"/.out.* "$BIN"/*.tmp   # debris of an interrupted build
 
 export CGO_ENABLED=0          # upstream builds these server binaries statically
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
