@@ -72,6 +72,11 @@ ANNOTATION_EXIT_CODE = "gang.test/exit-code"
 # A pod with this annotation stays Pending (bound, never Running/Ready).
 ANNOTATION_NEVER_READY = "gang.test/never-ready"
 
+# Kueue's waitForPodsReady timeout (also its recoveryTimeout). Kueue 0.19 enables it by
+# default with 30 min; a short one lets a test see a PodsReadyTimeout eviction (pods that carry
+# ANNOTATION_NEVER_READY). kwok makes other pods Ready within a second or two.
+PODS_READY_TIMEOUT = os.environ.get("GANGRUN_E2E_PODS_READY_TIMEOUT", "45s")
+
 KUEUE_WEBHOOK_PATH_PARTS = ("kueue-x-k8s-io", "batch-v1-job", "jobset-x-k8s-io")
 KUEUE_CONVERTED_CRDS = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
 
@@ -973,6 +978,7 @@ class ControlPlane:
             "clientConnection": {"qps": 100, "burst": 200},
             "featureGates": {"VisibilityOnDemand": False},
             "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
+            "waitForPodsReady": {"timeout": PODS_READY_TIMEOUT},
         }
         (d / "kueue.yaml").write_text(yaml.safe_dump(cfg))
         kq = self._spawn("kueue", [

@@ -17,6 +17,7 @@ import pytest
 from controlplane import (
     ANNOTATION_COMPLETE_AFTER,
     ANNOTATION_FAIL_AFTER,
+    ANNOTATION_NEVER_READY,
     LOCAL_QUEUE,
     NODE_CPU,
     ControlPlane,
@@ -284,6 +285,24 @@ def test_pod_failure_fails_the_jobset_and_finishes_its_workload(
     wl = wait_workload(kube, ns, "JobSet", "broken", lambda w: has_condition(w, "Finished"), "finished")
     assert condition(wl, "Finished")["reason"] == "Failed", condition(wl, "Finished")
     capture("workload-failed", wl)
+
+
+def test_pods_that_never_get_ready_are_evicted_with_pods_ready_timeout(
+        control_plane_tier_c: ControlPlane, make_namespace) -> None:
+    kube = control_plane_tier_c.kube
+    ns = make_namespace()
+    start_admitted_jobset(kube, ns, "stuck", replicas=1, annotations={ANNOTATION_NEVER_READY: "yes"})
+    capture("jobset-never-ready", kube.get("JobSet", "stuck", ns))
+    # PODS_READY_TIMEOUT (45 s by default) after admission, plus slack.
+    wl = kube.wait_for("Workload evicted by PodsReadyTimeout", lambda: (
+        lambda w: w if w and has_condition(w, "Evicted") else None)(
+            workload_of(kube, ns, "JobSet", "stuck")), timeout=TIMEOUT + 60)
+    assert condition(wl, "Evicted")["reason"] == "PodsReadyTimeout", condition(wl, "Evicted")
+    capture("workload-evicted-podsreadytimeout", wl)
+    js = kube.wait_for("JobSet stuck suspended", lambda: (
+        lambda o: o if o["spec"].get("suspend") is True else None)(kube.get("JobSet", "stuck", ns)),
+        timeout=TIMEOUT)
+    capture("jobset-suspended-podsreadytimeout", js)
 
 
 def test_service_account_without_workload_rights_cannot_read_workloads(
