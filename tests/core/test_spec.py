@@ -64,6 +64,8 @@ def test_s1_full_manifest_round_trips_into_the_policy():
         pytest.param(manifest(queue="Team A"), "spec.queue: must be a DNS-1035 name", id="queue-bad"),
         pytest.param(manifest(env={"RANK": "3"}), "spec.env.RANK: is set by gangrun", id="env-reserved"),
         pytest.param(manifest(env={"A": None}), "spec.env.A: must be a string", id="env-null"),
+        pytest.param(manifest(env={f"V{i}": "x" for i in range(257)}), "spec.env: must have at most 256 entries",
+                     id="env-too-many"),
         pytest.param({**manifest(), "kind": "Job"}, "kind: must be ClusteredTask", id="wrong-kind"),
         pytest.param({**manifest(), "apiVersion": "v1"}, "apiVersion: must be gangrun.dev/v1alpha1", id="wrong-api"),
         pytest.param({**manifest(), "metadata": {"name": "Train_1"}}, "metadata.name: must be a DNS-1035 label",

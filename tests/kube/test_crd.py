@@ -11,6 +11,7 @@ import yaml
 from kube_builders import manifest
 
 from gangrun._backends.kube import crd
+from gangrun._core import spec as core_spec
 from gangrun._core.spec import parse_manifest
 from gangrun._errors import SpecError
 
@@ -104,4 +105,4 @@ def test_env_is_bounded_so_a_real_api_server_accepts_the_cel_rule() -> None:
     # kube-apiserver v1.36 refused the CRD without a bound: "estimated rule cost exceeds budget by
     # factor of 1.10x" on the reserved-names rule (found by tests/e2e/test_controller.py).
     env = _schema()["properties"]["spec"]["properties"]["env"]
-    assert env["maxProperties"] == crd.ENV_MAX
+    assert env["maxProperties"] == core_spec.ENV_MAX

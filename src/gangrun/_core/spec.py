@@ -25,6 +25,7 @@ API_VERSION = "gangrun.dev/v1alpha1"
 KIND = "ClusteredTask"
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 63
+ENV_MAX = 256  # spec.env entries; the CRD schema admits as many (its CEL rule's cost budget needs a bound)
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 RESERVED_ENV = frozenset({
     "GANGRUN_TASK", "GANGRUN_ATTEMPT", "JOBSET_RESTART_ATTEMPT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "RANK",
@@ -248,6 +249,8 @@ def _command(v: Any, path: str) -> tuple[str, ...]:
 def _env(v: Any, path: str) -> dict[str, str]:
     if not isinstance(v, dict):
         raise SpecError(path, f"must be a mapping of names to values, got {_kind(v)}")
+    if len(v) > ENV_MAX:
+        raise SpecError(path, f"must have at most {ENV_MAX} entries, got {len(v)}")
     out = {}
     for k, val in v.items():
         if not isinstance(k, str) or not ENV_NAME.match(k):

@@ -164,7 +164,8 @@ def controller(args: argparse.Namespace) -> int:
     namespace = None if args.all_namespaces else args.namespace
     return run_controller(kubeconfig=args.kubeconfig, namespace=namespace, metrics_port=args.metrics_port,
                           health_port=args.health_port, leader_election=args.leader_election,
-                          lease_namespace=args.lease_namespace, identity=args.identity)
+                          lease_namespace=args.lease_namespace, identity=args.identity,
+                          workers=max(1, args.workers))
 
 
 # -- local ------------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ ATTEMPT_LABEL = f"{GROUP}/attempt"
 # `gangrun cancel` asks the controller to abort by annotating the task; the controller owns status.
 CANCEL_ANNOTATION = f"{GROUP}/cancel-requested"
 FIELD_MANAGER = "gangrun-controller"
-ENV_MAX = 256  # spec.env entries the CRD admits
 
 _DNS_1035 = core_spec.DNS_1035.pattern
 _QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
@@ -65,8 +64,8 @@ def spec_schema() -> dict[str, Any]:
             "workingDir": _str("working directory inside the container (absolute) or '.'"),
             # maxProperties bounds the CEL rule's estimated cost: without it a real API server refuses
             # the CRD ("estimated rule cost exceeds budget").
-            "env": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": ENV_MAX,
-                    "description": f"extra environment variables (at most {ENV_MAX})",
+            "env": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": core_spec.ENV_MAX,
+                    "description": f"extra environment variables (at most {core_spec.ENV_MAX})",
                     "x-kubernetes-validations": [{
                         "rule": "self.all(k, !(k in " + repr(reserved).replace("'", '"') + "))",
                         "message": "names set by gangrun for every worker cannot be overridden: "

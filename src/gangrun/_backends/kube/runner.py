@@ -23,8 +23,14 @@ from gangrun._errors import ApiError
 log = logging.getLogger(__name__)
 
 
+# Reconciles wait on the API server, not the CPU: enough workers keep a burst of evictions from
+# queueing behind each other (50 tasks preempted at once: see benchmarks/bench_controller.py).
+DEFAULT_WORKERS = 8
+
+
 def run_controller(*, kubeconfig: str | None, namespace: str | None, metrics_port: int, health_port: int,
-                   leader_election: bool, lease_namespace: str, identity: str | None) -> int:
+                   leader_election: bool, lease_namespace: str, identity: str | None,
+                   workers: int = DEFAULT_WORKERS) -> int:
     """Run the controller until SIGTERM. `namespace=None` watches all namespaces; a port of 0 disables it."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -81,7 +87,7 @@ def run_controller(*, kubeconfig: str | None, namespace: str | None, metrics_por
 
             threading.Thread(target=elector.keep_renewing, args=(stop, lose), name="lease", daemon=True).start()
         log.info("controller %s watching %s", identity, f"namespace {namespace}" if namespace else "all namespaces")
-        controller.run(stop)
+        controller.run(stop, workers=workers)
     except ApiError as e:
         log.error("controller stopped: %s", e)
         return 1
