@@ -1,6 +1,6 @@
 # One image for the gangrun controller and for workers (as a base for training images).
 #   docker build -t gangrun:dev .
-#   controller: gangrun controller --leader-elect ...   (deploy/deployment.yaml)
+#   controller: gangrun controller --leader-election ...   (deploy/deployment.yaml)
 #   worker:     FROM gangrun:dev, add your code; gangrun renders `python -m gangrun.launch -- <command>`
 # Add the torch extra (pip install '.[kubernetes,torch]') for nprocPerNode > 1, which runs torchrun.
 FROM python:3.11-slim AS build
