@@ -117,7 +117,10 @@ def test_max_runtime_exceeded_ends_the_attempt(backend: LocalBackend, manifest) 
     backend.submit(manifest("train", steps=1000, max_runtime="1s"))
     done = wait_for(backend, "train", phase("Failed"))
     assert "MaxRuntimeExceeded" in done["message"]
-    assert backend.status()["used"]["cpu"] == "0"
+    # The task fails first; its quota is released once the workers have stopped (SIGTERM, grace), as Kueue
+    # releases a Workload's quota only when its pods are gone.
+    wait_for(backend, "train", lambda _: backend.status()["used"]["cpu"] == "0", what="quota released")
+    assert not any(w["running"] for w in backend.get("train")["gang"]["workers"])
 
 
 def test_cancel_stops_every_worker_and_frees_the_quota(backend: LocalBackend, manifest) -> None:
@@ -128,7 +131,7 @@ def test_cancel_stops_every_worker_and_frees_the_quota(backend: LocalBackend, ma
         w["running"] for w in v["gang"]["workers"]))
     assert done["reason"] == "cancelled by the user"
     assert backend.cancel("train") is False
-    assert backend.status()["used"]["cpu"] == "0"
+    wait_for(backend, "train", lambda _: backend.status()["used"]["cpu"] == "0", what="quota released")
 
 
 def test_injected_node_failures_are_a_system_retry(backend: LocalBackend, manifest) -> None:
