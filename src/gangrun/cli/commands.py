@@ -12,7 +12,6 @@ import yaml
 
 from gangrun._backends.base import Backend
 from gangrun._core.spec import TaskSpec, load_manifest
-from gangrun._core.timeline import Event
 from gangrun._core.units import format_bytes
 from gangrun._errors import UsageError
 from gangrun.cli import output
@@ -108,23 +107,23 @@ def describe(args: argparse.Namespace) -> int:
 
 def events(args: argparse.Namespace) -> int:
     be = backend(args)
-    seen = 0
+    if not args.follow:
+        evs = be.events(args.name)
+        if _json(args):
+            output.emit_json([e.for_json() for e in evs])
+        else:
+            for e in evs:
+                print(output.event_line(e))
+        return 0
+    seen = 0  # following: one line per event as it comes, JSON lines with -o json
     while True:
         evs = be.events(args.name)
         for e in evs[seen:]:
-            _print_event(e, as_json=_json(args) and args.follow)
+            print(json.dumps(e.for_json()) if _json(args) else output.event_line(e), flush=True)
         seen = len(evs)
-        if not args.follow:
-            if _json(args):
-                output.emit_json([e.for_json() for e in evs])
-            return 0
         if be.get(args.name)["phase"] in TERMINAL:
             return 0
         time.sleep(0.5)
-
-
-def _print_event(e: Event, *, as_json: bool) -> None:
-    print(json.dumps(e.for_json()) if as_json else output.event_line(e), flush=True)
 
 
 def logs(args: argparse.Namespace) -> int:

@@ -1,0 +1,80 @@
+"""The CLI against the local backend, as a user types it: every state command with `-o json`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+
+def manifest(tmp_path: Path, name: str, code: str, **spec) -> Path:
+    doc = {"apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": name},
+           "spec": {"nodes": 2, "command": [sys.executable, "-c", code], "resources": {"cpu": "1", "memory": "64Mi"},
+                    "terminationGracePeriod": "3s", **spec}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture
+def gangrun(tmp_path: Path):
+    env = {**os.environ, "GANGRUN_HOME": str(tmp_path / "home")}
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        r = subprocess.run([sys.executable, "-m", "gangrun", *args], capture_output=True, text=True, env=env,
+                           timeout=120)
+        if check and r.returncode != 0:
+            raise AssertionError(f"gangrun {' '.join(args)} exited {r.returncode}: {r.stderr}")
+        return r
+
+    run("local", "up", "--cpu", "2", "--memory", "1Gi")
+    yield run
+    run("local", "down", check=False)
+
+
+def test_run_follows_a_task_to_success_and_every_view_has_json(gangrun, tmp_path):
+    code = "import os; print('hello from rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])"
+    r = gangrun("run", str(manifest(tmp_path, "hello", code)))
+    assert "hello: Succeeded" in r.stdout
+    assert "GangStarted" in r.stdout  # the timeline is printed as it happens
+
+    view = json.loads(gangrun("get", "hello", "-o", "json").stdout)
+    assert (view["name"], view["phase"], view["attempt"]) == ("hello", "Succeeded", 1)
+    assert {"phaseVersion", "reason", "userRetriesUsed", "systemRetriesUsed", "restartAttempt", "attempts"} <= set(view)
+    assert json.loads(gangrun("get", "-o", "json").stdout)[0]["name"] == "hello"
+    described = json.loads(gangrun("describe", "hello", "-o", "json").stdout)
+    assert any(e["type"] == "Succeeded" for e in described["events"])
+    events = json.loads(gangrun("events", "hello", "-o", "json").stdout)
+    assert events[0]["type"] == "Submitted"
+    logs = gangrun("logs", "hello", "--rank", "1").stdout
+    assert "hello from rank 1 of 2" in logs and "rank 0" not in logs
+    status = json.loads(gangrun("local", "status", "-o", "json").stdout)
+    assert status["running"] is True and status["used"]["cpu"] == "0"
+    assert "Succeeded" in gangrun("describe", "hello").stdout
+
+
+def test_run_exits_1_when_the_task_fails(gangrun, tmp_path):
+    r = gangrun("run", str(manifest(tmp_path, "boom", "raise SystemExit(3)")), check=False)
+    assert r.returncode == 1
+    assert "boom: Failed" in r.stdout
+
+
+def test_user_mistakes_are_one_line_with_exit_2(gangrun, tmp_path):
+    r = gangrun("submit", str(manifest(tmp_path, "lost", "pass", queue="nowhere")), check=False)
+    assert r.returncode == 2 and r.stderr.startswith("UsageError: ") and "default" in r.stderr
+    r = gangrun("get", "nobody", check=False)
+    assert r.returncode == 2 and r.stderr.startswith("UsageError: ") and "Traceback" not in r.stderr
+    r = gangrun("local", "evict", "nobody", "--reason", "Preempted", check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_events_follow_prints_json_lines_until_the_task_ends(gangrun, tmp_path):
+    gangrun("submit", str(manifest(tmp_path, "short", "import time; time.sleep(1)")))
+    lines = gangrun("events", "short", "--follow", "-o", "json").stdout.splitlines()
+    types = [json.loads(line)["type"] for line in lines]
+    assert types[0] == "Submitted" and types[-1] == "Succeeded"
