@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kube_builders import PREEMPTION_MESSAGE, at, jobset_obj, pod_obj, task_obj, task_spec, workload_obj
+from kube_fake import merge_patch
 
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.adapter import WorkloadLookup
@@ -134,6 +135,22 @@ def test_s5_resume_after_preemption_keeps_the_attempt_and_jobset_until_readmissi
     assert status["attempt"] == 1 and status["reason"] == "running (restart attempt 0)"
     assert "eviction" not in status or status["eviction"] is None
     assert EventType.READMITTED in events(actions)
+
+
+def test_s5_a_gang_waiting_for_readmission_is_not_rewritten_on_every_reconcile() -> None:
+    # The API server stores the status as the merge patch leaves it: a nested null (the eviction's
+    # `readmittedAt`) is dropped. Seen again unchanged, the wait must not be written again: every write
+    # is a watch event that queues the task, so the wait would become a loop of status writes.
+    task = Task(failurePolicy={"resumeAfterPreemption": True})
+    running(task)
+    js = jobset_obj(task.spec).suspended().obj()
+    evicted = WorkloadLookup.found([workload_obj("js-uid").admitted().evicted("Preempted", PREEMPTION_MESSAGE)
+                                    .preempted().obj()])
+    status, _ = reconcile(task.obj, js, evicted, now=at(20))
+    task.obj["status"] = merge_patch(task.obj["status"], status)
+    assert "readmittedAt" not in task.status["eviction"]
+    status, _ = task.step(js, evicted, t=21)
+    assert status is None
 
 
 def test_s7_suspended_without_evicted_waits_and_asks_to_be_woken() -> None:

@@ -205,6 +205,11 @@ def _status_patch(task: dict[str, Any], state: TaskState, *, now: datetime) -> d
     return new
 
 
-def _without_nulls(d: dict[str, Any]) -> dict[str, Any]:
-    # A merge patch deletes keys set to null, so a stored status never holds them.
-    return {k: v for k, v in d.items() if v is not None}
+def _without_nulls(v: Any) -> Any:
+    # A merge patch deletes keys set to null at every depth of an object (the eviction's unset
+    # `readmittedAt` too), so the stored status lacks them: compare with no null anywhere.
+    if isinstance(v, dict):
+        return {k: _without_nulls(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [_without_nulls(x) for x in v]
+    return v
