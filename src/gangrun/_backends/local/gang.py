@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from gangrun._backends.local import launcher
+from gangrun._backends.local.workload import condition_from_json, condition_json
 from gangrun._core import jobset
 from gangrun._core.conditions import FALSE, TRUE, Condition, find_condition, set_condition
 from gangrun._core.observation import Gang
@@ -235,16 +236,12 @@ class GangTwin:
 
     def for_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["conditions"] = [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
-                            "lastTransitionTime": c.last_transition.isoformat() if c.last_transition else None}
-                           for c in self.conditions]
+        d["conditions"] = [condition_json(c) for c in self.conditions]
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> GangTwin:
         d = dict(d)
         d["workers"] = [Worker(**w) for w in d["workers"]]
-        d["conditions"] = [Condition(type=c["type"], status=c["status"], reason=c["reason"], message=c["message"],
-                                     last_transition=datetime.fromisoformat(c["lastTransitionTime"])
-                                     if c.get("lastTransitionTime") else None) for c in d["conditions"]]
+        d["conditions"] = [condition_from_json(c) for c in d["conditions"]]
         return cls(**d)

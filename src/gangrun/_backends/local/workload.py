@@ -181,7 +181,7 @@ class WorkloadTwin:
                 "priorityClass": self.priority_class, "resources": self.resources, "order": self.order,
                 "active": self.active, "admittedAt": self.admitted_at, "requeueAt": self.requeue_at,
                 "requeueCount": self.requeue_count, "preemptedBy": self.preempted_by, "evictions": self.evictions,
-                "finished": self.finished, "conditions": [_cond_out(c) for c in self.conditions]}
+                "finished": self.finished, "conditions": [condition_json(c) for c in self.conditions]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> WorkloadTwin:
@@ -189,26 +189,28 @@ class WorkloadTwin:
                    priority_class=d["priorityClass"], resources=d["resources"], order=d["order"],
                    active=d["active"], admitted_at=d.get("admittedAt"), requeue_at=d.get("requeueAt"),
                    requeue_count=d.get("requeueCount", 0), preempted_by=d.get("preemptedBy", ""),
-                   evictions=d.get("evictions", {}), finished=d.get("finished", False), conditions=[_cond_in(c) for c in d.get("conditions", [])])
+                   evictions=d.get("evictions", {}), finished=d.get("finished", False),
+                   conditions=[condition_from_json(c) for c in d.get("conditions", [])])
 
     def summary(self) -> dict[str, Any]:
         """What `get` shows of it: name, admitted/active, and the conditions Kueue-style."""
         admitted = find_condition(self.conditions, kueue.ADMITTED)
         return {"name": self.name, "queue": self.queue, "clusterQueue": _cq(), "priority": self.priority,
                 "active": self.active, "admitted": bool(admitted and admitted.is_true),
-                "conditions": [_cond_out(c) for c in self.conditions]}
+                "conditions": [condition_json(c) for c in self.conditions]}
 
 
 def _cq() -> str:
     return CLUSTER_QUEUE
 
 
-def _cond_out(c: Condition) -> dict[str, Any]:
+def condition_json(c: Condition) -> dict[str, Any]:
+    """A condition as Kubernetes spells it; the gang twin stores its conditions the same way."""
     return {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
             "lastTransitionTime": c.last_transition.isoformat() if c.last_transition else None}
 
 
-def _cond_in(d: dict[str, Any]) -> Condition:
+def condition_from_json(d: dict[str, Any]) -> Condition:
     t = d.get("lastTransitionTime")
     return Condition(type=d["type"], status=d["status"], reason=d.get("reason", ""), message=d.get("message", ""),
                      last_transition=datetime.fromisoformat(t) if t else None)
