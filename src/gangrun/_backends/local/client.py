@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gangrun._backends.local import protocol
+from gangrun._backends.local import launcher, protocol
 from gangrun._backends.local.config import Config, Paths, default_home
 from gangrun._backends.local.store import Store
 from gangrun._backends.local.tasks import TaskRecord, log_files, view
@@ -204,7 +204,5 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie (our own child in tests) counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+    fields = launcher.proc_stat(pid)
+    return fields is not None and fields[0] != "Z"  # a zombie (our own child in tests) counts as gone

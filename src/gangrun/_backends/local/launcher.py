@@ -61,22 +61,19 @@ def signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...), or None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()
+
+
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()
-    return int(fields[19])
-
-
-def _pgid_of(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rfind(")") + 2:].split()[2])
+    fields = proc_stat(pid)
+    return int(fields[19]) if fields else None
 
 
 def kill_leftovers(groups: list[tuple[int, int]]) -> int:
@@ -93,11 +90,11 @@ def kill_leftovers(groups: list[tuple[int, int]]) -> int:
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
-        pgid = _pgid_of(pid)
-        if pgid not in wanted:
+        fields = proc_stat(pid)  # one read: its group and its start time
+        if fields is None:
             continue
-        started = start_time(pid)
-        if started is None or started < wanted[pgid]:
+        pgid, started = int(fields[2]), int(fields[19])
+        if pgid not in wanted or started < wanted[pgid]:
             continue
         try:
             os.kill(pid, signal.SIGKILL)
