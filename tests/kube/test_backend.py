@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from kube_builders import manifest, pod_obj
 from kube_fake import FakeApi
 
+from gangrun import cli
 from gangrun._backends.kube import KubeBackend
 from gangrun._backends.kube.client import LOCAL_QUEUES, PODS, TASKS
 from gangrun._core.spec import parse_manifest
@@ -83,3 +86,13 @@ def test_logs_show_only_the_newest_restart_round() -> None:
         api.put(PODS, pod)
         api.logs[("ml", pod["metadata"]["name"])] = [line]
     assert list(b.logs("train", rank=0)) == ["new"]
+
+
+def test_a_missing_kubeconfig_is_one_line_for_the_user_not_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "kubeconfig"
+    with pytest.raises(UsageError, match="cannot load the Kubernetes configuration"):
+        KubeBackend(kubeconfig=str(missing)).get("train")
+    assert cli.main(["--backend", "kubernetes", "--kubeconfig", str(missing), "get"]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith("UsageError: cannot load the Kubernetes configuration") and "Traceback" not in err

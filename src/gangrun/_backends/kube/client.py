@@ -20,7 +20,7 @@ from urllib.parse import quote, urlencode
 
 from gangrun._backends.kube import crd
 from gangrun._core import jobset, kueue
-from gangrun._errors import ApiError, Conflict, NotFound, TooManyRequests
+from gangrun._errors import ApiError, Conflict, NotFound, TooManyRequests, UsageError
 
 SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 MERGE_PATCH = "application/merge-patch+json"
@@ -178,8 +178,22 @@ def _status_message(data: bytes | None) -> str:
 
 
 def connect(*, kubeconfig: str | None = None, context: str | None = None) -> tuple[Api, str]:
-    """An `Api` and the default namespace: from `kubeconfig`, else in-cluster, else the default kubeconfig."""
-    from kubernetes import client, config
+    """An `Api` and the default namespace: from `kubeconfig`, else in-cluster, else the default kubeconfig.
+
+    Raises UsageError, in one line, when the `kubernetes` package is missing or no configuration loads.
+    """
+    try:
+        from kubernetes import client, config
+    except ImportError as e:
+        raise UsageError(f"the kubernetes backend needs extra packages: pip install 'gangrun[kubernetes]' ({e})") \
+            from None
+    try:
+        return _connect(client, config, kubeconfig=kubeconfig, context=context)
+    except Exception as e:  # ConfigException, an unreadable or malformed file, a failing exec plugin
+        raise UsageError(f"cannot load the Kubernetes configuration: {e}") from None
+
+
+def _connect(client: Any, config: Any, *, kubeconfig: str | None, context: str | None) -> tuple[Api, str]:
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
         cfg = client.Configuration()
         config.load_incluster_config(client_configuration=cfg)

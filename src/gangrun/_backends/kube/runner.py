@@ -18,7 +18,7 @@ from gangrun._backends.kube.client import connect
 from gangrun._backends.kube.controller import Controller
 from gangrun._backends.kube.leader import LeaderElector
 from gangrun._backends.kube.metrics import Metrics, serve
-from gangrun._errors import ApiError
+from gangrun._errors import ApiError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,8 @@ def run_controller(*, kubeconfig: str | None, namespace: str | None, metrics_por
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         api, _default_ns = connect(kubeconfig=kubeconfig)
-    except Exception as e:  # a bad kubeconfig is a user error, reported in one line
-        log.error("cannot load the Kubernetes configuration: %s", e)
+    except UsageError as e:  # a bad kubeconfig is a user error, reported in one line
+        log.error("%s", e)
         return 2
     identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     stop = threading.Event()
