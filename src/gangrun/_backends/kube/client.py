@@ -159,12 +159,17 @@ class Api:
 
 
 def _lines(resp: Any) -> Iterator[str]:
+    """The stream's lines. A connection cut mid-stream is ApiError(0), as when a request gets no response:
+    the informer then resumes its watch from the last resourceVersion, and a log reader prints one line."""
     buf = b""
-    for chunk in resp.stream(amt=None, decode_content=False):
-        buf += chunk
-        *lines, buf = buf.split(b"\n")
-        for line in lines:
-            yield line.decode("utf-8", "replace").rstrip("\r")
+    try:
+        for chunk in resp.stream(amt=None, decode_content=False):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", "replace").rstrip("\r")
+    except Exception as e:  # urllib3 protocol errors and read timeouts
+        raise ApiError(0, f"stream cut: {type(e).__name__}: {e}") from None
     if buf:
         yield buf.decode("utf-8", "replace")
 
