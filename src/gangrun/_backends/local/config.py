@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -116,9 +116,7 @@ class Config:
         new = Resources(cpu=parse_quantity(cpu) if cpu is not None else q.cpu,
                         memory=parse_quantity(memory) if memory is not None else q.memory,
                         gpu=Decimal(gpu) if gpu is not None else q.gpu)
-        return Config(quota=new, queues=self.queues, priority_classes=self.priority_classes,
-                      default_priority_class=self.default_priority_class,
-                      pods_ready_backoff=self.pods_ready_backoff)
+        return replace(self, quota=new)
 
     def for_json(self) -> dict[str, Any]:
         return {"quota": self.quota.for_json(), "queues": list(self.queues),

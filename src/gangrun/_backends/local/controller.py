@@ -12,6 +12,7 @@ engine sees its gang gone and decides (a system retry; budgets and attempts come
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from gangrun._backends.local import admission, reconcile
@@ -150,9 +151,8 @@ class Controller:
                   queues: list[str] | None = None, priority_classes: dict[str, int] | None = None) -> None:
         cfg = self.config.with_quota(cpu=cpu, memory=memory, gpu=gpu)
         if queues or priority_classes:
-            cfg = Config(quota=cfg.quota, queues=tuple(queues or cfg.queues),
-                         priority_classes=dict(priority_classes or cfg.priority_classes),
-                         default_priority_class=cfg.default_priority_class, pods_ready_backoff=cfg.pods_ready_backoff)
+            cfg = replace(cfg, queues=tuple(queues or cfg.queues),
+                          priority_classes=dict(priority_classes or cfg.priority_classes))
         self.config = cfg
         self.store.put_config(cfg.for_json())
         self.dirty.update(self.tasks)
