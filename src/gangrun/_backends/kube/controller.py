@@ -30,7 +30,7 @@ from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
 from gangrun._backends.kube.metrics import Metrics
-from gangrun._backends.kube.reconcile import CreateJobSet, DeleteJobSet, RecordEvent, RequeueAt, reconcile
+from gangrun._backends.kube.reconcile import CreateJobSet, DeleteJobSet, RecordEvent, RequeueAt, load_state, reconcile
 from gangrun._backends.kube.render import jobset_name
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
@@ -89,17 +89,19 @@ class Controller:
             return
         now = self.clock()
         status = task.get("status") if isinstance(task.get("status"), dict) else {}
-        attempt = status.get("attempt") if isinstance(status.get("attempt"), int) else 1
-        js = self.jobsets.get((namespace, jobset_name(name, attempt)))
-        if js is None and status.get("gangSeen"):
-            js = self._live_jobset(namespace, jobset_name(name, attempt))
-        owned = self.jobsets.items(lambda o: key_of(o)[0] == namespace
-                                   and adapter.labels(o).get(crd.TASK_LABEL) == name)
-        pods = self.pods.items(lambda o: key_of(o)[0] == namespace and adapter.labels(o).get(crd.TASK_LABEL) == name
-                               and adapter.attempt_of(o) == attempt)
+        state = load_state(task, now=now)  # the attempt and gangSeen exactly as reconcile reads them
+        current = jobset_name(name, state.attempt)
+        js = self.jobsets.get((namespace, current))
+        if js is None and state.gang_seen:
+            js = self._live_jobset(namespace, current)
+
+        def ours(o: dict[str, Any]) -> bool:
+            return key_of(o)[0] == namespace and adapter.labels(o).get(crd.TASK_LABEL) == name
+
+        owned = self.jobsets.items(ours)
+        pods = self.pods.items(lambda o: ours(o) and adapter.attempt_of(o) == state.attempt)
         new_status, actions = reconcile(task, js, self._workloads_for(js), pods, now=now, owned_jobsets=owned)
         if new_status is not None:
-            before = status
             rv = (task.get("metadata") or {}).get("resourceVersion")
             patch = {"metadata": {"resourceVersion": rv}, "status": new_status}
             updated = self.api.patch(TASKS, namespace, name, patch, subresource="status")  # Conflict: retry
@@ -107,7 +109,7 @@ class Controller:
                 updated.setdefault("kind", crd.KIND)
                 self.tasks.upsert(updated)
                 task = updated
-            self._count(before, new_status)
+            self._count(status, new_status)
         index = 0
         for action in actions:
             if isinstance(action, CreateJobSet):

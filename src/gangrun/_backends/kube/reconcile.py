@@ -76,12 +76,16 @@ def task_spec(task: dict[str, Any]) -> TaskSpec:
     return parse_manifest(doc)
 
 
+def _persisted(task: dict[str, Any]) -> dict[str, Any] | None:
+    """The status the controller wrote, or None for a task it has not seen yet."""
+    status = task.get("status")
+    return status if isinstance(status, dict) and status.get("phase") else None
+
+
 def load_state(task: dict[str, Any], *, now: datetime) -> TaskState:
     """The persisted state, or a fresh one (attempt 1) for a task the controller has not seen."""
-    status = task.get("status")
-    if isinstance(status, dict) and status.get("phase"):
-        return TaskState.from_storage(status)
-    return TaskState.new(now=now)
+    status = _persisted(task)
+    return TaskState.from_storage(status) if status is not None else TaskState.new(now=now)
 
 
 def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: WorkloadLookup,
@@ -113,7 +117,7 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
             decisions.append(decide(spec.policy(), decisions[-1].state, Observation(), now=now))
 
     actions: list[Action] = []
-    if not isinstance(task.get("status"), dict) or not task["status"].get("phase"):
+    if _persisted(task) is None:
         actions.append(RecordEvent(Event(time=now, type=EventType.SUBMITTED, message=f"task {name} submitted",
                                          attempt=before.attempt)))
     state = before
