@@ -240,3 +240,16 @@ def test_what_workers_forked_dies_too_after_a_daemon_crash(backend: LocalBackend
     time.sleep(0.5)
     backend.up()
     wait_for(backend, "train", phase("Succeeded"))
+
+
+def test_reads_answer_from_the_store_after_down(backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", nodes=1, steps=1))
+    done = wait_for(backend, "train", phase("Succeeded"))
+    assert backend.down() is True
+    assert backend.status()["running"] is False
+    assert backend.get("train")["phase"] == "Succeeded"
+    assert [v["name"] for v in backend.list()] == ["train"]
+    assert event_types(backend, "train")[-1] == "Succeeded"
+    assert backend.get("train")["attempt"] == done["attempt"]
+    with pytest.raises(UsageError, match="unknown task"):
+        backend.events("nope")

@@ -109,13 +109,14 @@ class LocalBackend:
         return self._call("submit", doc, start=True)
 
     def get(self, name: str) -> dict[str, Any]:
-        return self._read("get", {"name": name}, lambda recs, cfg, now: view(_pick(recs, name), cfg, self.paths, now))
+        return self._read("get", {"name": name},
+                          lambda store, recs, cfg, now: view(_pick(recs, name), cfg, self.paths, now))
 
     def list(self) -> list[dict[str, Any]]:
-        return self._read("list", {}, lambda recs, cfg, now: [view(r, cfg, self.paths, now) for r in recs])
+        return self._read("list", {}, lambda store, recs, cfg, now: [view(r, cfg, self.paths, now) for r in recs])
 
     def events(self, name: str) -> list[Event]:
-        docs = self._read("events", {"name": name}, lambda recs, cfg, now: self._offline_events(recs, name))
+        docs = self._read("events", {"name": name}, lambda store, recs, cfg, now: _offline_events(store, recs, name))
         return [Event.from_json(d) for d in docs]
 
     def cancel(self, name: str) -> bool:
@@ -167,6 +168,7 @@ class LocalBackend:
     # -- reads without a daemon ----------------------------------------------------------------------
 
     def _read(self, op: str, args: dict[str, Any], offline: Any) -> Any:
+        """Ask the daemon; without one, `offline(store, records, config, now)` answers from the store."""
         try:
             return self._call(op, args)
         except DaemonUnavailable:
@@ -180,14 +182,14 @@ class LocalBackend:
             stored = store.config()
             cfg = Config.from_json(stored) if stored else Config.default()
             recs = [TaskRecord.from_row(r) for r in store.rows()]
-            self._store = store
-            return offline(recs, cfg, time.time())
+            return offline(store, recs, cfg, time.time())
         finally:
             store.close()
 
-    def _offline_events(self, recs: list[TaskRecord], name: str) -> list[dict[str, Any]]:
-        _pick(recs, name)
-        return [e.for_json() for e in self._store.events(name)]
+
+def _offline_events(store: Store, recs: list[TaskRecord], name: str) -> list[dict[str, Any]]:
+    _pick(recs, name)
+    return [e.for_json() for e in store.events(name)]
 
 
 def _pick(recs: list[TaskRecord], name: str) -> TaskRecord:
