@@ -194,12 +194,16 @@ def _unscheduled_detail(pod: dict[str, Any]) -> str:
     return ""
 
 
+def is_suspended(obj: Any) -> bool:
+    """Whether a JobSet is suspended: by its spec, or by its `Suspended` condition."""
+    return _get(obj, "spec", "suspend") is True or any(c.type == jobset.SUSPENDED and c.is_true
+                                                        for c in conditions(obj))
+
+
 def to_gang(obj: Any, pods: Iterable[Any] = ()) -> Gang | None:
     """The Gang of a JobSet object and its pods; None when `obj` is not a mapping."""
     if not isinstance(obj, dict):
         return None
-    conds = conditions(obj)
-    suspended_cond = any(c.type == jobset.SUSPENDED and c.is_true for c in conds)
     restarts = max(_int(_get(obj, "status", "restarts")), 0)
     rs = _replicated_status(obj)
     expected = expected_workers(obj)
@@ -224,8 +228,8 @@ def to_gang(obj: Any, pods: Iterable[Any] = ()) -> Gang | None:
             pending_failure = _fatal_waiting(pod)
     failures.sort(key=lambda f: (f[0] is None, f[0] or datetime.max))
     return Gang(
-        suspended=_get(obj, "spec", "suspend") is True or suspended_cond,
-        conditions=conds,
+        suspended=is_suspended(obj),
+        conditions=conditions(obj),
         restarts=restarts,
         restarts_count_towards_max=max(_int(_get(obj, "status", "restartsCountTowardsMax")), 0),
         expected_workers=expected,

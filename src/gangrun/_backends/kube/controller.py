@@ -134,8 +134,7 @@ class Controller:
         uid = adapter.job_uid(js) if js is not None else ""
         if not uid:
             return WorkloadLookup()
-        gang = adapter.to_gang(js)
-        if gang is not None and gang.suspended:
+        if adapter.is_suspended(js):
             try:
                 doc = self.api.list(WORKLOADS, key_of(js)[0], label_selector=f"{kueue.JOB_UID_LABEL}={uid}")
             except ApiError as e:
