@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from gangrun._backends.kube import crd
@@ -78,6 +78,11 @@ def parse_time(v: Any) -> datetime | None:
         return datetime.fromisoformat(v.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def format_time(t: datetime) -> str:
+    """An API `Time` (UTC, whole seconds), as `parse_time` reads it back."""
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def conditions(obj: Any) -> tuple[Condition, ...]:

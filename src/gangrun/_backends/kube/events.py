@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timezone
 from typing import Any
 
 from gangrun._backends.kube import crd
+from gangrun._backends.kube.adapter import format_time, parse_time
 from gangrun._core.timeline import Event, EventType
 
 COMPONENT = "gangrun-controller"
@@ -23,10 +23,6 @@ ATTEMPT_ANNOTATION = f"{crd.GROUP}/attempt"
 DATA_ANNOTATION = f"{crd.GROUP}/data"
 TIME_ANNOTATION = f"{crd.GROUP}/time"  # firstTimestamp has whole seconds only; the timeline needs order
 MESSAGE_LIMIT = 1024
-
-
-def _ts(t: datetime) -> str:
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def event_name(task: str, event: Event, index: int) -> str:
@@ -54,8 +50,8 @@ def to_k8s(task: dict[str, Any], event: Event, *, type_: str, index: int = 0,
         "message": event.message[:MESSAGE_LIMIT],
         "type": type_,
         "count": 1,
-        "firstTimestamp": _ts(event.time),
-        "lastTimestamp": _ts(event.time),
+        "firstTimestamp": format_time(event.time),
+        "lastTimestamp": format_time(event.time),
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
         "reportingInstance": instance or COMPONENT,
@@ -73,9 +69,8 @@ def from_k8s(obj: Any) -> Event | None:
     md = obj.get("metadata") or {}
     annotations = md.get("annotations") or {}
     when = annotations.get(TIME_ANNOTATION) or obj.get("eventTime") or obj.get("lastTimestamp") or obj.get("firstTimestamp") or md.get("creationTimestamp")
-    try:
-        time = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
-    except ValueError:
+    time = parse_time(when)
+    if time is None:
         return None
     attempt = annotations.get(ATTEMPT_ANNOTATION, "")
     try:

@@ -195,7 +195,7 @@ def _conditions(state: TaskState, old: Any, *, now: datetime) -> list[dict[str, 
     for c in wanted:
         set_condition(conds, c, now=now)
     return [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
-             "lastTransitionTime": (c.last_transition or now).strftime("%Y-%m-%dT%H:%M:%SZ")} for c in conds]
+             "lastTransitionTime": adapter.format_time(c.last_transition or now)} for c in conds]
 
 
 def _status_patch(task: dict[str, Any], state: TaskState, *, now: datetime) -> dict[str, Any] | None:
