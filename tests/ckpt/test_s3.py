@@ -6,6 +6,8 @@ S3 has no atomic rename, so a save commits by writing its manifest last (MarkerP
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import s3fs
@@ -71,3 +73,24 @@ def test_s3_retention_and_async(s3_root, tmp_path, blocking) -> None:
     ckpt.wait()
     assert sorted(ckpt._storage.list_names(ckpt._attempt_path)) == ["ckpt-000003", "ckpt-000004"]
     assert _ck(s3_root, tmp_path, 1).load().read_bytes() == b"s3"
+
+
+def test_b2_background_save_in_flight_at_exit_is_flushed_from_its_snapshot(s3_root, tmp_path) -> None:
+    # The save still in flight when the script ends must be flushed before exit takes away what it
+    # needs: its staged snapshot (in the process cache, removed at exit) and the store's HTTP session.
+    uri, opts = s3_root
+    src = tmp_path / "state"
+    src.mkdir()
+    for i in range(8):
+        (src / f"shard-{i}.bin").write_bytes(os.urandom(1 << 20))
+    script = f"""
+import gangrun
+ckpt = gangrun.Checkpoint.for_path({uri!r}, attempt=1, storage_options={opts!r})
+ckpt.save({str(src)!r}, step=3, blocking=False)
+"""  # ends at once, with the upload in flight
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    ckpt = _ck(s3_root, tmp_path, 1)
+    path = ckpt.load()
+    assert ckpt.loaded_step == 3, done.stderr
+    assert (path / "shard-7.bin").read_bytes() == (src / "shard-7.bin").read_bytes()

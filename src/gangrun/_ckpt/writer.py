@@ -111,9 +111,7 @@ def flush_all(timeout: float | None) -> bool:
     return ACTIVE.wait_idle(timeout)
 
 
-@atexit.register
 def _flush_at_exit() -> None:
-    # atexit runs before daemon threads are stopped, so the writer can still finish here.
     if ACTIVE.count == 0:
         return
     timeout = None if exit_deadline is None else max(0.0, exit_deadline - time.time())
@@ -123,3 +121,11 @@ def _flush_at_exit() -> None:
     for w in list(_WRITERS):
         if w._error is not None:
             log.error("gangrun: a background checkpoint save failed and was never waited for: %r", w._error)
+
+
+# Flushed before every atexit handler, not among them: handlers registered after this module was
+# imported run first (atexit is last-in, first-out), and some take away what a save in flight still
+# needs: the process cache holding an object store's staged snapshot (checkpoint/__init__.py), the
+# HTTP sessions of s3fs (closed by weakref.finalize at exit). threading's exit hooks run before any
+# of them, while daemon threads still run; concurrent.futures keeps its workers alive the same way.
+getattr(threading, "_register_atexit", atexit.register)(_flush_at_exit)
