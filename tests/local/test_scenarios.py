@@ -253,3 +253,10 @@ def test_reads_answer_from_the_store_after_down(backend: LocalBackend, manifest)
     assert backend.get("train")["attempt"] == done["attempt"]
     with pytest.raises(UsageError, match="unknown task"):
         backend.events("nope")
+
+
+def test_logs_of_attempt_0_is_refused_not_taken_for_the_current_one(backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", nodes=1, steps=1))
+    wait_for(backend, "train", phase("Succeeded"))
+    with pytest.raises(UsageError, match=r"has attempts 1\.\.1, not 0"):
+        list(backend.logs("train", attempt=0))

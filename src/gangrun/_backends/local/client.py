@@ -125,7 +125,7 @@ class LocalBackend:
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
              follow: bool = False) -> Iterator[str]:
         v = self.get(name)
-        n = attempt or v["attempt"]
+        n = v["attempt"] if attempt is None else attempt
         if n < 1 or n > v["attempt"]:
             raise UsageError(f'task "{name}" has attempts 1..{v["attempt"]}, not {n}')
         if rank is not None and not 0 <= rank < v["worldSize"]:
