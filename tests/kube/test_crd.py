@@ -11,6 +11,7 @@ import yaml
 from kube_builders import manifest
 
 from gangrun._backends.kube import crd
+from gangrun._backends.kube.render import render_jobset
 from gangrun._core import spec as core_spec
 from gangrun._core.spec import parse_manifest
 from gangrun._errors import SpecError
@@ -106,3 +107,13 @@ def test_env_is_bounded_so_a_real_api_server_accepts_the_cel_rule() -> None:
     # factor of 1.10x" on the reserved-names rule (found by tests/e2e/test_controller.py).
     env = _schema()["properties"]["spec"]["properties"]["env"]
     assert env["maxProperties"] == core_spec.ENV_MAX
+
+
+def test_a_priority_class_longer_than_a_label_value_is_refused_at_admission_and_at_submit() -> None:
+    # It becomes the JobSet's kueue.x-k8s.io/priority-class label: past 63 characters the API server
+    # refuses every JobSet of the task, and the controller could only retry the create forever.
+    doc = manifest(priorityClass="p" * 64)
+    assert "spec.priorityClass: maxLength" in _errors(doc)
+    with pytest.raises(SpecError, match=r"^spec\.priorityClass"):
+        render_jobset(parse_manifest(doc))
+    assert _errors(manifest(priorityClass="p" * 63)) == []

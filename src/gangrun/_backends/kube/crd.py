@@ -30,6 +30,8 @@ ATTEMPT_LABEL = f"{GROUP}/attempt"
 # `gangrun cancel` asks the controller to abort by annotating the task; the controller owns status.
 CANCEL_ANNOTATION = f"{GROUP}/cancel-requested"
 FIELD_MANAGER = "gangrun-controller"
+# A label value's bound; spec.priorityClass becomes the JobSet's Kueue priority-class label.
+LABEL_VALUE_MAX = 63
 
 _DNS_1035 = core_spec.DNS_1035.pattern
 _QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
@@ -85,7 +87,8 @@ def spec_schema() -> dict[str, Any]:
                 "resumeAfterPreemption": {"type": "boolean",
                                           "description": "a preempted started gang keeps its attempt"}}},
             "queue": _str("Kueue LocalQueue", pattern=_DNS_1035, maxLength=63),
-            "priorityClass": _str("Kueue WorkloadPriorityClass", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+            "priorityClass": _str("Kueue WorkloadPriorityClass", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                                  maxLength=LABEL_VALUE_MAX),
             "checkpoint": {"type": "object", "properties": {
                 "uri": _str("checkpoint root; attempt N saves under <uri>/<task>/attempt-<N>")}},
         },

@@ -62,6 +62,9 @@ def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = N
         raise SpecError("attempt", f"must be >= 1, got {attempt}")
     if not spec.image:
         raise SpecError("spec.image", "is required on the kubernetes backend: an image with gangrun installed")
+    if len(spec.priority_class) > crd.LABEL_VALUE_MAX:
+        raise SpecError("spec.priorityClass", f"must be at most {crd.LABEL_VALUE_MAX} characters on the kubernetes "
+                        "backend: it is a label of the JobSet")
     name = jobset_name(spec.name, attempt)
     own = {crd.TASK_LABEL: spec.name, crd.ATTEMPT_LABEL: str(attempt)}
     labels = {kueue.QUEUE_NAME_LABEL: spec.queue, **own}
