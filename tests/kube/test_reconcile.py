@@ -229,6 +229,15 @@ def test_a_spec_the_schema_let_through_fails_the_task_naming_the_field() -> None
     assert kinds(actions) == []
 
 
+def test_a_spec_no_jobset_can_be_rendered_from_fails_the_task_instead_of_raising_in_every_reconcile() -> None:
+    task = Task()
+    task.obj["spec"]["priorityClass"] = "p" * 64  # stored before the CRD bounded it
+    status, actions = task.step()
+    assert status["phase"] == "Failed" and status["code"] == "InvalidSpec"
+    assert status["message"].startswith("spec.priorityClass")
+    assert kinds(actions) == []
+
+
 def test_max_runtime_deadline_is_a_timer_not_a_poll() -> None:
     task = Task(maxRuntime="1h")
     running(task, t=10)

@@ -14,7 +14,7 @@ from typing import Any
 from gangrun._backends.kube import adapter, crd, events
 from gangrun._backends.kube.client import EVENTS, LOCAL_QUEUES, PODS, TASKS, KubeApi, connect
 from gangrun._backends.kube.reconcile import load_state
-from gangrun._backends.kube.render import CONTAINER, render_jobset
+from gangrun._backends.kube.render import CONTAINER, check_renderable
 from gangrun._core import jobset
 from gangrun._core.spec import TaskSpec
 from gangrun._core.timeline import Event
@@ -49,7 +49,7 @@ class KubeBackend:
     # -- Backend ------------------------------------------------------------------------------------
 
     def submit(self, spec: TaskSpec) -> str:
-        render_jobset(spec)  # refuses what the cluster would refuse later (no image), naming the field
+        check_renderable(spec)  # refuses what the cluster would refuse later (no image), naming the field
         ns = spec.namespace or self.namespace
         self._check_queue(ns, spec.queue)
         body = {k: v for k, v in (spec.raw or {}).items() if k != "status"}

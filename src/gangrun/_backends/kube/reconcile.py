@@ -21,7 +21,7 @@ from typing import Any
 
 from gangrun._backends.kube import adapter, crd
 from gangrun._backends.kube.adapter import WorkloadLookup
-from gangrun._backends.kube.render import jobset_name, render_jobset
+from gangrun._backends.kube.render import check_renderable, jobset_name, render_jobset
 from gangrun._core.conditions import Condition, set_condition
 from gangrun._core.engine import ActionKind, Decision, cancel, decide
 from gangrun._core.observation import Observation
@@ -69,11 +69,14 @@ Action = CreateJobSet | DeleteJobSet | RecordEvent | RequeueAt
 
 
 def task_spec(task: dict[str, Any]) -> TaskSpec:
-    """The TaskSpec of a ClusteredTask object read from the API. Raises SpecError."""
+    """The TaskSpec of a ClusteredTask object read from the API, one a JobSet can be rendered from.
+    Raises SpecError."""
     meta = task.get("metadata") if isinstance(task.get("metadata"), dict) else {}
     doc = {"apiVersion": crd.API_VERSION, "kind": crd.KIND, "spec": task.get("spec"),
            "metadata": {k: meta[k] for k in _MANIFEST_METADATA if k in meta}}
-    return parse_manifest(doc)
+    spec = parse_manifest(doc)
+    check_renderable(spec)
+    return spec
 
 
 def _persisted(task: dict[str, Any]) -> dict[str, Any] | None:

@@ -56,15 +56,20 @@ def checkpoint_path(spec: TaskSpec, attempt: int) -> str:
     return f"{root.rstrip('/')}/{spec.name}/attempt-{attempt}"
 
 
-def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = None) -> dict[str, Any]:
-    """The JobSet that attempt `attempt` of `spec` creates. Pure: no cluster, no clock."""
-    if attempt < 1:
-        raise SpecError("attempt", f"must be >= 1, got {attempt}")
+def check_renderable(spec: TaskSpec) -> None:
+    """Raise SpecError, naming the field, for what a valid manifest may hold but no JobSet can carry."""
     if not spec.image:
         raise SpecError("spec.image", "is required on the kubernetes backend: an image with gangrun installed")
     if len(spec.priority_class) > crd.LABEL_VALUE_MAX:
         raise SpecError("spec.priorityClass", f"must be at most {crd.LABEL_VALUE_MAX} characters on the kubernetes "
                         "backend: it is a label of the JobSet")
+
+
+def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = None) -> dict[str, Any]:
+    """The JobSet that attempt `attempt` of `spec` creates. Pure: no cluster, no clock."""
+    if attempt < 1:
+        raise SpecError("attempt", f"must be >= 1, got {attempt}")
+    check_renderable(spec)
     name = jobset_name(spec.name, attempt)
     own = {crd.TASK_LABEL: spec.name, crd.ATTEMPT_LABEL: str(attempt)}
     labels = {kueue.QUEUE_NAME_LABEL: spec.queue, **own}
