@@ -40,6 +40,13 @@ def _escape_manifest(d: Path) -> None:
     (d / "manifest.json").write_text(json.dumps(doc))
 
 
+def _second_file_in_bytes_manifest(d: Path) -> None:
+    (d / "data" / "extra").write_bytes(b"")
+    doc = json.loads((d / "manifest.json").read_text())
+    doc["files"].append({"path": "extra", "size": 0, "crc32": 0})
+    (d / "manifest.json").write_text(json.dumps(doc))
+
+
 @pytest.mark.parametrize(
     ("damage", "why"),
     [
@@ -48,6 +55,7 @@ def _escape_manifest(d: Path) -> None:
         pytest.param(_delete_payload, "is missing", id="data-file-missing"),
         pytest.param(_garble_manifest, "unreadable manifest", id="garbled-manifest"),
         pytest.param(_escape_manifest, "unsafe path", id="manifest-path-escapes-cache"),
+        pytest.param(_second_file_in_bytes_manifest, "lists 2 files", id="bytes-manifest-lists-two-files"),
     ],
 )
 def test_b1_corrupt_newest_falls_back_to_previous_good(tmp_path, damage, why, capsys) -> None:
@@ -64,6 +72,7 @@ def test_b1_corrupt_newest_falls_back_to_previous_good(tmp_path, damage, why, ca
     err = capsys.readouterr().err
     assert err.count("gangrun: skipping checkpoint") == 2 and why in err
     assert not [p for p in (tmp_path / "cache").iterdir() if ".part-" in p.name], "half-restored copy left behind"
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["attempt-1-seq-1"], "rejected copy left behind"
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,8 @@ class Manifest:
             if doc["kind"] not in ("bytes", "file", "dir"):
                 raise ManifestError(f"unknown kind {doc['kind']!r}")
             files = tuple(FileEntry(str(f["path"]), int(f["size"]), int(f["crc32"])) for f in doc["files"])
+            if doc["kind"] != "dir" and len(files) != 1:
+                raise ManifestError(f"a {doc['kind']} save lists {len(files)} files")
             for f in files:
                 _check_relative(f.path)
             dirs = tuple(str(d) for d in doc["dirs"])

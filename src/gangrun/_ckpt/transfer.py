@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gangrun._ckpt import pool
 from gangrun._ckpt.layout import BYTES_NAME, DATA, MANIFEST, join
-from gangrun._ckpt.manifest import FileEntry, Kind, Manifest, ManifestError
+from gangrun._ckpt.manifest import FileEntry, Kind, Manifest
 from gangrun._errors import CheckpointError, UsageError
 
 
@@ -183,6 +183,4 @@ def read_checkpoint(storage, path: str, manifest: Manifest, cache: Path) -> Path
         raise
     if manifest.kind == "dir":
         return final / DATA
-    if len(manifest.files) != 1:
-        raise ManifestError(f"a {manifest.kind} save lists {len(manifest.files)} files")
-    return final / DATA / manifest.files[0].path
+    return final / DATA / manifest.files[0].path  # the one file of a bytes or file save (manifest.py)
