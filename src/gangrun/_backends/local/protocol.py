@@ -65,7 +65,7 @@ def call(path: Path, op: str, args: dict[str, Any] | None = None, *, timeout: fl
         raise DaemonUnavailable(f"the local control plane is not running ({e.strerror})") from e
     except OSError as e:  # timeouts included
         raise DaemonUnavailable(f"the local control plane did not answer {op!r}: {e}") from e
-    if not buf:
+    if not buf.endswith(b"\n"):  # no answer, or one cut short by the daemon's death
         raise DaemonUnavailable(f"the local control plane closed the connection during {op!r}")
     doc = json.loads(buf)
     if not doc.get("ok"):
