@@ -208,7 +208,7 @@ class Controller:
         except Exception as e:  # noqa: BLE001 - every failure is retried with backoff
             self.metrics.errors.inc()
             delay = self.queue.add_rate_limited(key)
-            level = logging.INFO if isinstance(e, (Conflict, ApiError)) else logging.ERROR
+            level = logging.INFO if isinstance(e, ApiError) else logging.ERROR  # Conflict is an ApiError
             log.log(level, "reconcile of %s/%s failed (%s: %s); retrying in %.2fs", *key, type(e).__name__, e, delay,
                     exc_info=level == logging.ERROR)
         finally:
