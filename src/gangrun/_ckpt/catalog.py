@@ -39,17 +39,22 @@ def entries(storage: Storage, attempt_dir: str) -> list[Entry]:
     return sorted((e for e in parsed if e is not None), reverse=True)
 
 
+def folders(storage: Storage, root: str, *, attempt: int) -> Iterator[tuple[int, str]]:
+    """(attempt, folder): this attempt's, then each earlier attempt's that exists, newest first.
+
+    Lazy: the root is listed only once the caller is done with this attempt's folder.
+    """
+    yield attempt, join(root, attempt_name(attempt))
+    for n in attempts(storage, root, up_to=attempt - 1):
+        yield n, join(root, attempt_name(n))
+
+
 def candidates(storage: Storage, root: str, *, attempt: int) -> Iterator[Candidate]:
     """Final-named saves, this attempt's first, then each earlier attempt's, newest first.
 
     Lazy: an earlier attempt's folder is listed only if everything newer was rejected.
     """
-    own = join(root, attempt_name(attempt))
-    for e in entries(storage, own):
-        if e.final:
-            yield Candidate(attempt, e.seq, join(own, e.name))
-    for n in attempts(storage, root, up_to=attempt - 1):
-        folder = join(root, attempt_name(n))
+    for n, folder in folders(storage, root, attempt=attempt):
         for e in entries(storage, folder):
             if e.final:
                 yield Candidate(n, e.seq, join(folder, e.name))
@@ -70,8 +75,7 @@ def apply_retention(storage: Storage, root: str, *, attempt: int, committed_seq:
     """
     removed: list[str] = []
     kept = 0
-    for n in [attempt, *attempts(storage, root, up_to=attempt - 1)]:
-        folder = join(root, attempt_name(n))
+    for n, folder in folders(storage, root, attempt=attempt):
         for e in entries(storage, folder):
             path = join(folder, e.name)
             if n == attempt and e.seq > committed_seq:
