@@ -347,3 +347,21 @@ def test_a_missing_kueue_crd_does_not_keep_the_informers_from_syncing() -> None:
     finally:
         stop.set()
         thread.join(5)
+
+
+def test_an_informer_whose_watch_was_forbidden_for_a_while_stops_reporting_forbidden() -> None:
+    api = FakeApi()
+    api.fail("watch", "workloads", 403, times=2)  # e.g. RBAC granted list, and watch only a moment later
+    inf = Informer(api, WORKLOADS, namespace=None, max_backoff=0.01)
+    stop = threading.Event()
+    thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        for _ in range(500):
+            if sum(1 for call in api.calls if call[0] == "watch") >= 4:
+                break
+            stop.wait(0.01)
+        assert not inf.forbidden and inf.relists == 1
+    finally:
+        stop.set()
+        thread.join(5)

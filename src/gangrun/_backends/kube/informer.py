@@ -6,8 +6,8 @@ with bookmarks so a reconnect resumes where it left off. `410 Gone` (the version
 "list again"; any other error backs off and resumes. After each relist, objects that vanished while
 we were not watching are reported as deleted, so nothing is missed.
 
-`forbidden` records a 403 on list: the controller reads that as "the Workload is unreadable" (S4). A 404
-(the resource's CRD is not installed) counts as synced and empty.
+`forbidden` records a 403 on list or watch, until one succeeds: the controller reads that as "the
+Workload is unreadable" (S4). A 404 (the resource's CRD is not installed) counts as synced and empty.
 """
 
 from __future__ import annotations
@@ -125,7 +125,10 @@ class Informer:
                     rv = self.handle(event) or rv
                     if stop.is_set():
                         return
-                backoff = 0.5  # the server closed the watch at its timeout: resume from rv
+                # The server closed the watch at its timeout: resume from rv. It served us, so a 403
+                # from an earlier watch no longer holds.
+                backoff = 0.5
+                self.forbidden = False
             except ApiError as e:
                 if e.status == 410:
                     log.info("watch of %s: resourceVersion too old, listing again", self.res.plural)
