@@ -5,9 +5,10 @@ Contract with the backends: before it sends SIGTERM, a backend may write
 by ``GANGRUN_STOP_FILE``. If the file is absent or unreadable, the cause is None and the deadline is
 now + ``GANGRUN_GRACE_PERIOD`` seconds (default 30).
 
-The signal handler only records the notice and wakes the ``gangrun-stop`` thread: no I/O, no locks,
-no saving in a handler (a handler interrupts the main thread anywhere, even inside a lock the save
-needs; Lightning#21406). The stop thread runs the `on_stop` hooks, then decides how the process ends:
+The signal handler only reads the stop file, records the notice and starts the ``gangrun-stop``
+thread: no saving and no lock a save may hold (a handler interrupts the main thread anywhere, even
+inside a lock the save needs; Lightning#21406). The stop thread runs the `on_stop` hooks, then
+decides how the process ends:
 
 - The program *listens* (it registered a hook or has read ``stop_requested``): it is trusted to save
   and exit on its own. If it is still running shortly before the deadline, the in-flight saves are
@@ -95,12 +96,10 @@ class _StopState:
         self.previous: object = None
         self.env: Mapping[str, str] = os.environ
         self.exit: Callable[[int], object] = os._exit  # a test seam; os._exit skips nothing we need
-        self._wake = threading.Event()
         self._hook_lock = threading.Lock()
         self._called: list[Callable[[StopNotice], object]] = []
-        self._thread: threading.Thread | None = None
 
-    # --- signal side: record and wake, nothing else ---
+    # --- signal side: record and start the stop thread, nothing else ---
     def handle(self, signum: int, frame: object) -> None:
         first = self.notice is None
         if first:
@@ -113,8 +112,7 @@ class _StopState:
         finally:
             # Started after the previous handler ran, so the stop thread cannot end the process first.
             if first:
-                self._thread = threading.Thread(target=self._stop_thread, name="gangrun-stop", daemon=True)
-                self._thread.start()
+                threading.Thread(target=self._stop_thread, name="gangrun-stop", daemon=True).start()
 
     # --- stop thread: hooks, flush, end ---
     def _stop_thread(self) -> None:
@@ -128,7 +126,7 @@ class _StopState:
         if self.listening:  # checked again: the loop may have looked at the flag during the flush
             # Leave a margin before the deadline to flush and exit ahead of the SIGKILL.
             margin = min(2.0, 0.1 * max(0.0, notice.deadline - notice.received_at))
-            self._wake.wait(max(0.0, notice.deadline - margin - time.time()))
+            time.sleep(max(0.0, notice.deadline - margin - time.time()))
             say("gangrun: still running at the stop deadline; flushing checkpoints and exiting")
             self._flush(notice)
         _flush_stdio()
