@@ -57,7 +57,12 @@ class Daemon:
     def _spawn(self, g: GangTwin, w: Worker, launch: Launch, env: dict[str, str]) -> tuple[int, int]:
         logfile = Path(launch.logs) / f"restart-{g.restarts}" / f"rank-{w.rank}.log"
         p = launcher.spawn(launch.argv, env=env, cwd=launch.cwd, log=logfile)
-        fd = os.pidfd_open(p.pid)
+        try:
+            fd = os.pidfd_open(p.pid)  # EMFILE is possible: then nobody would ever see this worker exit
+        except OSError:
+            launcher.signal_group(p.pid, signal.SIGKILL)  # the gang treats a raise as "nothing started"
+            p.wait()
+            raise
         self.sel.register(fd, selectors.EVENT_READ, ("exit", g.task, g.attempt, w.rank, p, fd))
         rec = self.ctl.tasks.get(g.task)
         if rec is not None:

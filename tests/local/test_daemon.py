@@ -1,0 +1,45 @@
+"""The daemon's process bookkeeping, without a socket or a loop."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from gangrun._backends.local import launcher
+from gangrun._backends.local.config import Paths
+from gangrun._backends.local.daemon import Daemon
+from gangrun._backends.local.gang import GangTwin, Launch
+
+
+def test_a_worker_the_daemon_cannot_watch_is_killed_not_left_running(tmp_path: Path, monkeypatch) -> None:
+    paths = Paths(tmp_path / "home")
+    paths.ensure()
+    daemon = Daemon(paths)
+    started = []
+
+    def spawn(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        p = launcher_spawn(*args, **kwargs)
+        started.append(p)
+        return p
+
+    def no_pidfd(pid: int) -> int:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    launcher_spawn = launcher.spawn
+    monkeypatch.setattr(launcher, "spawn", spawn)
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    g = GangTwin(task="train", attempt=1, nodes=1, nproc=1)
+    launch = Launch(argv=["sleep", "300"], cwd=str(tmp_path), env=dict(os.environ), logs=paths.logs("train", 1),
+                    max_restarts=0, grace=1.0)
+    with pytest.raises(OSError, match="Too many open files"):
+        daemon._spawn(g, g.workers[0], launch, dict(os.environ))
+    (p,) = started
+    left = p.poll() is None
+    if left:
+        p.kill()
+        p.wait()
+    assert not left, "the worker outlived a spawn that reported failure"
+    daemon.store.close()
