@@ -238,6 +238,17 @@ def test_a_spec_no_jobset_can_be_rendered_from_fails_the_task_instead_of_raising
     assert kinds(actions) == []
 
 
+def test_a_task_being_deleted_creates_no_new_attempt_while_its_jobsets_are_collected() -> None:
+    # `kubectl delete --cascade=foreground`: the task stays, with a deletionTimestamp, until the garbage
+    # collector has deleted its JobSets. A JobSet gone now is that deletion, not a lost gang to replace.
+    task = Task()
+    running(task)
+    task.obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    status, actions = task.step(None, t=60)
+    assert status is None and actions == []
+    assert task.status["attempt"] == 1 and task.status["systemRetriesUsed"] == 0
+
+
 def test_max_runtime_deadline_is_a_timer_not_a_poll() -> None:
     task = Task(maxRuntime="1h")
     running(task, t=10)

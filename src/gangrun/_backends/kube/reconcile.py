@@ -99,6 +99,10 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     Returns the new `.status` (None when nothing changed) and the actions to take after writing it.
     """
     meta = task.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        # Deleted in the foreground: the garbage collector is removing its JobSets, which must not
+        # read as lost gangs to replace. The task and its status go when they are gone.
+        return None, []
     name = meta.get("name", "")
     before = load_state(task, now=now)
     try:
