@@ -66,11 +66,6 @@ class BackgroundWriter:
         self._lock = threading.Lock()
         _WRITERS.add(self)
 
-    @property
-    def busy(self) -> bool:
-        t = self._thread
-        return t is not None and t.is_alive()
-
     def submit(self, job: Callable[[], None]) -> None:
         """Run `job` in the background once the previous job has finished (raising its error)."""
         with self._lock:
