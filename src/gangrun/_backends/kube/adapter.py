@@ -103,6 +103,12 @@ def labels(obj: Any) -> dict[str, str]:
     return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(raw, dict) else {}
 
 
+def resource_version(obj: Any) -> int | None:
+    """`metadata.resourceVersion` as the etcd revision it is, or None when it is not a number."""
+    v = _get(obj, "metadata", "resourceVersion")
+    return int(v) if isinstance(v, str) and v.isdigit() else None
+
+
 def attempt_of(obj: Any) -> int | None:
     """The gangrun attempt a JobSet or pod belongs to, from its label; None when absent or bad."""
     v = labels(obj).get(crd.ATTEMPT_LABEL, "")

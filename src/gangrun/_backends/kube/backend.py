@@ -82,11 +82,8 @@ class KubeBackend:
             items = self.api.list(EVENTS, self.namespace, field_selector=selector).get("items") or []
         except ApiError as e:
             raise self._explain(e, "read the events of") from None
-        def order(i: dict[str, Any]) -> int:  # creation order breaks ties between events of the same instant
-            rv = str((i.get("metadata") or {}).get("resourceVersion", ""))
-            return int(rv) if rv.isdigit() else 0
-
-        pairs = [(ev, order(i)) for i in items if (ev := events.from_k8s(i))]
+        # Creation order (the resourceVersion) breaks ties between events of the same instant.
+        pairs = [(ev, adapter.resource_version(i) or 0) for i in items if (ev := events.from_k8s(i))]
         return [ev for ev, _ in sorted(pairs, key=lambda p: (p[0].time, p[1]))]
 
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from gangrun._backends.kube.adapter import resource_version
 from gangrun._backends.kube.client import KubeApi, Resource
 from gangrun._errors import ApiError
 
@@ -27,11 +28,6 @@ Key = tuple[str, str]  # (namespace, name)
 def key_of(obj: dict[str, Any]) -> Key:
     md = obj.get("metadata") or {}
     return md.get("namespace") or "", md.get("name") or ""
-
-
-def _rv(obj: dict[str, Any]) -> int | None:
-    v = (obj.get("metadata") or {}).get("resourceVersion")
-    return int(v) if isinstance(v, str) and v.isdigit() else None
 
 
 class Informer:
@@ -66,7 +62,8 @@ class Informer:
         key = key_of(obj)
         with self._lock:
             old = self._cache.get(key)
-            if old is not None and _rv(old) is not None and _rv(obj) is not None and _rv(obj) < _rv(old):
+            old_rv, new_rv = resource_version(old), resource_version(obj)
+            if old_rv is not None and new_rv is not None and new_rv < old_rv:
                 return False
             self._cache[key] = obj
             return True
