@@ -76,8 +76,7 @@ class Controller:
         if pc not in cfg.priority_classes:
             known = ", ".join(f"{k} ({v})" for k, v in sorted(cfg.priority_classes.items(), key=lambda kv: kv[1]))
             raise UsageError(f'spec.priorityClass: unknown priority class "{pc}"; known: {known}')
-        per = admission.Resources(cpu=spec.resources.cpu, memory=spec.resources.memory, gpu=spec.resources.gpu)
-        need = per.scaled(spec.nodes)
+        per, need = reconcile.gang_request(spec)
         too_big = need.first_exceeding(cfg.quota)
         if too_big is not None:
             raise UsageError(f"spec.resources.{too_big}: the gang needs {getattr(need, too_big)} {too_big} "

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from gangrun._backends.local.admission import Resources
 from gangrun._backends.local.config import Config, Paths
 from gangrun._backends.local.gang import DELETE, GangTwin, Launch, Spawn
 from gangrun._backends.local.store import Store
@@ -27,6 +28,7 @@ from gangrun._core.conditions import TRUE, Condition
 from gangrun._core.engine import Action, ActionKind, decide
 from gangrun._core.observation import observed
 from gangrun._core.phases import Phase
+from gangrun._core.spec import TaskSpec
 from gangrun._core.timeline import Event, EventType, transition_events
 
 
@@ -73,17 +75,20 @@ def notice_writer(rec: TaskRecord, paths: Paths, cause: str, message: str) -> Ca
     return write
 
 
-def new_twins(rec: TaskRecord, config: Config, attempt: int) -> tuple[GangTwin, WorkloadTwin]:
-    from gangrun._backends.local.admission import Resources
-
-    spec = rec.spec
+def gang_request(spec: TaskSpec) -> tuple[Resources, Resources]:
+    """(per node, whole gang): what submit checks against the quota is what the Workload asks for."""
     per_node = Resources(cpu=spec.resources.cpu, memory=spec.resources.memory, gpu=spec.resources.gpu)
+    return per_node, per_node.scaled(spec.nodes)
+
+
+def new_twins(rec: TaskRecord, config: Config, attempt: int) -> tuple[GangTwin, WorkloadTwin]:
+    spec = rec.spec
     gang = GangTwin(task=rec.name, attempt=attempt, nodes=spec.nodes, nproc=spec.nproc_per_node)
     gang.conditions.append(Condition(type=jobset.SUSPENDED, status=TRUE, reason=jobset.SUSPENDED_JOBS,
                                      message=jobset.MSG_SUSPENDED))
     pc = spec.priority_class or config.default_priority_class
     wl = WorkloadTwin(task=rec.name, attempt=attempt, queue=spec.queue, priority=config.priority_of(pc),
-                      priority_class=pc, resources=per_node.scaled(spec.nodes).for_json(), order=rec.seq)
+                      priority_class=pc, resources=gang_request(spec)[1].for_json(), order=rec.seq)
     return gang, wl
 
 
