@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import pytest
@@ -104,6 +107,27 @@ class Cluster:
         js["status"]["conditions"] = [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
                                        "message": "jobset completed successfully"}]
         self.api.put(JOBSETS, js)
+
+
+@contextmanager
+def running(inf: Informer) -> Iterator[None]:
+    """The informer's list-and-watch loop on a thread, for the body of the `with`."""
+    stop = threading.Event()
+    thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def eventually(predicate: Callable[[], bool], *, tries: int = 200) -> None:
+    """Poll `predicate` every 10ms until it holds or `tries` run out; the caller asserts."""
+    for _ in range(tries):
+        if predicate():
+            return
+        time.sleep(0.01)
 
 
 def test_submit_then_controller_creates_one_suspended_jobset_and_writes_status() -> None:
@@ -296,18 +320,11 @@ def test_informer_relists_after_410_gone_and_misses_nothing() -> None:
     seen: list[str] = []
     inf = Informer(api, TASKS, namespace=None, on_change=lambda o: seen.append(o["metadata"]["name"]))
     api.put(TASKS, {"metadata": {"name": "a", "namespace": "ml"}})
-    stop = threading.Event()
-    thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
-    thread.start()
-    assert inf.synced.wait(5)
-    api.compact()  # the informer's resourceVersion is now too old
-    api.put(TASKS, {"metadata": {"name": "b", "namespace": "ml"}})
-    for _ in range(200):
-        if inf.get(("ml", "b")) is not None and inf.relists >= 2:
-            break
-        stop.wait(0.01)
-    stop.set()
-    thread.join(5)
+    with running(inf):
+        assert inf.synced.wait(5)
+        api.compact()  # the informer's resourceVersion is now too old
+        api.put(TASKS, {"metadata": {"name": "b", "namespace": "ml"}})
+        eventually(lambda: inf.get(("ml", "b")) is not None and inf.relists >= 2)
     assert inf.get(("ml", "b")) is not None and inf.relists >= 2
     assert "b" in seen
 
@@ -339,29 +356,14 @@ def test_a_missing_kueue_crd_does_not_keep_the_informers_from_syncing() -> None:
     api = FakeApi()
     api.fail("list", "workloads", 404, times=1000)
     inf = Informer(api, WORKLOADS, namespace=None, max_backoff=0.01)
-    stop = threading.Event()
-    thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with running(inf):
         assert inf.synced.wait(5) and not inf.forbidden and inf.items() == []
-    finally:
-        stop.set()
-        thread.join(5)
 
 
 def test_an_informer_whose_watch_was_forbidden_for_a_while_stops_reporting_forbidden() -> None:
     api = FakeApi()
     api.fail("watch", "workloads", 403, times=2)  # e.g. RBAC granted list, and watch only a moment later
     inf = Informer(api, WORKLOADS, namespace=None, max_backoff=0.01)
-    stop = threading.Event()
-    thread = threading.Thread(target=inf.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        for _ in range(500):
-            if sum(1 for call in api.calls if call[0] == "watch") >= 4:
-                break
-            stop.wait(0.01)
+    with running(inf):
+        eventually(lambda: sum(1 for call in api.calls if call[0] == "watch") >= 4, tries=500)
         assert not inf.forbidden and inf.relists == 1
-    finally:
-        stop.set()
-        thread.join(5)
