@@ -73,6 +73,24 @@ def test_b2_next_save_waits_for_previous_and_raises_its_failure(tmp_path) -> Non
     assert ckpt.wait() is True
 
 
+def test_b2_writer_thread_that_cannot_start_fails_that_save_only(tmp_path, monkeypatch) -> None:
+    # e.g. "can't start new thread" (thread limit, interpreter shutdown): that save fails, the
+    # checkpoint stays usable.
+    class Unstartable(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1)
+    monkeypatch.setattr(writer.threading, "Thread", Unstartable)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        ckpt.save(b"x", blocking=False)
+    monkeypatch.undo()
+    assert writer.ACTIVE.count == 0 and ckpt.wait() is True
+    ckpt.save(b"y", step=2, blocking=False)
+    assert ckpt.wait() is True
+    assert Checkpoint.for_path(str(tmp_path / "ck"), attempt=1).load().read_bytes() == b"y"
+
+
 def test_b2_blocking_save_failure_raises_commit_failed(tmp_path) -> None:
     ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1)
     _failing_storage(ckpt)

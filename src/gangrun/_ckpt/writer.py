@@ -71,12 +71,13 @@ class BackgroundWriter:
         with self._lock:
             self.wait()
             ACTIVE.enter()
-            self._thread = threading.Thread(target=self._run, args=(job,), name="gangrun-ckpt-writer", daemon=True)
+            thread = threading.Thread(target=self._run, args=(job,), name="gangrun-ckpt-writer", daemon=True)
             try:
-                self._thread.start()
+                thread.start()
             except BaseException:
                 ACTIVE.exit()
                 raise
+            self._thread = thread  # only a started thread: wait() joins it
 
     def _run(self, job: Callable[[], None]) -> None:
         try:
