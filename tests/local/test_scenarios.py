@@ -170,9 +170,7 @@ def test_daemon_sigkill_mid_run_loses_and_duplicates_nothing(backend: LocalBacke
     running = wait_for(backend, "train", checkpointed(3))
     pids = [w["pid"] for w in running["gang"]["workers"]]
     os.kill(backend.status()["pid"], signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_gone(pids)
     assert not any(_alive(p) for p in pids), "workers outlived their daemon"
     stale = backend.get("train")  # read from the store while no daemon runs
     assert stale["attempt"] == 1
@@ -226,6 +224,12 @@ def _alive(pid: int) -> bool:
     return stat.split(")")[-1].split()[0] != "Z"
 
 
+def _wait_gone(pids: list[int], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_what_workers_forked_dies_too_after_a_daemon_crash(backend: LocalBackend, manifest) -> None:
     # The worker leaves a grandchild in its process group: PR_SET_PDEATHSIG does not reach it, the next
     # daemon kills it from the recorded group (the autouse fixture fails the test if it survives).
@@ -236,8 +240,9 @@ def test_what_workers_forked_dies_too_after_a_daemon_crash(backend: LocalBackend
     cmd = ["/bin/sh", "-c", f"sleep 300 & exec {sys.executable} {WORKER}"]
     backend.submit(manifest("train", steps=10, command=cmd))
     wait_for(backend, "train", checkpointed(2))
-    os.kill(backend.status()["pid"], signal.SIGKILL)
-    time.sleep(0.5)
+    daemon = backend.status()["pid"]
+    os.kill(daemon, signal.SIGKILL)
+    _wait_gone([daemon])  # its lock is free: the next daemon can take the home
     backend.up()
     wait_for(backend, "train", phase("Succeeded"))
 
