@@ -129,6 +129,30 @@ def test_b3_loop_that_listens_but_never_stops_is_ended_before_the_deadline(tmp_p
     assert 3.0 <= elapsed < 4.0 + 0.5, elapsed
 
 
+def test_b3_hook_that_calls_sys_exit_does_not_cancel_the_exit_at_the_deadline(tmp_path) -> None:
+    # sys.exit() in a hook ends only the gangrun-stop thread that runs it; the flush and the exit
+    # before the SIGKILL must still happen.
+    proc = _start(
+        """
+        import sys, time, gangrun
+        ctx = gangrun.context()
+        ctx.on_stop(lambda n: sys.exit(0))
+        print("ready", flush=True)
+        while True:
+            time.sleep(0.01)
+        """,
+        _gang_env(tmp_path, GANGRUN_GRACE_PERIOD="2"),
+    )
+    try:
+        code, _, err, _ = _stop(proc, timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("the worker was still running long after the stop deadline")
+    assert code == notice.EXIT_STATUS, err
+    assert "still running at the stop deadline" in err
+
+
 def test_b3_previous_sigterm_handler_is_still_called(tmp_path) -> None:
     proc = _start(
         """

@@ -120,7 +120,10 @@ class _StopState:
         assert notice is not None
         say(f"gangrun: stop requested (cause {notice.cause or 'unknown'}; {notice.seconds_left:.1f}s left)")
         for hook in list(self.hooks):
-            self.call_hook(hook)
+            try:
+                self.call_hook(hook)
+            except BaseException as e:  # SystemExit: it would end this thread, and with it the flush and the exit
+                log.error("gangrun: on_stop hook %r raised %r; the process still ends at the stop deadline", hook, e)
         if not self.listening:
             self._flush(notice)
         if self.listening:  # checked again: the loop may have looked at the flag during the flush
