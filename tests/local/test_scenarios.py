@@ -265,3 +265,12 @@ def test_logs_of_attempt_0_is_refused_not_taken_for_the_current_one(backend: Loc
     wait_for(backend, "train", phase("Succeeded"))
     with pytest.raises(UsageError, match=r"has attempts 1\.\.1, not 0"):
         list(backend.logs("train", attempt=0))
+
+
+def test_a_bad_quota_is_refused_naming_the_flag_and_changes_nothing(backend: LocalBackend) -> None:
+    before = backend.status()["quota"]
+    with pytest.raises(UsageError, match=r"--cpu: expected a quantity like 2, 500m or 4Gi, got 'abc'"):
+        backend.up(cpu="abc")
+    with pytest.raises(UsageError, match=r"--gpu: a quantity cannot be negative"):
+        backend.up(gpu=-2)
+    assert backend.status()["quota"] == before

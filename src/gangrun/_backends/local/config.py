@@ -27,6 +27,7 @@ from typing import Any
 
 from gangrun._backends.local.admission import Resources
 from gangrun._core.units import parse_quantity
+from gangrun._errors import UsageError
 
 CLUSTER_QUEUE = "local"
 NAMESPACE = "local"
@@ -112,10 +113,10 @@ class Config:
         return self.priority_classes[priority_class or self.default_priority_class]
 
     def with_quota(self, *, cpu: str | None, memory: str | None, gpu: int | None) -> Config:
+        """The quota changed where a value is given. Raises UsageError naming the `local up` flag."""
         q = self.quota
-        new = Resources(cpu=parse_quantity(cpu) if cpu is not None else q.cpu,
-                        memory=parse_quantity(memory) if memory is not None else q.memory,
-                        gpu=Decimal(gpu) if gpu is not None else q.gpu)
+        new = Resources(cpu=_quota_value("cpu", cpu, q.cpu), memory=_quota_value("memory", memory, q.memory),
+                        gpu=_quota_value("gpu", gpu, q.gpu))
         return replace(self, quota=new)
 
     def for_json(self) -> dict[str, Any]:
@@ -133,3 +134,12 @@ class Config:
     @classmethod
     def default(cls) -> Config:
         return cls(quota=machine_quota())
+
+
+def _quota_value(name: str, value: str | int | None, current: Decimal) -> Decimal:
+    if value is None:
+        return current
+    try:
+        return parse_quantity(value)
+    except ValueError as e:  # negative or not a quantity: the user's mistake, said with the flag's name
+        raise UsageError(f"--{name}: {e}") from None
