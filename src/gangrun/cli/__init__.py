@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--health-port", type=int, default=8081)
     sp.add_argument("--leader-election", action=argparse.BooleanOptionalAction, default=True)
     sp.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gangrun-system"))
-    sp.add_argument("--identity", default=None, help="leader election identity (default: hostname and pid)")
+    sp.add_argument("--identity", default=None, help="leader election identity (default: the hostname and a random suffix)")
     sp.add_argument("--all-namespaces", action="store_true", help="watch every namespace (default: --namespace or all)")
     sp.add_argument("--workers", type=int, default=8, help="reconciles run at once (default 8)")
 
