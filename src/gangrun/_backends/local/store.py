@@ -100,11 +100,6 @@ class Store:
         cur = self.db.execute("SELECT name, seq, spec, state, workload, gang, acct FROM tasks ORDER BY seq")
         return [_row(r) for r in cur.fetchall()]
 
-    def row(self, name: str) -> Row | None:
-        r = self.db.execute("SELECT name, seq, spec, state, workload, gang, acct FROM tasks WHERE name=?",
-                            (name,)).fetchone()
-        return _row(r) if r else None
-
     # -- events ----------------------------------------------------------------------------------------
 
     @staticmethod
