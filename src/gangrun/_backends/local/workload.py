@@ -87,7 +87,7 @@ class WorkloadTwin:
             if old is not None and old.is_true:
                 self._set(type_, FALSE, kueue.QUOTA_RESERVED_REASON, kueue.previously(old.message), now)
         self._set(kueue.QUOTA_RESERVED, TRUE, kueue.QUOTA_RESERVED_REASON,
-                  kueue.quota_reserved_message(_cq()), now)
+                  kueue.quota_reserved_message(CLUSTER_QUEUE), now)
         self._set(kueue.ADMITTED, TRUE, kueue.ADMITTED, kueue.MSG_ADMITTED, now)
         self.preempted_by = ""
         return True
@@ -195,13 +195,9 @@ class WorkloadTwin:
     def summary(self) -> dict[str, Any]:
         """What `get` shows of it: name, admitted/active, and the conditions Kueue-style."""
         admitted = find_condition(self.conditions, kueue.ADMITTED)
-        return {"name": self.name, "queue": self.queue, "clusterQueue": _cq(), "priority": self.priority,
+        return {"name": self.name, "queue": self.queue, "clusterQueue": CLUSTER_QUEUE, "priority": self.priority,
                 "active": self.active, "admitted": bool(admitted and admitted.is_true),
                 "conditions": [condition_json(c) for c in self.conditions]}
-
-
-def _cq() -> str:
-    return CLUSTER_QUEUE
 
 
 def condition_json(c: Condition) -> dict[str, Any]:
