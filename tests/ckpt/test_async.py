@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -107,6 +109,27 @@ def test_b2_snapshot_false_reads_the_source_in_the_background(tmp_path) -> None:
     ckpt.wait()
     assert (src / "m.bin").exists(), "the caller's data is never moved or deleted"
     assert (Checkpoint.for_path(str(tmp_path / "ck"), attempt=1).load() / "m.bin").read_bytes() == b"m" * 1000
+
+
+def test_b2_save_started_by_a_thread_that_outlives_main_is_flushed_at_exit(tmp_path) -> None:
+    # The main thread returns first; the training thread it left running saves in the background
+    # and ends. Interpreter exit joins that thread, then must still wait for its save.
+    src = tmp_path / "state"
+    src.mkdir()
+    for i in range(8):
+        (src / f"shard-{i}.bin").write_bytes(os.urandom(1 << 20))
+    script = f"""
+import threading, time, gangrun
+def train():
+    time.sleep(0.2)
+    gangrun.Checkpoint.for_path({str(tmp_path / "ck")!r}, attempt=1).save({str(src)!r}, step=4, blocking=False)
+threading.Thread(target=train).start()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1, cache_dir=tmp_path / "cache")
+    ckpt.load()
+    assert ckpt.loaded_step == 4, done.stderr
 
 
 def test_b5_commit_appends_one_event_line(tmp_path) -> None:

@@ -119,9 +119,13 @@ def _flush_at_exit() -> None:
             log.error("gangrun: a background checkpoint save failed and was never waited for: %r", w._error)
 
 
-# Flushed before every atexit handler, not among them: handlers registered after this module was
-# imported run first (atexit is last-in, first-out), and some take away what a save in flight still
-# needs: the process cache holding an object store's staged snapshot (checkpoint/__init__.py), the
-# HTTP sessions of s3fs (closed by weakref.finalize at exit). threading's exit hooks run before any
-# of them, while daemon threads still run; concurrent.futures keeps its workers alive the same way.
-getattr(threading, "_register_atexit", atexit.register)(_flush_at_exit)
+# Flushed before every atexit handler, not only among them: handlers registered after this module
+# was imported run first (atexit is last-in, first-out), and some take away what a save in flight
+# still needs: the process cache holding an object store's staged snapshot (checkpoint/__init__.py),
+# the HTTP sessions of s3fs (closed by weakref.finalize at exit). threading's exit hooks run before
+# any of them, while daemon threads still run; concurrent.futures keeps its workers alive the same
+# way. They run before non-daemon threads are joined, though, so atexit flushes again for the saves
+# such a thread started after the main thread returned (a no-op when nothing is in flight).
+if hasattr(threading, "_register_atexit"):
+    threading._register_atexit(_flush_at_exit)
+atexit.register(_flush_at_exit)
