@@ -78,10 +78,6 @@ class Plan:
     preempt: tuple[tuple[str, str], ...] = ()  # (victim, preemptor)
     waiting: tuple[str, ...] = ()  # preemptors whose victims are still stopping
 
-    @property
-    def empty(self) -> bool:
-        return not self.admit and not self.preempt
-
 
 def plan(quota: Resources, admitted: list[Request], pending: list[Request]) -> Plan:
     """Admissions and preemptions for one scheduling cycle. Pure; see the module docstring."""
