@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -87,6 +88,12 @@ def socket_path(home: Path) -> Path:
         return p
     short = Path(tempfile.gettempdir()) / f"gangrun-{os.getuid()}"
     short.mkdir(mode=0o700, exist_ok=True)
+    st = short.lstat()  # the temp dir is shared: someone may have planted this name before us
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise UsageError(f"{short} is not a private directory of this user (it holds the socket of a home whose "
+                         f"path is too long for one); remove it, or use a shorter GANGRUN_HOME")
+    if st.st_mode & 0o077:
+        os.chmod(short, 0o700)
     return short / (hashlib.sha1(str(p).encode()).hexdigest()[:16] + ".sock")
 
 
