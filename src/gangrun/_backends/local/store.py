@@ -55,7 +55,9 @@ class Store:
     def __init__(self, path: Path, *, readonly: bool = False) -> None:
         self.path = path
         if readonly:
-            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, timeout=10)
+            # as_uri() percent-encodes the path: a '#', '?' or '%' in the home stays part of the file name
+            self.db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                                      timeout=10)
         else:
             self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
             self.db.execute("PRAGMA journal_mode=WAL")
