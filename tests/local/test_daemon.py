@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 from pathlib import Path
 
@@ -43,3 +44,19 @@ def test_a_worker_the_daemon_cannot_watch_is_killed_not_left_running(tmp_path: P
         p.wait()
     assert not left, "the worker outlived a spawn that reported failure"
     daemon.store.close()
+
+
+def test_a_failing_reconcile_does_not_fail_every_request(tmp_path: Path, monkeypatch) -> None:
+    paths = Paths(tmp_path / "home")
+    paths.ensure()
+    daemon = Daemon(paths)
+
+    def broken_tick(now: float) -> None:
+        raise RuntimeError("a bug in one reconcile")
+
+    monkeypatch.setattr(daemon.ctl, "tick", broken_tick)
+    try:
+        assert json.loads(daemon._handle(None, "list", {})) == {"ok": True, "result": []}
+        assert json.loads(daemon._handle(None, "status", {}))["result"]["running"] is True
+    finally:
+        daemon.store.close()
