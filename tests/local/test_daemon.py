@@ -1,10 +1,11 @@
-"""The daemon's process bookkeeping, without a socket or a loop."""
+"""The daemon's process bookkeeping and request handling, without a socket or a loop."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,17 @@ from gangrun._backends.local.daemon import Daemon
 from gangrun._backends.local.gang import GangTwin, Launch
 
 
-def test_a_worker_the_daemon_cannot_watch_is_killed_not_left_running(tmp_path: Path, monkeypatch) -> None:
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
     paths = Paths(tmp_path / "home")
     paths.ensure()
-    daemon = Daemon(paths)
+    d = Daemon(paths)
+    yield d
+    d.store.close()
+
+
+def test_a_worker_the_daemon_cannot_watch_is_killed_not_left_running(daemon: Daemon, tmp_path: Path,
+                                                                      monkeypatch) -> None:
     started = []
 
     def spawn(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -33,8 +41,8 @@ def test_a_worker_the_daemon_cannot_watch_is_killed_not_left_running(tmp_path: P
     monkeypatch.setattr(launcher, "spawn", spawn)
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     g = GangTwin(task="train", attempt=1, nodes=1, nproc=1)
-    launch = Launch(argv=["sleep", "300"], cwd=str(tmp_path), env=dict(os.environ), logs=paths.logs("train", 1),
-                    max_restarts=0, grace=1.0)
+    launch = Launch(argv=["sleep", "300"], cwd=str(tmp_path), env=dict(os.environ),
+                    logs=daemon.paths.logs("train", 1), max_restarts=0, grace=1.0)
     with pytest.raises(OSError, match="Too many open files"):
         daemon._spawn(g, g.workers[0], launch, dict(os.environ))
     (p,) = started
@@ -43,20 +51,12 @@ def test_a_worker_the_daemon_cannot_watch_is_killed_not_left_running(tmp_path: P
         p.kill()
         p.wait()
     assert not left, "the worker outlived a spawn that reported failure"
-    daemon.store.close()
 
 
-def test_a_failing_reconcile_does_not_fail_every_request(tmp_path: Path, monkeypatch) -> None:
-    paths = Paths(tmp_path / "home")
-    paths.ensure()
-    daemon = Daemon(paths)
-
+def test_a_failing_reconcile_does_not_fail_every_request(daemon: Daemon, monkeypatch) -> None:
     def broken_tick(now: float) -> None:
         raise RuntimeError("a bug in one reconcile")
 
     monkeypatch.setattr(daemon.ctl, "tick", broken_tick)
-    try:
-        assert json.loads(daemon._handle(None, "list", {})) == {"ok": True, "result": []}
-        assert json.loads(daemon._handle(None, "status", {}))["result"]["running"] is True
-    finally:
-        daemon.store.close()
+    assert json.loads(daemon._handle(None, "list", {})) == {"ok": True, "result": []}
+    assert json.loads(daemon._handle(None, "status", {}))["result"]["running"] is True
