@@ -50,3 +50,12 @@ def test_s1_bad_manifest_is_one_line_without_traceback(tmp_path, text, message):
 def test_missing_file_is_a_clear_error(capsys):
     assert main(["validate", "does-not-exist.yaml"]) == 2
     assert "does-not-exist.yaml: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["logs", "t", "--attempt", "0"], ["logs", "t", "--rank", "-1"],
+                                  ["render", "t.yaml", "--attempt", "0"], ["controller", "--workers", "0"]])
+def test_out_of_range_numbers_are_refused_naming_the_flag(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert "must be >=" in capsys.readouterr().err

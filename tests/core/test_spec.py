@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -110,3 +111,13 @@ def test_format_bytes():
 
     assert (format_bytes(2**31), format_bytes("1610612736"), format_bytes(512), format_bytes(0)) == (
         "2Gi", "1.5Gi", "512", "0")
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"command": ["echo", "a\0b"]}, "spec.command[1]"),
+    ({"env": {"A": "x\0y"}}, "spec.env.A"),
+    ({"workingDir": "/tmp\0x"}, "spec.workingDir"),
+])
+def test_s1_a_nul_byte_is_refused_naming_the_field(spec, field):
+    with pytest.raises(SpecError, match=rf"^{re.escape(field)}: contains a NUL byte"):
+        parse_manifest(manifest(**spec))

@@ -278,8 +278,8 @@ def test_a_bad_quota_is_refused_naming_the_flag_and_changes_nothing(backend: Loc
 
 def test_a_nul_byte_in_command_or_env_is_refused_at_submit_naming_the_field(backend: LocalBackend,
                                                                             manifest) -> None:
-    with pytest.raises(UsageError, match=r"spec\.env\.BAD: contains a NUL byte"):
+    with pytest.raises(SpecError, match=r"spec\.env\.BAD: contains a NUL byte"):
         backend.submit(manifest("train", env={"BAD": "a\0b"}))
-    with pytest.raises(UsageError, match=r"spec\.command\[1\]: contains a NUL byte"):
+    with pytest.raises(SpecError, match=r"spec\.command\[1\]: contains a NUL byte"):
         backend.submit(manifest("train", command=["/bin/echo", "a\0b"]))
     assert backend.list() == []

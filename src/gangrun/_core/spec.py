@@ -133,7 +133,7 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
         nodes=_int(spec, "nodes", "spec.nodes", minimum=1, required=True),
         nproc_per_node=_int(spec, "nprocPerNode", "spec.nprocPerNode", minimum=1, default=1),
         command=_command(spec.get("command"), "spec.command"),
-        working_dir=_str(spec, "workingDir", "spec.workingDir", default="."),
+        working_dir=_path(spec, "workingDir", "spec.workingDir", default="."),
         env=_env(spec.get("env", {}), "spec.env"),
         image=_str(spec, "image", "spec.image", default=""),
         resources=_resources(spec.get("resources", {}), "spec.resources"),
@@ -221,6 +221,12 @@ def _str(doc: dict, key: str, path: str, *, default: str) -> str:
     return v
 
 
+def _path(doc: dict, key: str, path: str, *, default: str) -> str:
+    v = _str(doc, key, path, default=default)
+    _no_nul(v, path)
+    return v
+
+
 def _duration(doc: dict, key: str, path: str, *, default: timedelta | None, positive: bool = False) -> timedelta | None:
     if doc.get(key) is None:
         return default
@@ -243,7 +249,14 @@ def _command(v: Any, path: str) -> tuple[str, ...]:
     for i, arg in enumerate(v):
         if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
             raise SpecError(f"{path}[{i}]", f"must be a string, got {_kind(arg)}")
+        _no_nul(str(arg), f"{path}[{i}]")
     return tuple(str(a) for a in v)
+
+
+def _no_nul(text: str, path: str) -> None:
+    """No process argument, variable or path can hold a NUL byte (YAML can spell one as "\\0")."""
+    if "\0" in text:
+        raise SpecError(path, "contains a NUL byte, which no process argument, variable or path can hold")
 
 
 def _env(v: Any, path: str) -> dict[str, str]:
@@ -260,6 +273,7 @@ def _env(v: Any, path: str) -> dict[str, str]:
         if isinstance(val, (dict, list)) or val is None:
             raise SpecError(f"{path}.{k}", f"must be a string, got {_kind(val)}")
         out[k] = str(val).lower() if isinstance(val, bool) else str(val)
+        _no_nul(out[k], f"{path}.{k}")
     return out
 
 

@@ -46,14 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new events until the task ends")
     sp = cmd("logs", commands.logs, "worker output", json_out=False)
     sp.add_argument("name")
-    sp.add_argument("--rank", type=int, default=None, help="only this global rank")
-    sp.add_argument("--attempt", type=int, default=None, help="this attempt (default: the current one)")
+    sp.add_argument("--rank", type=_at_least(0), default=None, help="only this global rank")
+    sp.add_argument("--attempt", type=_at_least(1), default=None, help="this attempt (default: the current one)")
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
     sp = cmd("cancel", commands.cancel, "stop the task (Aborted)")
     sp.add_argument("name")
     sp = cmd("render", commands.render, "print the JobSet an attempt would create on Kubernetes", json_out=False)
     sp.add_argument("file")
-    sp.add_argument("--attempt", type=int, default=1, help="attempt number (default 1)")
+    sp.add_argument("--attempt", type=_at_least(1), default=1, help="attempt number (default 1)")
     sp.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
     sp = cmd("controller", commands.controller, "run the Kubernetes controller", json_out=False)
     sp.add_argument("--metrics-port", type=int, default=8080)
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gangrun-system"))
     sp.add_argument("--identity", default=None, help="leader election identity (default: the hostname and a random suffix)")
     sp.add_argument("--all-namespaces", action="store_true", help="watch every namespace (default: --namespace or all)")
-    sp.add_argument("--workers", type=int, default=8, help="reconciles run at once (default 8)")
+    sp.add_argument("--workers", type=_at_least(1), default=8, help="reconciles run at once (default 8)")
 
     local = sub.add_parser("local", help="the local control plane", description="the local control plane",
                            parents=[common])
@@ -88,6 +88,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp = lcmd("activate", commands.local_activate, "set the task's workload active again")
     sp.add_argument("name")
     return p
+
+
+def _at_least(minimum: int):
+    """An argparse type for whole numbers >= `minimum`; argparse reports a bad value naming the flag."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def _backend_options(p: argparse.ArgumentParser, *, default: bool) -> None:

@@ -145,8 +145,6 @@ def cancel(args: argparse.Namespace) -> int:
 def render(args: argparse.Namespace) -> int:
     from gangrun._backends.kube import render_jobset
 
-    if args.attempt < 1:
-        raise UsageError(f"--attempt must be >= 1, got {args.attempt}")
     doc = render_jobset(load_manifest(args.file), attempt=args.attempt)
     if args.output == "json":
         output.emit_json(doc)
@@ -164,7 +162,7 @@ def controller(args: argparse.Namespace) -> int:
     return run_controller(kubeconfig=args.kubeconfig, namespace=namespace, metrics_port=args.metrics_port,
                           health_port=args.health_port, leader_election=args.leader_election,
                           lease_namespace=args.lease_namespace, identity=args.identity,
-                          workers=max(1, args.workers))
+                          workers=args.workers)
 
 
 # -- local ------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from gangrun._backends.local.store import Store
 from gangrun._backends.local.tasks import TaskRecord, utc, view
 from gangrun._core import kueue
 from gangrun._core.engine import cancel
-from gangrun._core.spec import TaskSpec, parse_manifest
+from gangrun._core.spec import parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
 from gangrun._errors import UsageError
@@ -65,7 +65,6 @@ class Controller:
 
     def submit(self, doc: dict[str, Any], now: float) -> str:
         spec = parse_manifest(doc["manifest"], source=doc.get("source", ""))
-        _refuse_nul_bytes(spec)
         if spec.name in self.tasks:
             raise UsageError(f'a task named "{spec.name}" already exists (phase {self.tasks[spec.name].state.phase}); '
                              "choose another metadata.name")
@@ -294,11 +293,3 @@ class Controller:
                             message="the local control plane stopped; the workers of this gang were stopped"))
             reconcile.persist(r, self.store)
 
-
-def _refuse_nul_bytes(spec: TaskSpec) -> None:
-    """A NUL byte cannot reach exec(): refused at submit, naming the field, not found by every start."""
-    fields = [(f"spec.command[{i}]", arg) for i, arg in enumerate(spec.command)]
-    fields += [(f"spec.env.{k}", f"{k}={v}") for k, v in spec.env.items()]
-    for where, text in fields:
-        if "\0" in text:
-            raise UsageError(f"{where}: contains a NUL byte, which no process argument or variable can hold")
