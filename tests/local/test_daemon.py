@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,3 +61,27 @@ def test_a_failing_reconcile_does_not_fail_every_request(daemon: Daemon, monkeyp
     monkeypatch.setattr(daemon.ctl, "tick", broken_tick)
     assert json.loads(daemon._handle(None, "list", {})) == {"ok": True, "result": []}
     assert json.loads(daemon._handle(None, "status", {}))["result"]["running"] is True
+
+
+def test_a_task_whose_reconcile_fails_does_not_stall_the_others(daemon: Daemon, tmp_path: Path,
+                                                                monkeypatch) -> None:
+    from gangrun._backends.local import reconcile
+
+    def doc(name: str) -> dict:
+        return {"manifest": {"apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": name},
+                             "spec": {"nodes": 1, "command": ["true"], "resources": {"cpu": "100m", "memory": "1Mi"}}},
+                "source": "", "cwd": str(tmp_path)}
+
+    real_step = reconcile.step
+
+    def step(rec, ctx, now):  # noqa: ANN001, ANN202
+        if rec.name == "bad":
+            raise RuntimeError("a bug in one task's reconcile")
+        return real_step(rec, ctx, now)
+
+    monkeypatch.setattr(reconcile, "step", step)
+    for name in ("bad", "good"):  # both pending in the same tick, the broken one first
+        daemon.ctl.submit(doc(name), time.time())
+    daemon.ctl.tick(time.time())
+    assert daemon.ctl.tasks["good"].state.phase.value not in ("Queued", "WaitingForResources")
+    assert daemon.ctl.tasks["bad"].state.phase.value == "Queued"

@@ -11,6 +11,7 @@ engine sees its gang gone and decides (a system retry; budgets and attempts come
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 from typing import Any
@@ -27,6 +28,8 @@ from gangrun._core.spec import parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
 from gangrun._errors import UsageError
+
+log = logging.getLogger(__name__)
 
 EVICT_REASONS = (kueue.EVICTED_BY_PREEMPTION, kueue.EVICTED_BY_PODS_READY_TIMEOUT, kueue.EVICTED_DUE_TO_NODE_FAILURES)
 CQ_PATH = f"/{CLUSTER_QUEUE}"
@@ -179,18 +182,25 @@ class Controller:
             if not todo:
                 return
             for name in todo:
-                reconcile.sync(self.tasks[name], self.ctx, now)
+                self._isolated(name, reconcile.sync, now)
             touched = self._admit(now)
             for name in touched:  # Kueue's job reconciler reacts to admissions and evictions at once
-                reconcile.sync(self.tasks[name], self.ctx, now)
+                self._isolated(name, reconcile.sync, now)
             todo |= touched
             changed = set()
             for name in sorted(todo, key=lambda n: self.tasks[n].seq):
-                rec = self.tasks[name]
-                if reconcile.step(rec, self.ctx, time.time()):  # after sync's spawns: timeline in order
+                if self._isolated(name, reconcile.step, time.time()):  # after sync's spawns: timeline in order
                     changed.add(name)
             todo = changed | self.dirty
             self.dirty = set()
+
+    def _isolated(self, name: str, fn: Any, now: float) -> Any:
+        """Run one task's reconcile step; a bug in it is logged and leaves every other task running."""
+        try:
+            return fn(self.tasks[name], self.ctx, now)
+        except Exception:  # noqa: BLE001 - the next tick retries it; other tasks must not wait for a fix
+            log.exception("gangrun: reconciling task %s failed; the other tasks go on", name)
+            return False
 
     def _due(self, r: TaskRecord, now: float) -> bool:
         g, wl = r.gang, r.workload
