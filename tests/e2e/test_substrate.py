@@ -255,36 +255,28 @@ def test_deactivated_workload_is_evicted_with_a_deactivated_reason(
     capture("jobset-suspended-deactivated", js)
 
 
-def test_pod_completion_completes_the_jobset_and_finishes_its_workload(
-        control_plane_tier_c: ControlPlane, make_namespace) -> None:
+@pytest.mark.parametrize(
+    ("name", "max_restarts", "annotation", "jobset_condition", "finished_reason", "captured"),
+    [
+        pytest.param("done", None, ANNOTATION_COMPLETE_AFTER, "Completed", "Succeeded", "succeeded", id="pods-complete"),
+        pytest.param("broken", 0, ANNOTATION_FAIL_AFTER, "Failed", "Failed", "failed", id="pods-fail"),
+    ],
+)
+def test_pod_outcome_ends_the_jobset_and_finishes_its_workload(
+        control_plane_tier_c: ControlPlane, make_namespace, name: str, max_restarts: int | None, annotation: str,
+        jobset_condition: str, finished_reason: str, captured: str) -> None:
     kube = control_plane_tier_c.kube
     ns = make_namespace()
-    start_admitted_jobset(kube, ns, "done")
-    wait_running(kube, ns, jobset_pods("done"), 2)
-    annotate_pods(kube, ns, jobset_pods("done"), {ANNOTATION_COMPLETE_AFTER: "0s"})
-    js = kube.wait_for("JobSet done Completed", lambda: (
-        lambda o: o if has_condition(o, "Completed") else None)(kube.get("JobSet", "done", ns)),
+    start_admitted_jobset(kube, ns, name, max_restarts=max_restarts)
+    wait_running(kube, ns, jobset_pods(name), 2)
+    annotate_pods(kube, ns, jobset_pods(name), {annotation: "0s"})
+    js = kube.wait_for(f"JobSet {name} {jobset_condition}", lambda: (
+        lambda o: o if has_condition(o, jobset_condition) else None)(kube.get("JobSet", name, ns)),
         timeout=TIMEOUT)
-    capture("jobset-succeeded", js)
-    wl = wait_workload(kube, ns, "JobSet", "done", lambda w: has_condition(w, "Finished"), "finished")
-    assert condition(wl, "Finished")["reason"] == "Succeeded", condition(wl, "Finished")
-    capture("workload-succeeded", wl)
-
-
-def test_pod_failure_fails_the_jobset_and_finishes_its_workload(
-        control_plane_tier_c: ControlPlane, make_namespace) -> None:
-    kube = control_plane_tier_c.kube
-    ns = make_namespace()
-    start_admitted_jobset(kube, ns, "broken", max_restarts=0)
-    wait_running(kube, ns, jobset_pods("broken"), 2)
-    annotate_pods(kube, ns, jobset_pods("broken"), {ANNOTATION_FAIL_AFTER: "0s"})
-    js = kube.wait_for("JobSet broken Failed", lambda: (
-        lambda o: o if has_condition(o, "Failed") else None)(kube.get("JobSet", "broken", ns)),
-        timeout=TIMEOUT)
-    capture("jobset-failed", js)
-    wl = wait_workload(kube, ns, "JobSet", "broken", lambda w: has_condition(w, "Finished"), "finished")
-    assert condition(wl, "Finished")["reason"] == "Failed", condition(wl, "Finished")
-    capture("workload-failed", wl)
+    capture(f"jobset-{captured}", js)
+    wl = wait_workload(kube, ns, "JobSet", name, lambda w: has_condition(w, "Finished"), "finished")
+    assert condition(wl, "Finished")["reason"] == finished_reason, condition(wl, "Finished")
+    capture(f"workload-{captured}", wl)
 
 
 def test_pods_that_never_get_ready_are_evicted_with_pods_ready_timeout(

@@ -134,13 +134,17 @@ def test_cancel_stops_every_worker_and_frees_the_quota(backend: LocalBackend, ma
     wait_for(backend, "train", lambda _: backend.status()["used"]["cpu"] == "0", what="quota released")
 
 
-def test_injected_node_failures_are_a_system_retry(backend: LocalBackend, manifest) -> None:
+@pytest.mark.parametrize("reason", ["NodeFailures", "PodsReadyTimeout"])
+def test_injected_eviction_after_start_is_a_system_retry_that_resumes(backend: LocalBackend, manifest,
+                                                                       reason: str) -> None:
     backend.submit(manifest("train", steps=12, resume=True))
     wait_for(backend, "train", checkpointed(2))
-    backend.evict("train", "NodeFailures")
+    backend.evict("train", reason)
     done = wait_for(backend, "train", phase("Succeeded"))
-    assert (done["attempt"], done["systemRetriesUsed"]) == (2, 1)
-    assert "NodeFailures" in done["attempts"][0]["reason"]
+    assert (done["attempt"], done["userRetriesUsed"], done["systemRetriesUsed"]) == (2, 0, 1)
+    assert f"({reason})" in done["attempts"][0]["reason"]
+    starts = resumed_from(list(backend.logs("train", rank=0, attempt=2)))
+    assert starts[0][3] == "previous" and starts[0][2] >= 2
 
 
 def test_injected_preemption_with_room_left_is_readmitted_in_the_same_attempt(backend: LocalBackend,
@@ -151,18 +155,6 @@ def test_injected_preemption_with_room_left_is_readmitted_in_the_same_attempt(ba
     done = wait_for(backend, "train", phase("Succeeded"))
     assert (done["attempt"], done["userRetriesUsed"]) == (1, 0)
     assert "Readmitted" in event_types(backend, "train")
-
-
-def test_injected_pods_ready_timeout_after_start_is_a_system_retry_that_resumes(backend: LocalBackend,
-                                                                                 manifest) -> None:
-    backend.submit(manifest("train", steps=12, resume=True))
-    wait_for(backend, "train", checkpointed(2))
-    backend.evict("train", "PodsReadyTimeout")
-    done = wait_for(backend, "train", phase("Succeeded"))
-    assert (done["attempt"], done["userRetriesUsed"], done["systemRetriesUsed"]) == (2, 0, 1)
-    assert "(PodsReadyTimeout)" in done["attempts"][0]["reason"]
-    starts = resumed_from(list(backend.logs("train", rank=0, attempt=2)))
-    assert starts[0][3] == "previous" and starts[0][2] >= 2
 
 
 def test_daemon_sigkill_mid_run_loses_and_duplicates_nothing(backend: LocalBackend, manifest, home: Path) -> None:
