@@ -38,6 +38,7 @@ from gangrun._core.policy import (
     failure_message,
 )
 from gangrun._core.state import Outcome, TaskState
+from gangrun._core.units import format_duration
 
 WAITING_FOR_ADMISSION = "waiting for gang admission"
 RELEASED_BEFORE_READY = "released by admission gate before all workers were ready; waiting for re-admission"
@@ -157,7 +158,7 @@ def _out_of_time(policy: Policy, state: TaskState, gang: Gang, now: datetime) ->
     since = state.running_at
     if policy.max_runtime is None or since is None or now - since < policy.max_runtime:
         return None
-    detail = f"attempt {state.attempt} ran longer than maxRuntime {_fmt(policy.max_runtime)} (since {since.isoformat()})"
+    detail = f"attempt {state.attempt} ran longer than maxRuntime {format_duration(policy.max_runtime)} (since {since.isoformat()})"
     message = failure_message(MAX_RUNTIME_EXCEEDED, detail, retries_left=policy.retries_left(state))
     return _end(policy, state, RetryKind.USER, code=MAX_RUNTIME_EXCEEDED, message=message, now=now)
 
@@ -187,7 +188,7 @@ def _taken_back(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now:
         if now - since < policy.suspend_grace:
             waiting = replace(state, unexplained_suspend_since=since)
             return _report(waiting, state.phase, UNEXPLAINED_SUSPEND, wake_at=since + policy.suspend_grace)
-        ev = Eviction(kind=EvictionKind.UNKNOWN, message=f"suspended for {_fmt(now - since)} without an eviction reason")
+        ev = Eviction(kind=EvictionKind.UNKNOWN, message=f"suspended for {format_duration(now - since)} without an eviction reason")
     if ev.waits_for_readmission and policy.resume_after_preemption:
         return _report(state, Phase.RUNNING, f"{ev.summary()}; {WAITING_FOR_READMISSION}")
     kind = RetryKind.USER if ev.user_caused else RetryKind.SYSTEM
@@ -257,9 +258,8 @@ def _end(policy: Policy, state: TaskState, kind: RetryKind, *, code: str, messag
 
 def _fail(state: TaskState, *, code: str, message: str, now: datetime) -> Decision:
     """A permanent failure: no retry can fix it."""
-    failed = state.with_attempt_ended(Outcome.FAILED, at=now, code=code, reason=message)
-    failed = replace(failed, code=code, message=message)
-    failed = failed.with_info(failed.info.advance(Phase.FAILED, f"{code}: {message}"))
+    failed = state.with_failed(at=now, attempt_code=code, attempt_reason=message, code=code, message=message,
+                               reason=f"{code}: {message}")
     return Decision(state=failed, action=Action(kind=ActionKind.FAIL, attempt=state.attempt, code=code, message=message))
 
 
@@ -276,9 +276,3 @@ def _with_deadline(policy: Policy, decision: Decision) -> Decision:
 def _cap(text: str) -> str:
     return text if len(text) <= DETAIL_LIMIT else text[:DETAIL_LIMIT] + "…"
 
-
-def _fmt(delta) -> str:  # noqa: ANN001 - a timedelta
-    seconds = int(delta.total_seconds())
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (s, "s")) if v) or "0s"

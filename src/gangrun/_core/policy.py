@@ -81,9 +81,8 @@ def end_attempt(policy: Policy, state: TaskState, kind: RetryKind, *, code: str,
             return _next(ended, now=now, code=code, message=message, kind=kind)
         final_code = MAX_SYSTEM_FAILURES_EXCEEDED
         final = f"{message}; {in_a_row} system failures in a row exceed maxSystemRetries ({policy.max_system_retries})"
-    failed = state.with_attempt_ended(Outcome.FAILED, at=now, code=code, reason=message)
-    failed = replace(failed, code=final_code, message=final)
-    failed = failed.with_info(failed.info.advance(Phase.FAILED, f"attempt {n} failed: {final}"))
+    failed = state.with_failed(at=now, attempt_code=code, attempt_reason=message, code=final_code, message=final,
+                               reason=f"attempt {n} failed: {final}")
     return AttemptEnd(state=failed, retried=False, code=final_code, message=final)
 
 

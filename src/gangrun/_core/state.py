@@ -132,6 +132,13 @@ class TaskState:
         return replace(self, attempts=self.attempts[:-1] + (ended,), eviction=None, evictions=evictions,
                        unexplained_suspend_since=None)
 
+    def with_failed(self, *, at: datetime, attempt_code: str, attempt_reason: str, code: str, message: str,
+                    reason: str) -> TaskState:
+        """The task failed for good: the attempt ends as Failed, the task keeps the final error."""
+        failed = self.with_attempt_ended(Outcome.FAILED, at=at, code=attempt_code, reason=attempt_reason)
+        failed = replace(failed, code=code, message=message)
+        return failed.with_info(failed.info.advance(Phase.FAILED, reason))
+
     def with_next_attempt(self, *, at: datetime) -> TaskState:
         """A fresh attempt: a new gang, nothing sticky carried over; budgets are kept."""
         number = self.attempt + 1

@@ -15,9 +15,8 @@ from gangrun._core.spec import TaskSpec, load_manifest
 from gangrun._core.units import format_bytes
 from gangrun._errors import UsageError
 from gangrun.cli import output
-from gangrun.cli.follow import follow_task
+from gangrun.cli.follow import TERMINAL, follow_task
 
-TERMINAL = {"Succeeded", "Failed", "Aborted"}
 
 
 def backend(args: argparse.Namespace) -> Backend:

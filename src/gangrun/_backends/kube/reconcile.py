@@ -27,7 +27,7 @@ from gangrun._core.engine import ActionKind, Decision, cancel, decide
 from gangrun._core.observation import Observation
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec, parse_manifest
-from gangrun._core.state import Outcome, TaskState
+from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType, transition_events
 from gangrun._errors import SpecError
 
@@ -175,9 +175,8 @@ def _invalid(task: dict[str, Any], state: TaskState, problem: str, *,
     """A spec the CRD schema let through but gangrun refuses: fail the task, naming the field."""
     if state.phase.terminal:
         return None, []
-    failed = state.with_attempt_ended(Outcome.FAILED, at=now, code=INVALID_SPEC, reason=problem)
-    failed = replace(failed, code=INVALID_SPEC, message=problem)
-    failed = failed.with_info(failed.info.advance(Phase.FAILED, f"{INVALID_SPEC}: {problem}"))
+    failed = state.with_failed(at=now, attempt_code=INVALID_SPEC, attempt_reason=problem, code=INVALID_SPEC,
+                               message=problem, reason=f"{INVALID_SPEC}: {problem}")
     event = Event(time=now, type=EventType.FAILED, message=f"{INVALID_SPEC}: {problem}", attempt=state.attempt)
     return _status_patch(task, failed, now=now), [RecordEvent(event)]
 
