@@ -9,9 +9,15 @@ from typing import Any
 from gangrun._core.state import TaskState
 
 
+def eviction_accounting(state: TaskState, *, now: datetime) -> tuple[dict[str, int], float]:
+    """Evictions by Kueue reason, and the seconds spent waiting for re-admission (B5)."""
+    counts = Counter(e.reason or e.kind.value for e in state.evictions)
+    return dict(counts), round(state.waiting_for_readmission(now=now).total_seconds(), 3)
+
+
 def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """`extra` carries backend facts (namespace, queue, priority) merged at the top level."""
-    counts = Counter(e.reason or e.kind.value for e in state.evictions)
+    counts, waited = eviction_accounting(state, now=now)
     view: dict[str, Any] = {
         "name": name,
         "phase": state.phase.value,
@@ -28,8 +34,8 @@ def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, An
              "outcome": a.outcome.value if a.outcome else None, "code": a.code, "reason": a.reason}
             for a in state.attempts
         ],
-        "evictionsByCause": dict(counts),
-        "waitingForReadmissionSeconds": round(state.waiting_for_readmission(now=now).total_seconds(), 3),
+        "evictionsByCause": counts,
+        "waitingForReadmissionSeconds": waited,
     }
     if state.eviction is not None:
         view["eviction"] = {"reason": state.eviction.reason, "detail": state.eviction.detail,

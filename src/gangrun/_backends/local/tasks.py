@@ -16,7 +16,6 @@ Accounting, all in seconds:
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +28,7 @@ from gangrun._backends.local.workload import WorkloadTwin
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event
-from gangrun._core.view import task_view
+from gangrun._core.view import eviction_accounting, task_view
 
 
 def utc(ts: float) -> datetime:
@@ -113,11 +112,11 @@ def accounting(rec: TaskRecord, now: float) -> dict[str, Any]:
     lost_total = sum(x["seconds"] for x in lost)
     end = a.get("endedAt") or now
     elapsed = max(1e-9, end - a.get("submittedAt", end))
-    causes = Counter(e.reason or e.kind.value for e in rec.state.evictions)
+    causes, waited = eviction_accounting(rec.state, now=utc(now))
     return {
         "queuedSeconds": round(queued, 3),
-        "waitingForReadmissionSeconds": round(rec.state.waiting_for_readmission(now=utc(now)).total_seconds(), 3),
-        "preemptionsByCause": dict(causes),
+        "waitingForReadmissionSeconds": waited,
+        "preemptionsByCause": causes,
         "workLost": lost,
         "workLostSeconds": round(lost_total, 3),
         "gangUpSeconds": round(up, 3),
