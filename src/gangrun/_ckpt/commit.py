@@ -60,9 +60,9 @@ class PendingCheckpoint(abc.ABC):
 
 
 class RenamePending(PendingCheckpoint):
-    def __init__(self, storage: Storage, final: str) -> None:
+    def __init__(self, storage: Storage, final: str, *, tag: str | None = None) -> None:
         super().__init__(storage, final)
-        self._tmp = f"{final}.tmp-{uuid.uuid4().hex[:12]}"
+        self._tmp = f"{final}.{tag or 'tmp-' + uuid.uuid4().hex[:12]}"
 
     @property
     def location(self) -> str:
@@ -91,6 +91,21 @@ def pending_for(storage: Storage, final: str, *, protocol: str | None = None) ->
         protocol = "rename" if storage.atomic_rename else "marker"
     cls = {"rename": RenamePending, "marker": MarkerPending}[protocol]
     return cls.for_final(storage, final)
+
+
+def shared_pending(storage: Storage, final: str, *, tag: str, protocol: str | None = None) -> PendingCheckpoint:
+    """A pending checkpoint that several processes write together (a sharded save): the same
+    location on every process that passes the same `final` and `tag`.
+
+    Rename stores write under ``<final>.<tag>`` (a leftover name to the catalog until the rename),
+    marker stores under `final` itself. Exactly one process calls `create()` first and `finalize()`
+    last (shards.py); the others only write inside `data_dir`.
+    """
+    if protocol is None:
+        protocol = "rename" if storage.atomic_rename else "marker"
+    if protocol == "rename":
+        return RenamePending(storage, final, tag=tag)
+    return MarkerPending(storage, final)
 
 
 def uncommit(storage: Storage, path: str) -> None:

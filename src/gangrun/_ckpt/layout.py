@@ -15,6 +15,14 @@ saves under ``<root>/attempt-<N>``), and every save inside it is numbered::
           manifest.json
         ckpt-000002/                         # object stores: final name from the start; without
           data/...                           #   manifest.json it is not committed (torn save)
+        ckpt-000003/                         # a sharded save: one part per rank, one commit
+          data/rank-00000/...                #   rank 0's part (bytes, file or directory)
+          data/rank-00001/...
+          parts/rank-00001.json              #   each rank's part marker, written after its data
+          manifest.json                      #   kind "sharded": world size and every part
+        ckpt-000004.shard-r0-s140/           # a sharded save in progress (rename stores), the same
+                                             #   name on every rank: restart attempt 0, step 140
+      shards-r0-s140.json                    # its rendezvous: the seq rank 0 chose, read by the others
 
 The newest complete checkpoint is found by listing names only: attempts by number, then saves by seq,
 both newest first; no byte of data is read until a candidate is chosen.
@@ -28,6 +36,7 @@ from dataclasses import dataclass
 MANIFEST = "manifest.json"
 DATA = "data"
 BYTES_NAME = "payload"
+PARTS = "parts"
 
 _ATTEMPT = re.compile(r"^attempt-([1-9][0-9]*)$")
 # "ckpt-000012" is a final name; "ckpt-000012.<suffix>" is a leftover of an unfinished write or delete.
@@ -55,6 +64,24 @@ class Entry:
     seq: int
     name: str
     final: bool
+
+
+def part_name(rank: int) -> str:
+    """The folder of one rank's part under ``data/`` (and, + ".json", its marker under ``parts/``)."""
+    return f"rank-{rank:05d}"
+
+
+def shard_tag(restart: int, step: int) -> str:
+    """What names one sharded save on every rank before its seq is known: (restart attempt, step)."""
+    return f"shard-r{restart}-s{step}"
+
+
+def rendezvous_name(restart: int, step: int) -> str:
+    return f"shards-r{restart}-s{step}.json"
+
+
+def is_rendezvous(name: str) -> bool:
+    return re.match(r"^shards-r[0-9]+-s-?[0-9]+\.json(\.part)?$", name) is not None
 
 
 def parse_entry(name: str) -> Entry | None:

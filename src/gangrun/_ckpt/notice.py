@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gangrun._ckpt import writer
+from gangrun._ckpt import cache, writer
 from gangrun._ckpt.logs import say
 from gangrun._errors import WorkerEnvError
 
@@ -95,7 +95,7 @@ class _StopState:
         self.installed = False
         self.previous: object = None
         self.env: Mapping[str, str] = os.environ
-        self.exit: Callable[[int], object] = os._exit  # a test seam; os._exit skips nothing we need
+        self.exit: Callable[[int], object] = os._exit  # a test seam; what atexit would do is done first
         self._hook_lock = threading.Lock()
         self._called: list[Callable[[StopNotice], object]] = []
 
@@ -133,6 +133,7 @@ class _StopState:
             say("gangrun: still running at the stop deadline; flushing checkpoints and exiting")
             self._flush(notice)
         _flush_stdio()
+        cache.cleanup()  # os._exit skips atexit, which would otherwise remove the restored copies
         self.exit(EXIT_STATUS)
 
     def _flush(self, notice: StopNotice) -> None:

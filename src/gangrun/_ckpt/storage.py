@@ -5,6 +5,9 @@ which works on OS paths directly because a commit there needs what fsspec does n
 files and directories, and an atomic rename. Everything else (``s3://``, ``memory://``, ...) gets
 `FsspecStorage`, which has no atomic rename, so its saves commit by writing the manifest last.
 
+Everything `LocalStorage` creates is private to the user: directories 0700, files 0600 (checkpoints
+hold model state; a shared machine must not let other users read them). The umask may only narrow it.
+
 Every transfer streams fixed-size chunks and returns the CRC-32 and size of what went through, so a
 checksum costs no second read. Callers run transfers of different files on a few threads at once
 (`Storage.workers`, see pool.py); each thread reuses one buffer.
@@ -67,6 +70,10 @@ class Storage:
     def makedirs(self, path: str) -> None:
         pass
 
+    def sizes(self, path: str) -> dict[str, int]:
+        """Size of every file under `path`, by '/'-separated path relative to it ({} when absent)."""
+        raise NotImplementedError
+
     def remove(self, path: str) -> None:
         """Remove a file or a tree; missing is fine."""
         raise NotImplementedError
@@ -108,9 +115,36 @@ def _fsync_path(path: str) -> None:
         os.close(fd)
 
 
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
+
+
+def open_private(path: str) -> int:
+    """A new or truncated file that only its owner may read (checkpoints hold model state)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), PRIVATE_FILE)
+
+
+def makedirs_private(path: str) -> None:
+    """`os.makedirs` with every directory it creates 0700 (its `mode` applies to the last one only)."""
+    missing: list[str] = []
+    p = os.path.abspath(path)
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, PRIVATE_DIR)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+
+
 def _copy_local(src: str, dst: str) -> Crc:
     # Unbuffered files: readinto and write are one syscall each, without a second in-process copy.
-    with open(src, "rb", buffering=0) as fin, open(dst, "wb", buffering=0) as fout:
+    with open(src, "rb", buffering=0) as fin, open(open_private(dst), "wb", buffering=0) as fout:
         return _copy_stream(fin.readinto, _write_all(fout))
 
 
@@ -146,7 +180,7 @@ class LocalStorage(Storage):
         crc = Crc()
         crc.update(data)
         tmp = f"{path}.part"
-        with open(tmp, "wb") as f:
+        with open(open_private(tmp), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -167,7 +201,15 @@ class LocalStorage(Storage):
         return _copy_local(src, dst)
 
     def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        makedirs_private(path)
+
+    def sizes(self, path: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for dirpath, _dirs, names in os.walk(path):
+            rel = os.path.relpath(dirpath, path)
+            for n in names:
+                out[n if rel == "." else f"{rel.replace(os.sep, '/')}/{n}"] = os.lstat(os.path.join(dirpath, n)).st_size
+        return out
 
     def remove(self, path: str) -> None:
         if os.path.isdir(path) and not os.path.islink(path):
@@ -239,6 +281,19 @@ class FsspecStorage(Storage):
     def get_file(self, src: str, dst: str) -> Crc:
         with self.fs.open(src, "rb") as fin, open(dst, "wb") as fout:
             return _copy_stream(lambda b: fin.readinto(b), fout.write)
+
+    def sizes(self, path: str) -> dict[str, int]:
+        self._fresh(path)
+        base = path.rstrip("/")
+        try:
+            found = self.fs.find(base, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        return {
+            k.rstrip("/")[len(base) + 1 :]: int(v.get("size") or 0)
+            for k, v in found.items()
+            if k.rstrip("/").startswith(base + "/") and v.get("type") != "directory"
+        }
 
     def remove(self, path: str) -> None:
         try:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gangrun._ckpt import pool
-from gangrun._ckpt.layout import BYTES_NAME, DATA, MANIFEST, join
-from gangrun._ckpt.manifest import FileEntry, Kind, Manifest
+from gangrun._ckpt.layout import BYTES_NAME, DATA, MANIFEST, join, part_name
+from gangrun._ckpt.manifest import FileEntry, Kind, Manifest, Part
+from gangrun._ckpt.storage import PRIVATE_DIR, makedirs_private, open_private
 from gangrun._errors import CheckpointError, UsageError
 
 
@@ -78,11 +79,11 @@ def snapshot(src: Source, staging: str) -> Source:
     """
     if src.kind == "bytes":
         return Source("bytes", src.name, payload=bytes(src.payload or b""))
-    os.makedirs(staging)
+    os.makedirs(staging, PRIVATE_DIR)
     try:
         out = Source(src.kind, src.name, dirs=list(src.dirs), staged_in=staging)
         for d in src.dirs:
-            os.makedirs(os.path.join(staging, d), exist_ok=True)
+            makedirs_private(os.path.join(staging, d))
         out.files = [(rel, os.path.join(staging, rel)) for rel, _ in src.files]
         jobs = _largest_first([(path, dst) for (_, path), (_, dst) in zip(src.files, out.files)], key=0)
         pool.run_all(lambda job: _kernel_copy(*job), jobs)
@@ -93,7 +94,7 @@ def snapshot(src: Source, staging: str) -> Source:
 
 
 def _kernel_copy(src: str, dst: str) -> None:
-    with open(src, "rb", buffering=0) as fin, open(dst, "wb", buffering=0) as fout:
+    with open(src, "rb", buffering=0) as fin, open(open_private(dst), "wb", buffering=0) as fout:
         size = os.fstat(fin.fileno()).st_size
         try:
             while os.copy_file_range(fin.fileno(), fout.fileno(), max(size, 1 << 30)):
@@ -155,18 +156,42 @@ def read_checkpoint(storage, path: str, manifest: Manifest, cache: Path) -> Path
     nothing half-restored is left behind in that case.
     """
     final = cache / f"attempt-{manifest.attempt}-seq-{manifest.seq}"
-    work = cache / f".{final.name}.part-{uuid.uuid4().hex[:8]}"
+    return _restore(storage, join(path, DATA), manifest.kind, manifest.files, manifest.dirs, final)
+
+
+def read_part(storage, path: str, manifest: Manifest, part: Part, cache: Path) -> Path:  # type: ignore[no-untyped-def]
+    """`read_checkpoint` for one rank's part of a committed sharded checkpoint."""
+    final = cache / f"attempt-{manifest.attempt}-seq-{manifest.seq}-{part_name(part.rank)}"
+    return _restore(storage, join(path, DATA, part_name(part.rank)), part.kind, part.files, part.dirs, final)
+
+
+def check_parts(storage, path: str, manifest: Manifest) -> None:  # type: ignore[no-untyped-def]
+    """Every part of a sharded checkpoint is there with the sizes its manifest lists (one listing,
+    no data read), so that every rank judges the checkpoint the same way before loading its part."""
+    sizes = storage.sizes(join(path, DATA))
+    for part in manifest.parts:
+        prefix = part_name(part.rank)
+        for f in part.files:
+            size = sizes.get(f"{prefix}/{f.path}")
+            if size is None:
+                raise CorruptCheckpoint(f"rank {part.rank}'s {f.path} is missing")
+            if size != f.size:
+                raise CorruptCheckpoint(f"rank {part.rank}'s {f.path} has {size} bytes, manifest says {f.size}")
+
+
+def _restore(storage, data_src: str, kind: Kind, files: tuple[FileEntry, ...], dirs: tuple[str, ...], final: Path) -> Path:  # type: ignore[no-untyped-def]
+    work = final.parent / f".{final.name}.part-{uuid.uuid4().hex[:8]}"
     data = work / DATA
     try:
         data.mkdir(parents=True)
-        for d in manifest.dirs:
+        for d in dirs:
             (data / d).mkdir(parents=True, exist_ok=True)
-        for parent in {(data / f.path).parent for f in manifest.files}:
+        for parent in {(data / f.path).parent for f in files}:
             parent.mkdir(parents=True, exist_ok=True)
 
         def get(f: FileEntry) -> None:
             try:
-                crc = storage.get_file(join(path, DATA, f.path), str(data / f.path))
+                crc = storage.get_file(join(data_src, f.path), str(data / f.path))
             except FileNotFoundError as e:
                 raise CorruptCheckpoint(f"{f.path} is missing") from e
             if crc.size != f.size:
@@ -175,12 +200,12 @@ def read_checkpoint(storage, path: str, manifest: Manifest, cache: Path) -> Path
                 raise CorruptCheckpoint(f"{f.path} checksum mismatch")
 
         # Verified while copied, one pass per file; the first bad file stops the others.
-        pool.run_all(get, sorted(manifest.files, key=lambda f: f.size, reverse=True), storage.workers)
+        pool.run_all(get, sorted(files, key=lambda f: f.size, reverse=True), storage.workers)
         shutil.rmtree(final, ignore_errors=True)
         os.rename(work, final)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    if manifest.kind == "dir":
+    if kind == "dir":
         return final / DATA
-    return final / DATA / manifest.files[0].path  # the one file of a bytes or file save (manifest.py)
+    return final / DATA / files[0].path  # the one file of a bytes or file save (manifest.py)

@@ -16,6 +16,10 @@ replicated state, every rank loads it). `save()` on another rank writes nothing,
 so once in the log. Pass ``writer=True`` to a `Checkpoint` of your own to write from elsewhere; two
 writers must not share one attempt folder.
 
+Sharded state: ``save(part, step=n, shard=True)`` on every rank; the checkpoint commits once all
+`world_size` parts are in (`gangrun._ckpt.shards`). `load()` then returns this rank's part, and
+`loaded_world_size` / `shard_path(rank)` serve a script whose world size changed.
+
 Layout and commit protocol: see `gangrun._ckpt.layout` and `gangrun._ckpt.commit`, and
 docs/checkpoints.md.
 """
@@ -23,25 +27,23 @@ docs/checkpoints.md.
 from __future__ import annotations
 
 import asyncio
-import atexit
-import functools
 import logging
 import os
-import shutil
-import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gangrun._ckpt import catalog, events, transfer
+from gangrun._ckpt import cache, catalog, events, shards, transfer
 from gangrun._ckpt import writer as writer_mod
-from gangrun._ckpt.commit import pending_for
+from gangrun._ckpt.catalog import Candidate
+from gangrun._ckpt.commit import pending_for, uncommit
 from gangrun._ckpt.logs import say
 from gangrun._ckpt.layout import attempt_name, entry_name, join, split_attempt_path
-from gangrun._ckpt.manifest import Manifest
+from gangrun._ckpt.manifest import Manifest, ManifestError
 from gangrun._ckpt.storage import open_storage
 from gangrun._errors import CheckpointError, CommitFailed, UsageError
 
@@ -71,21 +73,33 @@ class Checkpoint:
         attempt: int = 1,
         task: str | None = None,
         rank: int = 0,
+        world_size: int | None = None,
+        restart_attempt: int = 0,
         writer: bool | None = None,
         keep_last: int | None = 3,
         cache_dir: str | os.PathLike[str] | None = None,
         storage_options: dict[str, Any] | None = None,
         events_file: str | None = None,
         protocol: Literal["rename", "marker"] | None = None,
+        shard_timeout: float = 300.0,
     ) -> None:
         if attempt < 1:
             raise UsageError(f"attempt must be >= 1, got {attempt}")
+        if rank < 0 or (world_size is not None and not 0 <= rank < world_size):
+            raise UsageError(f"rank must be in 0..{world_size - 1} (world_size {world_size}), got {rank}")
+        if restart_attempt < 0:
+            raise UsageError(f"restart_attempt must be >= 0, got {restart_attempt}")
+        if not shard_timeout > 0:
+            raise UsageError(f"shard_timeout must be > 0 seconds, got {shard_timeout}")
         if keep_last is not None and keep_last < 1:
             raise UsageError(f"keep_last must be >= 1 or None (keep all), got {keep_last}")
         self.root = root.rstrip("/")
         self.attempt = attempt
         self.task = task
         self.rank = rank
+        self.world_size = world_size
+        self.restart_attempt = restart_attempt
+        self.shard_timeout = shard_timeout
         self.writer = (rank == 0) if writer is None else writer
         self.keep_last = keep_last
         self._storage, self._root_path = open_storage(self.root, storage_options)
@@ -97,13 +111,19 @@ class Checkpoint:
         self._lock = threading.Lock()
         self._last_seq = 0
         self._said_not_writer = False
+        self._last_shard_step: int | None = None
         self._loaded: Path | None = None
         self._load_done = False
+        self._loaded_manifest: Manifest | None = None
+        self._loaded_path: str | None = None
+        self._shard_paths: dict[int, Path] = {}
         self.loaded_from: LoadedFrom | None = None
         self.loaded_uri: str | None = None
         self.loaded_step: int | None = None
         self.loaded_attempt: int | None = None
         self.loaded_seq: int | None = None
+        #: The world size a sharded checkpoint was written with (None: not loaded, or not sharded).
+        self.loaded_world_size: int | None = None
 
     @classmethod
     def for_path(cls, uri: str, *, attempt: int = 1, **kwargs: Any) -> Checkpoint:
@@ -131,9 +151,15 @@ class Checkpoint:
     def load(self) -> Path | None:
         """Restore the newest complete checkpoint; returns a file (bytes/file saves), a directory
         (directory saves) or None when there is none. The first call decides; later calls return
-        the same path."""
+        the same path.
+
+        For a sharded checkpoint it returns this rank's part (None on a rank the checkpoint has no
+        part for: see `loaded_world_size` and `shard_path`). Every rank makes the same choice: a
+        sharded checkpoint is taken only if every part is present with the sizes its manifest lists.
+        """
         if self._load_done:
             return self._loaded
+        skipped = 0
         for cand in catalog.candidates(self._storage, self._root_path, attempt=self.attempt):
             uri = self._uri_of(cand.attempt, cand.seq)
             try:
@@ -141,21 +167,76 @@ class Checkpoint:
                 if manifest is None:
                     log.debug("gangrun: %s has no manifest: an unfinished save, not a checkpoint", uri)
                     continue
-                path = transfer.read_checkpoint(self._storage, cand.path, manifest, self._cache())
+                if (manifest.attempt, manifest.seq) != (cand.attempt, cand.seq):
+                    raise ManifestError(f"its manifest is of attempt {manifest.attempt} seq {manifest.seq}")
+                path = self._restore(cand, manifest, uri)
             except (CheckpointError, OSError, ValueError) as e:
+                # ValueError: a name the OS cannot take; whatever is wrong, this candidate is unusable.
+                skipped += 1
                 say(f"gangrun: skipping checkpoint {uri}: {e}; trying the next one", logging.WARNING)
                 continue
             own = cand.attempt == self.attempt
             self.loaded_from = "own" if own else "previous"
             self.loaded_uri, self.loaded_step = uri, manifest.step
             self.loaded_attempt, self.loaded_seq = cand.attempt, cand.seq
+            self.loaded_world_size = manifest.world_size
+            self._loaded_manifest, self._loaded_path = manifest, cand.path
             self._loaded, self._load_done = path, True
             where = "this attempt" if own else f"previous attempt {cand.attempt}"
-            say(f"gangrun: loaded checkpoint from {where} (seq {cand.seq}, step {manifest.step}): {uri}")
+            part = ""
+            if manifest.kind == "sharded":
+                have = f"rank {self.rank}'s part" if path is not None else f"no part for rank {self.rank}"
+                part = f", sharded over {manifest.world_size} ranks: {have}"
+            say(f"gangrun: loaded checkpoint from {where} (seq {cand.seq}, step {manifest.step}{part}): {uri}")
             return path
         self._load_done = True
-        say(f"gangrun: no checkpoint found (looked in attempts {self.attempt} to 1 under {self.root})")
+        if skipped:
+            say(
+                f"gangrun: no usable checkpoint: all {skipped} checkpoint(s) found under {self.root} "
+                f"were unreadable (skipped above); starting from scratch",
+                logging.WARNING,
+            )
+        else:
+            say(f"gangrun: no checkpoint found (looked in attempts {self.attempt} to 1 under {self.root})")
         return None
+
+    def _restore(self, cand: Candidate, manifest: Manifest, uri: str) -> Path | None:
+        if manifest.kind != "sharded":
+            return transfer.read_checkpoint(self._storage, cand.path, manifest, self._cache())
+        transfer.check_parts(self._storage, cand.path, manifest)
+        part = manifest.part(self.rank)
+        if part is None:
+            return None
+        try:
+            return transfer.read_part(self._storage, cand.path, manifest, part, self._cache())
+        except transfer.CorruptCheckpoint as e:
+            # The other ranks found every part in place and may load this checkpoint: skipping it
+            # here alone would resume the gang from two different steps. Withdraw it instead, so
+            # that the restarted gang agrees on the previous one, and stop this rank.
+            try:
+                uncommit(self._storage, cand.path)
+            except Exception as gone:  # the error below still stops this rank
+                log.warning("gangrun: could not withdraw %s: %r", uri, gone)
+            raise CheckpointError(
+                f"rank {self.rank}'s part of {uri} is corrupt ({e}); the checkpoint was withdrawn so that a "
+                f"restarted gang resumes from the previous one on every rank"
+            ) from e
+
+    def shard_path(self, rank: int) -> Path:
+        """Rank `rank`'s part of the loaded sharded checkpoint, restored and verified (for
+        resharding when the world size changed). Raises UsageError when none is loaded."""
+        manifest = self._loaded_manifest
+        if manifest is None or manifest.kind != "sharded" or self._loaded_path is None:
+            raise UsageError("shard_path() needs a sharded checkpoint loaded by load() first")
+        part = manifest.part(rank)
+        if part is None:
+            raise UsageError(f"rank must be in 0..{len(manifest.parts) - 1} (loaded_world_size), got {rank}")
+        if rank not in self._shard_paths:
+            if rank == self.rank and self._loaded is not None:
+                self._shard_paths[rank] = self._loaded
+            else:
+                self._shard_paths[rank] = transfer.read_part(self._storage, self._loaded_path, manifest, part, self._cache())
+        return self._shard_paths[rank]
 
     async def aload(self) -> Path | None:
         """`load()` without blocking the event loop."""
@@ -164,7 +245,13 @@ class Checkpoint:
     # ---------------------------------------------------------------- save
 
     def save(
-        self, data: bytes | str | os.PathLike[str], *, step: int | None = None, blocking: bool = True, snapshot: bool = True
+        self,
+        data: bytes | str | os.PathLike[str],
+        *,
+        step: int | None = None,
+        blocking: bool = True,
+        snapshot: bool = True,
+        shard: bool = False,
     ) -> SaveInfo | None:
         """Save bytes, a file or a directory as the next checkpoint of this attempt.
 
@@ -173,14 +260,21 @@ class Checkpoint:
         snapshot=False nothing is copied first, and the caller promises not to change `data` until
         `wait()` or the next save returns. Returns None, writing nothing, on a rank that does not
         write (see the module docstring).
+
+        shard=True: every rank of the gang calls it with its own part and the same `step` (which
+        must grow from one sharded save to the next); the checkpoint commits once all
+        `world_size` parts are written. A save that cannot complete within `shard_timeout`
+        seconds (a rank died) is abandoned and raises CommitFailed on every rank still running.
         """
+        if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+            raise TypeError(f"step must be an int or None, not {type(step).__name__}")
+        if shard:
+            return self._save_shard(data, step=step, blocking=blocking, snapshot=snapshot)
         if not self.writer:
             if not self._said_not_writer:
                 self._said_not_writer = True
                 say(f"gangrun: rank {self.rank} does not write checkpoints (rank 0 saves the replicated state)")
             return None
-        if step is not None and not isinstance(step, int):
-            raise TypeError(f"step must be an int or None, not {type(step).__name__}")
         src = transfer.source_of(data)
         with self._lock:
             self._bg.wait()  # one save in flight at a time; raises a previous failure once
@@ -188,25 +282,60 @@ class Checkpoint:
             self._last_seq = seq
             info = SaveInfo(seq, self.attempt, step, self._uri_of(self.attempt, seq))
             if blocking:
-                writer_mod.ACTIVE.enter()
-                try:
-                    self._commit(src, seq, step)
-                except CheckpointError:
-                    raise
-                except Exception as e:
-                    raise CommitFailed(f"checkpoint save to {info.uri} failed: {e}") from e
-                finally:
-                    writer_mod.ACTIVE.exit()
+                self._run_blocking(lambda: self._commit(src, seq, step), info)
             else:
                 staged = transfer.snapshot(src, self._staging(seq)) if snapshot else src
                 self._bg.submit(lambda: self._commit(staged, seq, step))
         return info
 
+    def _save_shard(
+        self, data: bytes | str | os.PathLike[str], *, step: int | None, blocking: bool, snapshot: bool
+    ) -> SaveInfo:
+        if step is None:
+            raise UsageError("a sharded save needs step= (the same on every rank)")
+        if self.world_size is None:
+            raise UsageError("a sharded save needs the gang's world_size (gangrun.context() sets it)")
+        src = transfer.source_of(data)
+        with self._lock:
+            self._bg.wait()
+            if self._last_shard_step is not None and step <= self._last_shard_step:
+                raise UsageError(f"sharded save steps must grow: step {step} after step {self._last_shard_step}")
+            self._last_shard_step = step
+            save = shards.open_save(
+                self._storage, self._attempt_path, rank=self.rank, restart=self.restart_attempt, step=step,
+                seq_floor=self._last_seq + 1, timeout=self.shard_timeout, protocol=self._protocol,
+            )  # fmt: skip
+            self._last_seq = save.seq
+            info = SaveInfo(save.seq, self.attempt, step, self._uri_of(self.attempt, save.seq))
+            if blocking:
+                self._run_blocking(lambda: self._commit_shard(save, src), info)
+            else:
+                staged = transfer.snapshot(src, self._staging(save.seq)) if snapshot else src
+                self._bg.submit(lambda: self._commit_shard(save, staged))
+        return info
+
+    def _run_blocking(self, job: Callable[[], None], info: SaveInfo) -> None:
+        writer_mod.ACTIVE.enter()
+        try:
+            job()
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise CommitFailed(f"checkpoint save to {info.uri} failed: {e}") from e
+        finally:
+            writer_mod.ACTIVE.exit()
+
     async def asave(
-        self, data: bytes | str | os.PathLike[str], *, step: int | None = None, blocking: bool = True, snapshot: bool = True
+        self,
+        data: bytes | str | os.PathLike[str],
+        *,
+        step: int | None = None,
+        blocking: bool = True,
+        snapshot: bool = True,
+        shard: bool = False,
     ) -> SaveInfo | None:
         """`save()` without blocking the event loop."""
-        return await asyncio.to_thread(self.save, data, step=step, blocking=blocking, snapshot=snapshot)
+        return await asyncio.to_thread(self.save, data, step=step, blocking=blocking, snapshot=snapshot, shard=shard)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the background save; False on timeout. Raises CommitFailed once if it failed."""
@@ -230,6 +359,32 @@ class Checkpoint:
             raise
         finally:
             src.discard()
+        self._committed(seq, step)
+
+    def _commit_shard(self, save: shards.ShardSave, src: transfer.Source) -> None:
+        try:
+            part = shards.write_part(save, self.rank, src)
+            if self.rank != 0:
+                shards.wait_committed(save, timeout=self.shard_timeout)
+                return
+            try:
+                assert self.world_size is not None  # checked by save()
+                parts = shards.collect(save, self.world_size, timeout=self.shard_timeout)
+                parts = tuple(part if p.rank == 0 else p for p in parts)
+                manifest = Manifest(
+                    kind="sharded", name="", seq=save.seq, attempt=self.attempt, task=self.task, rank=0,
+                    step=save.step, created=time.time(), world_size=self.world_size, parts=parts,
+                )  # fmt: skip
+                save.pending.finalize(manifest.to_bytes())
+            except BaseException as e:
+                shards.abandon(save, e)
+                raise
+        finally:
+            src.discard()
+        shards.finish(save)
+        self._committed(save.seq, save.step)
+
+    def _committed(self, seq: int, step: int | None) -> None:
         uri = self._uri_of(self.attempt, seq)
         log.info("gangrun: committed checkpoint seq %d (step %s): %s", seq, step, uri)
         events.checkpoint_committed(
@@ -249,10 +404,10 @@ class Checkpoint:
 
     def _cache(self) -> Path:
         if self._cache_dir is None:
-            # Restored copies live until the interpreter exits (a Path handed out must stay valid
-            # after this object is gone); pass cache_dir= to keep them longer.
-            self._cache_dir = Path(tempfile.mkdtemp(prefix="ckpt-", dir=_process_cache()))
-        self._cache_dir.mkdir(parents=True, exist_ok=True)
+            # Restored copies live until the process ends (a Path handed out must stay valid after
+            # this object is gone), and no longer (cache.py); pass cache_dir= to keep them.
+            self._cache_dir = Path(cache.process_cache()) / f"ckpt-{uuid.uuid4().hex[:12]}"
+        self._cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         return self._cache_dir
 
     def _staging(self, seq: int) -> str:
@@ -264,10 +419,3 @@ class Checkpoint:
             return join(self._attempt_path, tag)
         return str(self._cache() / tag)
 
-
-
-@functools.cache
-def _process_cache() -> str:
-    path = tempfile.mkdtemp(prefix="gangrun-cache-")
-    atexit.register(shutil.rmtree, path, True)
-    return path
