@@ -53,6 +53,10 @@ log = logging.getLogger("gangrun")
 LoadedFrom = Literal["own", "previous"]
 
 
+class _Withdrawn(CheckpointError):
+    """This rank's part of a sharded checkpoint is corrupt although the other ranks may load it."""
+
+
 @dataclass(frozen=True)
 class SaveInfo:
     """A save: committed at `uri` when save() returns (blocking), or once the writer is done."""
@@ -170,6 +174,8 @@ class Checkpoint:
                 if (manifest.attempt, manifest.seq) != (cand.attempt, cand.seq):
                     raise ManifestError(f"its manifest is of attempt {manifest.attempt} seq {manifest.seq}")
                 path = self._restore(cand, manifest, uri)
+            except _Withdrawn:
+                raise
             except (CheckpointError, OSError, ValueError) as e:
                 # ValueError: a name the OS cannot take; whatever is wrong, this candidate is unusable.
                 skipped += 1
@@ -217,7 +223,7 @@ class Checkpoint:
                 uncommit(self._storage, cand.path)
             except Exception as gone:  # the error below still stops this rank
                 log.warning("gangrun: could not withdraw %s: %r", uri, gone)
-            raise CheckpointError(
+            raise _Withdrawn(
                 f"rank {self.rank}'s part of {uri} is corrupt ({e}); the checkpoint was withdrawn so that a "
                 f"restarted gang resumes from the previous one on every rank"
             ) from e
