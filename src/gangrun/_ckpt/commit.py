@@ -69,7 +69,7 @@ class RenamePending(PendingCheckpoint):
         return self._tmp
 
     def finalize(self, manifest: bytes) -> None:
-        self.storage.write_bytes(join(self._tmp, MANIFEST), manifest)
+        self.storage.write_bytes(join(self._tmp, MANIFEST), manifest, sync=False)  # sync_tree syncs it
         self.storage.sync_tree(self._tmp)
         self.storage.rename(self._tmp, self.final)
         self.storage.sync_tree_parent(self.final)

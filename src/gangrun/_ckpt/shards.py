@@ -73,8 +73,14 @@ class ShardSave:
         return join(self.pending.location, PARTS, part_name(rank) + suffix)
 
 
-def _poll(check: Callable[[], bool], *, timeout: float, first: float = 0.005, most: float = 0.2) -> bool:
-    """Call `check` until it returns True (then True) or `timeout` seconds pass (then False)."""
+def _poll(check: Callable[[], bool], *, timeout: float, local: bool) -> bool:
+    """Call `check` until it returns True (then True) or `timeout` seconds pass (then False).
+
+    A look at a local folder costs microseconds, so it is repeated often (the ranks of a save finish
+    close together, and every wasted interval is added to the save); a look at an object store is
+    a request, so it backs off to a few per second.
+    """
+    first, most = (0.0005, 0.005) if local else (0.01, 0.2)
     deadline = time.monotonic() + timeout
     delay = first
     while True:
@@ -108,7 +114,7 @@ def open_save(
                 storage.remove(join(attempt_dir, stale))
         pending = shared_pending(storage, join(attempt_dir, entry_name(seq)), tag=tag, protocol=protocol)
         pending.create()
-        storage.write_bytes(join(attempt_dir, name), json.dumps({"seq": seq}).encode())
+        storage.write_bytes(join(attempt_dir, name), json.dumps({"seq": seq}).encode(), sync=False)  # never needed after a crash
         return ShardSave(storage, attempt_dir, restart, step, seq, pending)
     found: list[int] = []
 
@@ -122,7 +128,7 @@ def open_save(
             return True
         return False
 
-    if not _poll(read, timeout=timeout):
+    if not _poll(read, timeout=timeout, local=storage.local):
         raise ShardSaveAbandoned(f"sharded save of step {step}: rank 0 did not start it within {timeout:.0f}s")
     seq = found[0]
     pending = shared_pending(storage, join(attempt_dir, entry_name(seq)), tag=tag, protocol=protocol)
@@ -139,12 +145,13 @@ def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
         storage.sync_tree(folder)  # durable before the marker that vouches for it
         part = Part(rank=rank, kind=src.kind, name=src.name, files=tuple(files), dirs=tuple(dirs))
         storage.makedirs(join(save.pending.location, PARTS))
-        storage.write_bytes(save.marker(rank), json.dumps(part.to_doc()).encode())
+        # Visible whole or not at all; made durable by rank 0's sync before the commit.
+        storage.write_bytes(save.marker(rank), json.dumps(part.to_doc()).encode(), sync=False)
         return part
     except BaseException as e:
         try:  # tell rank 0 at once rather than let it wait for the timeout
             storage.makedirs(join(save.pending.location, PARTS))
-            storage.write_bytes(save.marker(rank, ".failed"), repr(e).encode())
+            storage.write_bytes(save.marker(rank, ".failed"), repr(e).encode(), sync=False)
         except Exception:  # rank 0's timeout still ends the save
             pass
         raise
@@ -167,7 +174,7 @@ def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, 
         missing[:] = [r for n, r in wanted.items() if n not in names]
         return bool(failed) or not missing
 
-    if not _poll(all_in, timeout=timeout):
+    if not _poll(all_in, timeout=timeout, local=storage.local):
         raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank(s) {_ranks(missing)} did not finish within {timeout:.0f}s")
     if failed:
         raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank(s) {_ranks(failed)} failed to write their part")
@@ -205,7 +212,7 @@ def wait_committed(save: ShardSave, *, timeout: float) -> None:
             return True
         return False
 
-    if not _poll(done, timeout=timeout, most=0.1):
+    if not _poll(done, timeout=timeout, local=storage.local):
         raise ShardSaveAbandoned(f"sharded save of step {save.step}: not committed within {timeout:.0f}s")
     if gone and gone[0]:
         raise ShardSaveAbandoned(f"sharded save of step {save.step} was abandoned (see rank 0's log)")

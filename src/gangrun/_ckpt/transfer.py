@@ -122,7 +122,7 @@ def write_source(storage, data_dir: str, src: Source) -> tuple[list[FileEntry], 
     """Write `src` under `data_dir`; returns the manifest's file entries and directories."""
     entries: list[FileEntry] = []
     if src.kind == "bytes":
-        crc = storage.write_bytes(join(data_dir, src.name), src.payload or b"")
+        crc = storage.put_bytes(join(data_dir, src.name), src.payload or b"")
         return [FileEntry(src.name, crc.size, crc.value)], []
     for d in src.dirs:
         storage.makedirs(join(data_dir, d))
