@@ -152,3 +152,4 @@ def test_13_3_every_checkpoint_corrupt_says_so_and_how_many(tmp_path: Path, caps
     err = capsys.readouterr().err
     assert "no usable checkpoint: all 2 checkpoint(s) found" in err and "unreadable" in err, err
     assert "no checkpoint found" not in err
+

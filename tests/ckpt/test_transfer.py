@@ -10,6 +10,7 @@ import time
 import zlib
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from gangrun import Checkpoint
@@ -58,7 +59,8 @@ def test_manifest_lists_files_in_walk_order_with_their_crc(tmp_path) -> None:
     doc = json.loads((tmp_path / "ck" / "attempt-1" / "ckpt-000001" / "manifest.json").read_bytes())
     walked = [rel for rel, _ in transfer.source_of(str(src)).files]
     assert [f["path"] for f in doc["files"]] == walked
-    assert all(f["crc32"] == zlib.crc32(want[f["path"]]) and f["size"] == len(want[f["path"]]) for f in doc["files"])
+    assert doc["checksum"] == "crc32c"
+    assert all(f["crc32"] == crc32c.crc32c(want[f["path"]]) and f["size"] == len(want[f["path"]]) for f in doc["files"])
 
 
 def test_one_bad_file_among_many_falls_back_and_leaves_no_partial_copy(tmp_path) -> None:
@@ -124,7 +126,7 @@ def test_manifest_with_an_unknown_checksum_is_refused(tmp_path, capsys) -> None:
     ckpt.save(b"one", step=1)
     ckpt.save(b"two", step=2)
     m = tmp_path / "ck" / "attempt-1" / "ckpt-000002" / "manifest.json"
-    m.write_text(m.read_text().replace('"crc32": ', '"xxh3": ').replace('"checksum": "crc32"', '"checksum": "xxh3"'))
+    m.write_text(m.read_text().replace('"checksum": "crc32c"', '"checksum": "xxh3"'))
     loader = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1)
     assert loader.load().read_bytes() == b"one"
     assert "unknown checksum" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from pathlib import Path
 from gangrun._ckpt import pool
 from gangrun._ckpt.layout import BYTES_NAME, DATA, MANIFEST, join, part_name
 from gangrun._ckpt.manifest import FileEntry, Kind, Manifest, Part
-from gangrun._ckpt.storage import PRIVATE_DIR, makedirs_private, open_private
+from gangrun._ckpt.storage import PRIVATE_DIR, Storage, makedirs_private, open_private
 from gangrun._errors import CheckpointError, UsageError
 
 
@@ -118,7 +118,7 @@ def _largest_first(jobs: list, key: int) -> list:  # type: ignore[type-arg]
     return sorted(jobs, key=size, reverse=True)
 
 
-def write_source(storage, data_dir: str, src: Source) -> tuple[list[FileEntry], list[str]]:  # type: ignore[no-untyped-def]
+def write_source(storage: Storage, data_dir: str, src: Source) -> tuple[list[FileEntry], list[str]]:
     """Write `src` under `data_dir`; returns the manifest's file entries and directories."""
     entries: list[FileEntry] = []
     if src.kind == "bytes":
@@ -140,7 +140,7 @@ def write_source(storage, data_dir: str, src: Source) -> tuple[list[FileEntry], 
     return entries, list(src.dirs)
 
 
-def read_manifest(storage, path: str) -> Manifest | None:  # type: ignore[no-untyped-def]
+def read_manifest(storage: Storage, path: str) -> Manifest | None:
     """The manifest of a final-named save; None when there is none (a torn save: not committed)."""
     try:
         raw = storage.read_bytes(join(path, MANIFEST))
@@ -149,23 +149,23 @@ def read_manifest(storage, path: str) -> Manifest | None:  # type: ignore[no-unt
     return Manifest.from_bytes(raw)
 
 
-def read_checkpoint(storage, path: str, manifest: Manifest, cache: Path) -> Path:  # type: ignore[no-untyped-def]
+def read_checkpoint(storage: Storage, path: str, manifest: Manifest, cache: Path) -> Path:
     """Copy a committed checkpoint into `cache` verifying it; returns the file or directory restored.
 
     Raises CorruptCheckpoint (or OSError) when the data is missing or differs from the manifest;
     nothing half-restored is left behind in that case.
     """
     final = cache / f"attempt-{manifest.attempt}-seq-{manifest.seq}"
-    return _restore(storage, join(path, DATA), manifest.kind, manifest.files, manifest.dirs, final)
+    return _restore(storage, join(path, DATA), manifest.kind, manifest.files, manifest.dirs, final, manifest.checksum)
 
 
-def read_part(storage, path: str, manifest: Manifest, part: Part, cache: Path) -> Path:  # type: ignore[no-untyped-def]
+def read_part(storage: Storage, path: str, manifest: Manifest, part: Part, cache: Path) -> Path:
     """`read_checkpoint` for one rank's part of a committed sharded checkpoint."""
     final = cache / f"attempt-{manifest.attempt}-seq-{manifest.seq}-{part_name(part.rank)}"
-    return _restore(storage, join(path, DATA, part_name(part.rank)), part.kind, part.files, part.dirs, final)
+    return _restore(storage, join(path, DATA, part_name(part.rank)), part.kind, part.files, part.dirs, final, manifest.checksum)
 
 
-def check_parts(storage, path: str, manifest: Manifest) -> None:  # type: ignore[no-untyped-def]
+def check_parts(storage: Storage, path: str, manifest: Manifest) -> None:
     """Every part of a sharded checkpoint is there with the sizes its manifest lists (one listing,
     no data read), so that every rank judges the checkpoint the same way before loading its part."""
     sizes = storage.sizes(join(path, DATA))
@@ -179,7 +179,7 @@ def check_parts(storage, path: str, manifest: Manifest) -> None:  # type: ignore
                 raise CorruptCheckpoint(f"rank {part.rank}'s {f.path} has {size} bytes, manifest says {f.size}")
 
 
-def _restore(storage, data_src: str, kind: Kind, files: tuple[FileEntry, ...], dirs: tuple[str, ...], final: Path) -> Path:  # type: ignore[no-untyped-def]
+def _restore(storage: Storage, data_src: str, kind: Kind, files: tuple[FileEntry, ...], dirs: tuple[str, ...], final: Path, checksum: str) -> Path:
     work = final.parent / f".{final.name}.part-{uuid.uuid4().hex[:8]}"
     data = work / DATA
     try:
@@ -191,7 +191,7 @@ def _restore(storage, data_src: str, kind: Kind, files: tuple[FileEntry, ...], d
 
         def get(f: FileEntry) -> None:
             try:
-                crc = storage.get_file(join(data_src, f.path), str(data / f.path))
+                crc = storage.get_file(join(data_src, f.path), str(data / f.path), checksum=checksum)
             except FileNotFoundError as e:
                 raise CorruptCheckpoint(f"{f.path} is missing") from e
             if crc.size != f.size:
