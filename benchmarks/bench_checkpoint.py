@@ -37,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 from gangrun import Checkpoint
@@ -129,37 +130,40 @@ def run(work: Path, total: int, repeat: int) -> None:
     payload = os.urandom(min(nbytes, 256 << 20))
     for r in range(repeat):
         dst = work / f"copy{r}"
-        rec("copytree", timed(lambda: shutil.copytree(src, dst)))
+        rec("copytree", timed(partial(shutil.copytree, src, dst)))
         shutil.rmtree(dst)
-        rec("copytree_fsync", timed(lambda: copytree_fsync(src, dst)))
+        rec("copytree_fsync", timed(partial(copytree_fsync, src, dst)))
         shutil.rmtree(dst)
 
         ck = Checkpoint.for_path(str(work / f"ck{r}"), attempt=1, keep_last=None, cache_dir=work / f"cache{r}")
-        rec("save", timed(lambda: ck.save(src)))
+        rec("save", timed(partial(ck.save, src)))
         loader = Checkpoint.for_path(str(work / f"ck{r}"), attempt=1, cache_dir=work / f"cache{r}")
         with contextlib.redirect_stderr(io.StringIO()):  # the "loaded checkpoint" line, once per run
             rec("load", timed(loader.load))
         shutil.rmtree(work / f"cache{r}")
 
-        rec("save_async_blocked", timed(lambda: ck.save(src, blocking=False)))
+        rec("save_async_blocked", timed(partial(ck.save, src, blocking=False)))
         rec("save_async_total", timed(ck.wait, clean=False) + res["save_async_blocked"][-1])
-        rec("save_nosnap_blocked", timed(lambda: ck.save(src, blocking=False, snapshot=False)))
+        rec("save_nosnap_blocked", timed(partial(ck.save, src, blocking=False, snapshot=False)))
         ck.wait()
-        rec("bytes_blocking", timed(lambda: ck.save(payload)))
-        rec("bytes_async_blocked", timed(lambda: ck.save(payload, blocking=False)))
+        rec("bytes_blocking", timed(partial(ck.save, payload)))
+        rec("bytes_async_blocked", timed(partial(ck.save, payload, blocking=False)))
         ck.wait()
 
         real_fsync = storage_mod.os.fsync
         storage_mod.os.fsync = lambda fd: None  # what the save costs without durability, like copytree
         try:
-            rec("save_nofsync", timed(lambda: ck.save(src)))
+            rec("save_nofsync", timed(partial(ck.save, src)))
         finally:
             storage_mod.os.fsync = real_fsync
         shutil.rmtree(work / f"ck{r}")
         print(f"  run {r + 1}/{repeat} done", file=sys.stderr)
 
     med = {k: statistics.median(v) for k, v in res.items()}
-    rate = lambda k: gib / med[k]  # noqa: E731
+
+    def rate(k: str) -> float:
+        return gib / med[k]
+
     ct, cts = med["copytree"], med["copytree_fsync"]
     print(f"medians of {repeat} runs")
     print(f"copytree             {ct:7.2f} s  {rate('copytree'):6.2f} GiB/s")

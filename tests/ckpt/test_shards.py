@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gangrun import Checkpoint
-from gangrun._errors import CheckpointError, CommitFailed, UsageError
+from gangrun._errors import CheckpointError, CommitFailed, GangrunError, UsageError
 
 RANK_SCRIPT = """
 import json, sys, pathlib, gangrun
@@ -38,13 +38,11 @@ print(json.dumps({"seq": info.seq, "uri": info.uri}))
 
 
 def _run_gang(root: str, world: int, work: Path, opts: dict | None) -> list[dict]:
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(RANK_SCRIPT), root, str(r), str(world), json.dumps(opts or {}), str(work)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        for r in range(world)
-    ]
+    def start(r: int) -> subprocess.Popen[str]:
+        argv = [sys.executable, "-c", textwrap.dedent(RANK_SCRIPT), root, str(r), str(world), json.dumps(opts or {}), str(work)]
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    procs = [start(r) for r in range(world)]
     out = []
     for r, p in enumerate(procs):
         stdout, stderr = p.communicate(timeout=180)
@@ -82,7 +80,7 @@ def _gang_in_threads(world: int, fn) -> list[object]:  # type: ignore[no-untyped
     def run(r: int) -> None:
         try:
             results[r] = fn(r)
-        except BaseException as e:  # handed to the test
+        except GangrunError as e:  # handed to the test
             results[r] = e
 
     threads = [threading.Thread(target=run, args=(r,), name=f"rank-{r}") for r in range(world)]

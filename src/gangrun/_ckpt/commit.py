@@ -89,8 +89,9 @@ def pending_for(storage: Storage, final: str, *, protocol: str | None = None) ->
     """The commit protocol the storage supports (`protocol` "rename"/"marker" overrides, for tests)."""
     if protocol is None:
         protocol = "rename" if storage.atomic_rename else "marker"
-    cls = {"rename": RenamePending, "marker": MarkerPending}[protocol]
-    return cls.for_final(storage, final)
+    if protocol == "rename":
+        return RenamePending.for_final(storage, final)
+    return MarkerPending.for_final(storage, final)
 
 
 def shared_pending(storage: Storage, final: str, *, tag: str, protocol: str | None = None) -> PendingCheckpoint:

@@ -271,7 +271,7 @@ def _relative(path: str) -> str:
 class Crc:
     """Running checksum (`CHECKSUM` unless told) and byte count of a stream."""
 
-    __slots__ = ("value", "size", "_fn")
+    __slots__ = ("_fn", "size", "value")
 
     def __init__(self, checksum: str = CHECKSUM) -> None:
         self.value = 0

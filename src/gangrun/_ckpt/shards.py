@@ -25,6 +25,7 @@ pending folder and the rendezvous and says so; the other ranks see the folder va
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ from gangrun._ckpt.logs import say
 from gangrun._ckpt.manifest import ManifestError, Part
 from gangrun._ckpt.storage import Storage
 from gangrun._errors import CommitFailed
+
+log = logging.getLogger("gangrun")
 
 
 class ShardSaveAbandoned(CommitFailed):
@@ -153,7 +156,7 @@ def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
             storage.makedirs(join(save.pending.location, PARTS))
             storage.write_bytes(save.marker(rank, ".failed"), repr(e).encode(), sync=False)
         except Exception:  # rank 0's timeout still ends the save
-            pass
+            log.debug("gangrun: could not report the failed part to rank 0", exc_info=True)
         raise
 
 
@@ -224,7 +227,7 @@ def abandon(save: ShardSave, why: object) -> None:
         try:
             save.storage.remove(path)
         except Exception:  # a leftover is removed by a later retention pass
-            pass
+            log.debug("gangrun: could not remove %s", path, exc_info=True)
     say(f"gangrun: abandoned the sharded save of step {save.step} (seq {save.seq}): {why}")
 
 

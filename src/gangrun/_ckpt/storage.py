@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import fsspec
@@ -153,7 +154,7 @@ def _copy_local(src: str, dst: str, checksum: str = CHECKSUM) -> Crc:
         return _copy_stream(fin.readinto, _write_all(fout), checksum)
 
 
-def _write_all(f):  # type: ignore[no-untyped-def]
+def _write_all(f: Any) -> Callable[[memoryview], None]:
     # A raw file may write less than asked; the buffered file used before looped for us.
     def write(view: memoryview) -> None:
         while view:

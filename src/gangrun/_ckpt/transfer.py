@@ -155,6 +155,8 @@ def read_checkpoint(storage: Storage, path: str, manifest: Manifest, cache: Path
     Raises CorruptCheckpoint (or OSError) when the data is missing or differs from the manifest;
     nothing half-restored is left behind in that case.
     """
+    if manifest.kind == "sharded":  # one part at a time: read_part
+        raise CorruptCheckpoint("a sharded checkpoint is restored one part at a time")
     final = cache / f"attempt-{manifest.attempt}-seq-{manifest.seq}"
     return _restore(storage, join(path, DATA), manifest.kind, manifest.files, manifest.dirs, final, manifest.checksum)
 
