@@ -186,3 +186,16 @@ def test_shard_save_needs_step_growing_steps_and_the_world_size(tmp_path: Path) 
     with pytest.raises(UsageError, match="must grow"):
         ck.save(b"y", step=5, shard=True)
     assert _ck(root, 0, 1, attempt=1, cache_dir=tmp_path / "d").load().read_bytes() == b"x"
+
+
+def test_worker_context_gives_the_checkpoint_the_gangs_world_size_and_restart(tmp_path: Path) -> None:
+    from gangrun import Context
+
+    env = {
+        "GANGRUN_TASK": "train", "GANGRUN_ATTEMPT": "2", "JOBSET_RESTART_ATTEMPT": "3", "RANK": "2",
+        "WORLD_SIZE": "4", "NNODES": "2", "NPROC_PER_NODE": "2", "NODE_RANK": "1", "LOCAL_RANK": "0",
+        "GANGRUN_CHECKPOINT_PATH": f"{tmp_path}/ck/train/attempt-2",
+    }  # fmt: skip
+    ckpt = Context.from_env(env, install_stop_handler=False).checkpoint
+    assert ckpt is not None
+    assert (ckpt.rank, ckpt.world_size, ckpt.restart_attempt, ckpt.attempt) == (2, 4, 3, 2)
