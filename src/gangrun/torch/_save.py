@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import CheckpointException
 import torch
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
@@ -160,7 +161,7 @@ class Saver:
             w = _dcp.writer(t, data_dir)
             dcp.save(state_dict, storage_writer=w, process_group=group, no_dist=group is None)
             report = _Report(me, tuple(_files.entry(t.storage, data_dir, rel) for rel in w.written), None)
-        except Exception as e:  # reported, so that rank 0 aborts instead of committing without this rank
+        except (Exception, CheckpointException) as e:  # reported: rank 0 aborts instead of committing without this rank
             report = _Report(me, (), f"rank {me}: {e!r}")
         reports = _gang.gather(report, group)
         outcome: str | None = None
