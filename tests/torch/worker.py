@@ -1,4 +1,4 @@
-"""A rank of a test gang (see gang.py): ``python worker.py MODE``; prints one JSON line per result.
+"""A rank of a test gang (see torchgang.py): ``python worker.py MODE``; prints one JSON line per result.
 
 The state: ``w``, a DTensor sharded by rows over the gang (``ROWS`` rows per rank, ``COLS`` columns),
 ``b``, a tensor every rank holds whole (replicated, as under DDP), and ``meta``, a plain value. A save

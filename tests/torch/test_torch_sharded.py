@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .gang import Gang, require_torch
+from torchgang import Gang, require_torch
 
 require_torch()
 

@@ -1,5 +1,8 @@
 """Run a real gang for a test: one process per rank, torch.distributed over gloo on loopback, with
-the worker environment a gangrun backend sets (INTERFACE.md "Inside a worker").
+the worker environment a gangrun backend sets (ranks, MASTER_ADDR/PORT, GANGRUN_CHECKPOINT_PATH).
+
+tests/torch has no __init__.py on purpose: a package named ``torch`` on the test path would hide
+the real torch.
 
 torch is an optional extra: `require_torch()` skips a test module where it is missing, except under
 CI (``CI=true``), where a missing torch fails it, so the torch path never goes untested unnoticed.
