@@ -30,6 +30,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,7 @@ class Saver:
 
     def __init__(self, target: Target) -> None:
         self.target = target
+        _SAVERS.add(self)
         self._bg = writer_mod.BackgroundWriter(target.attempt_uri)
         self._lock = threading.Lock()
         self._last_seq = 0
@@ -207,3 +209,25 @@ class Saver:
         except Exception as e:  # the commit stands; old saves go at the next commit
             log.warning("gangrun: could not remove old checkpoints under %s: %r", t.root, e)
         return None
+
+
+_SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
+
+
+def _join_at_exit() -> None:
+    """Join the writer threads before the interpreter finalizes. Waiting until no save is in flight
+    (what _ckpt/writer.py does at exit) is not enough for torch: a daemon thread still releasing its
+    staged tensors when finalization starts is torn out of torch's C++ code, and the process aborts
+    ("terminate called without an active exception") after the checkpoint was committed."""
+    deadline = writer_mod.exit_deadline
+    for saver in list(_SAVERS):
+        try:
+            saver.wait(None if deadline is None else max(0.0, deadline - time.time()))
+        except CommitFailed as e:
+            log.error("gangrun: a background torch checkpoint save failed and was never waited for: %s", e)
+
+
+# Among threading's exit hooks, which run while daemon threads still do (see _ckpt/writer.py).
+_register = getattr(threading, "_register_atexit", None)
+if _register is not None:
+    _register(_join_at_exit)
