@@ -37,7 +37,9 @@ from typing import Any
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import CheckpointException
 import torch
-from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+# The helpers DCP's own BlockingAsyncStager is made of; that class itself pins its cached buffers
+# unconditionally, which fails on machines without an accelerator.
+from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
 
 from gangrun._ckpt import catalog, events
 from gangrun._ckpt import writer as writer_mod
@@ -89,7 +91,7 @@ class Saver:
         self._bg = writer_mod.BackgroundWriter(target.attempt_uri)
         self._lock = threading.Lock()
         self._last_seq = 0
-        self._stager: DefaultStager | None = None
+        self._staged: dict[str, Any] | None = None  # staging buffers, reused from save to save
 
     def save(self, state_dict: dict[str, Any], *, step: int | None, blocking: bool) -> StateSave:
         with self._lock:
@@ -139,17 +141,17 @@ class Saver:
         return choice[0], choice[1], pending
 
     def _stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
-        # Cached buffers: the next save copies into the same host memory instead of allocating (and
-        # page-faulting) the whole state again. Safe because a save waits for the previous one.
-        # Pinned memory and non-blocking copies need an accelerator; on CPU they are plain copies.
-        if self._stager is None:
-            acc = torch.accelerator.is_available()
-            opts = StagingOptions(
-                use_pinned_memory=acc, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=acc
-            )
-            self._stager = DefaultStager(opts)
-        staged = self._stager.stage(state_dict)
-        assert isinstance(staged, dict)  # a Future only with use_async_staging
+        """A copy of `state_dict` in host memory that training can no longer change.
+
+        Copied into the buffers of the previous save when the state has the same shape (a save
+        waits for the previous one, so they are free again): allocating and page-faulting the
+        whole state on every save would double what training waits for. Pinned where an
+        accelerator is present, so the device-to-host copy runs at full speed.
+        """
+        if self._staged is None or not _same_layout(self._staged, state_dict):
+            self._staged = _create_cpu_state_dict(state_dict, pin_memory=torch.accelerator.is_available())
+        # type_check=False: values that are not tensors or plain data are deep-copied (DCP pickles them).
+        staged: dict[str, Any] = _copy_state_dict(state_dict, self._staged, type_check=False)
         return staged
 
     def _write(
@@ -212,6 +214,21 @@ class Saver:
 
 
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
+
+
+def _same_layout(staged: Any, state: Any) -> bool:
+    """Whether `staged` has the keys, tensor shapes and dtypes of `state` (so it can be copied into)."""
+    if isinstance(state, torch.Tensor):
+        return isinstance(staged, torch.Tensor) and staged.shape == state.shape and staged.dtype == state.dtype
+    if isinstance(state, dict):
+        return isinstance(staged, dict) and staged.keys() == state.keys() and all(
+            _same_layout(staged[k], v) for k, v in state.items()
+        )
+    if isinstance(state, (list, tuple)):
+        return isinstance(staged, (list, tuple)) and len(staged) == len(state) and all(
+            _same_layout(a, b) for a, b in zip(staged, state)
+        )
+    return True
 
 
 def _join_at_exit() -> None:
