@@ -10,17 +10,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from torchgang import SRC, require_torch
 
 from gangrun import Checkpoint
 from gangrun._errors import CommitFailed
 
-from torchgang import SRC, require_torch
-
 torch = require_torch()
 
 
-def _ck(tmp_path: Path, attempt: int = 1, **kw: object) -> Checkpoint:
-    return Checkpoint.for_path(str(tmp_path / "train"), attempt=attempt, **kw)  # type: ignore[arg-type]
+def _ck(tmp_path: Path, attempt: int = 1, keep_last: int | None = 3) -> Checkpoint:
+    return Checkpoint.for_path(str(tmp_path / "train"), attempt=attempt, keep_last=keep_last)
 
 
 def test_b2_async_save_is_a_snapshot_training_may_change_right_away(tmp_path: Path) -> None:

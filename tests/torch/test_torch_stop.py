@@ -6,9 +6,9 @@ import json
 import signal
 from pathlib import Path
 
-from gangrun import Checkpoint
-
 from torchgang import Gang, require_torch
+
+from gangrun import Checkpoint
 
 torch = require_torch()
 

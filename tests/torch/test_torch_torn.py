@@ -14,9 +14,9 @@ import signal
 import time
 from pathlib import Path
 
-from gangrun import Checkpoint
-
 from torchgang import Gang, require_torch
+
+from gangrun import Checkpoint
 
 torch = require_torch()
 

@@ -60,10 +60,8 @@ class Gang:
                 "GANGRUN_GRACE_PERIOD": "60", "OMP_NUM_THREADS": "1",
                 **(env or {}),
             }  # fmt: skip
-            self.procs.append(
-                subprocess.Popen([sys.executable, str(WORKER), mode], env=wenv, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
-            )
+            argv = [sys.executable, str(WORKER), mode]
+            self.procs.append(subprocess.Popen(argv, env=wenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
 
     def wait(self, timeout: float = 120) -> list[dict[str, Any]]:
         """Wait for every rank; fails naming a rank that did not exit 0. Returns each rank's last JSON line."""

@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -31,7 +32,7 @@ COLS = int(os.environ.get("COLS", "8"))
 OPTS = json.loads(os.environ.get("STORAGE_OPTIONS", "null"))
 
 
-def state(world: int, fill: float) -> dict:  # type: ignore[type-arg]
+def state(world: int, fill: float) -> dict[str, Any]:
     mesh = init_device_mesh("cpu", (world,))
     w = distribute_tensor(torch.full((ROWS * world, COLS), fill), mesh, [Shard(0)])
     # ROWS is per rank of the *saving* gang; a loader of another size asks for the saved global shape.

@@ -11,7 +11,8 @@ and checksum in gangrun's manifest.
 
 from __future__ import annotations
 
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter, FsspecReader, FsspecWriter
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader, FsspecWriter
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import StorageReader, WriteResult
 from torch.futures import Future
@@ -21,14 +22,14 @@ from gangrun.torch._target import Target
 METADATA = ".metadata"  # written by DCP's coordinator once every rank's writes succeeded
 
 
-def _written(results: list[WriteResult]) -> list[str]:
-    return sorted({r.storage_data.relative_path for r in results})
+def _written(results: list[WriteResult]) -> tuple[str, ...]:
+    return tuple(sorted({r.storage_data.relative_path for r in results}))
 
 
 class LocalWriter(FileSystemWriter):
     """DCP's writer on a local path; `written` lists this rank's files once `write_data` is done."""
 
-    written: list[str] = []
+    written: tuple[str, ...] = ()
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         fut = super().write_data(plan, planner)
@@ -39,7 +40,7 @@ class LocalWriter(FileSystemWriter):
 class StoreWriter(FsspecWriter):
     """DCP's writer on an fsspec store (``s3://`` ...); `written` as for LocalWriter."""
 
-    written: list[str] = []
+    written: tuple[str, ...] = ()
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         fut = super().write_data(plan, planner)

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import CheckpointException
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
 from gangrun._ckpt import catalog, transfer
 from gangrun._ckpt.layout import DATA, join
@@ -73,7 +73,7 @@ def load(target: Target, state_dict: dict[str, Any]) -> LoadedState | None:
         return None
     uri = target.uri_of(choice.attempt, choice.seq)
     try:
-        dcp.load(
+        dcp_load(
             state_dict, storage_reader=_dcp.reader(target, join(choice.path, DATA)), process_group=group,
             no_dist=group is None,
         )  # fmt: skip

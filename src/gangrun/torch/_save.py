@@ -34,20 +34,21 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import CheckpointException
 import torch
+
 # The helpers DCP's own BlockingAsyncStager is made of; that class itself pins its cached buffers
 # unconditionally, which fails on machines without an accelerator.
 from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from gangrun._ckpt import catalog, events
 from gangrun._ckpt import writer as writer_mod
 from gangrun._ckpt.commit import PendingCheckpoint, pending_for
 from gangrun._ckpt.events import EVENTS_FILE_ENV
 from gangrun._ckpt.layout import entry_name, join
-from gangrun._ckpt.manifest import FileEntry, Manifest
 from gangrun._ckpt.logs import say
+from gangrun._ckpt.manifest import FileEntry, Manifest
 from gangrun._errors import CheckpointError, CommitFailed
 from gangrun.torch import _dcp, _files, _gang
 from gangrun.torch._target import Target
@@ -163,7 +164,7 @@ class Saver:
         data_dir = join(location, "data")
         try:
             w = _dcp.writer(t, data_dir)
-            dcp.save(state_dict, storage_writer=w, process_group=group, no_dist=group is None)
+            dcp_save(state_dict, storage_writer=w, process_group=group, no_dist=group is None)
             report = _Report(me, tuple(_files.entry(t.storage, data_dir, rel) for rel in w.written), None)
         except (Exception, CheckpointException) as e:  # reported: rank 0 aborts instead of committing without this rank
             report = _Report(me, (), f"rank {me}: {e!r}")
@@ -197,8 +198,8 @@ class Saver:
         except Exception as e:
             try:
                 pending.abort()
-            except Exception:  # already failing; retention removes the leftover at a later commit
-                pass
+            except Exception as cleanup:  # already failing; retention removes the leftover at a later commit
+                log.debug("gangrun: could not remove the abandoned save %s: %r", pending.location, cleanup)
             say(f"gangrun: torch checkpoint seq {seq} abandoned, not committed: {e}", logging.WARNING)
             return str(e)
         uri = t.uri_of(t.attempt, seq)
