@@ -14,6 +14,7 @@ In a gang, `context()` called from the main thread also installs the SIGTERM sto
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -65,6 +66,29 @@ class Context:
         """True once the gang is being stopped (SIGTERM). Reading it tells gangrun that this program
         handles the stop itself: it gets until shortly before the deadline to save and exit."""
         return notice.stop_requested()
+
+    def should_stop(self) -> bool:
+        """Whether the gang is stopping, answered alike on every rank at the same step.
+
+        With torch.distributed initialised this is a collective: an all_reduce (MAX) of every rank's
+        `stop_requested`, so all ranks leave the loop at the same step even when SIGTERM reached
+        only one of them, and the final (sharded) save has every rank in it. Call it from the
+        training loop on every rank at the same steps (every step, or every k-th with the same k).
+
+        Without torch.distributed it is this process's own `stop_requested`: there is no group to
+        ask without a collective of its own, and scripts without one do not wait on each other, so
+        a rank that stops alone strands nobody. torch is never imported for this.
+        """
+        local = self.stop_requested
+        if "torch.distributed" not in sys.modules:
+            return local
+        from gangrun.torch import _gang
+
+        if not _gang.initialized():
+            return local
+        from gangrun.torch._stop import agree
+
+        return agree(local)
 
     @property
     def stop_notice(self) -> StopNotice | None:

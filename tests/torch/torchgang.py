@@ -1,0 +1,88 @@
+"""Run a real gang for a test: one process per rank, torch.distributed over gloo on loopback, with
+the worker environment a gangrun backend sets (ranks, MASTER_ADDR/PORT, GANGRUN_CHECKPOINT_PATH).
+
+tests/torch has no __init__.py on purpose: a package named ``torch`` on the test path would hide
+the real torch.
+
+torch is an optional extra: `require_torch()` skips a test module where it is missing, except under
+CI (``CI=true``), where a missing torch fails it, so the torch path never goes untested unnoticed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+WORKER = Path(__file__).with_name("worker.py")
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def require_torch() -> ModuleType:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        import torch  # an ImportError fails the module: CI installs the torch extra
+
+        return torch
+    return pytest.importorskip("torch")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Gang:
+    """`world` worker processes running worker.py `mode`; `results()` parses their JSON lines."""
+
+    def __init__(self, root: Path | str, *, world: int, mode: str, attempt: int = 1, task: str = "train",
+                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+        port = free_port()
+        self.procs: list[subprocess.Popen[str]] = []
+        for rank in range(world):
+            wenv = {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+                "GANGRUN_TASK": task, "GANGRUN_ATTEMPT": str(attempt), "JOBSET_RESTART_ATTEMPT": "0",
+                "NNODES": "1", "NODE_RANK": "0", "NPROC_PER_NODE": str(world), "RANK": str(rank),
+                "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port), "GANGRUN_CHECKPOINT_PATH": f"{root}/attempt-{attempt}",
+                "GANGRUN_PREV_CHECKPOINT_PATH": f"{root}/attempt-{attempt - 1}" if attempt > 1 else "",
+                "GANGRUN_GRACE_PERIOD": "60", "OMP_NUM_THREADS": "1",
+                **(env or {}),
+            }  # fmt: skip
+            argv = [sys.executable, str(WORKER), mode]
+            self.procs.append(subprocess.Popen(argv, env=wenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+
+    def wait(self, timeout: float = 120) -> list[dict[str, Any]]:
+        """Wait for every rank; fails naming a rank that did not exit 0. Returns each rank's last JSON line."""
+        out: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        try:
+            for rank, p in enumerate(self.procs):
+                stdout, stderr = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                assert p.returncode == 0, f"rank {rank} exited {p.returncode}:\n{stderr[-4000:]}"
+                lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+                out.append(lines[-1] if lines else {})
+        finally:
+            self.kill()
+        return out
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+        for p in self.procs:
+            p.wait()
+            for stream in (p.stdout, p.stderr):
+                if stream is not None:
+                    stream.close()

@@ -1,0 +1,89 @@
+"""A rank of a test gang (see torchgang.py): ``python worker.py MODE``; prints one JSON line per result.
+
+The state: ``w``, a DTensor sharded by rows over the gang (``ROWS`` rows per rank, ``COLS`` columns),
+``b``, a tensor every rank holds whole (replicated, as under DDP), and ``meta``, a plain value. A save
+at step s fills ``w`` with s and ``b`` with -s, so a load checks itself: every element must agree.
+
+Modes:
+  save   save at step STEP (blocking unless ASYNC=1), print the save
+  load   build the state for this world size, load, check every element, print what was loaded
+  stop   train until ctx.should_stop(); SIGTERM reaches one rank only; then a final blocking save
+  churn  save steps 1, 2, 3, ... (blocking) until killed; prints each committed step
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+
+import gangrun
+from gangrun.torch import load_state, save_state, wait
+
+ROWS = int(os.environ.get("ROWS", "4"))
+COLS = int(os.environ.get("COLS", "8"))
+OPTS = json.loads(os.environ.get("STORAGE_OPTIONS", "null"))
+
+
+def state(world: int, fill: float) -> dict[str, Any]:
+    mesh = init_device_mesh("cpu", (world,))
+    w = distribute_tensor(torch.full((ROWS * world, COLS), fill), mesh, [Shard(0)])
+    # ROWS is per rank of the *saving* gang; a loader of another size asks for the saved global shape.
+    return {"w": w, "b": torch.full((COLS,), -fill), "meta": {"note": "x"}}
+
+
+def global_rows() -> int:
+    return int(os.environ.get("GLOBAL_ROWS", "0"))
+
+
+def main(mode: str) -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    ctx = gangrun.context()
+    if mode == "save":
+        step = int(os.environ["STEP"])
+        info = save_state(state(world, float(step)), step=step, blocking=os.environ.get("ASYNC") != "1",
+                          storage_options=OPTS)  # fmt: skip
+        wait()
+        print(json.dumps({"rank": rank, "seq": info.seq if info else None}), flush=True)
+    elif mode == "load":
+        rows = global_rows() or ROWS * world
+        mesh = init_device_mesh("cpu", (world,))
+        sd = {"w": distribute_tensor(torch.full((rows, COLS), -7.0), mesh, [Shard(0)]),
+              "b": torch.zeros(COLS), "meta": {"note": None}}  # fmt: skip
+        loaded = load_state(sd, storage_options=OPTS)
+        local = sd["w"].to_local()
+        step = loaded.step if loaded else None
+        ok = loaded is not None and bool((local == step).all()) and bool((sd["b"] == -step).all())
+        print(json.dumps({"rank": rank, "step": step, "ok": ok, "world_size": loaded and loaded.world_size,
+                          "resharded": loaded and loaded.resharded, "from": loaded and loaded.loaded_from,
+                          "local_rows": local.shape[0], "meta": sd["meta"]}), flush=True)  # fmt: skip
+    elif mode == "stop":
+        step = 0
+        while True:
+            step += 1
+            time.sleep(0.05)
+            if step == 3:
+                print(json.dumps({"rank": rank, "ready": True, "pid": os.getpid()}), flush=True)
+            if ctx.should_stop():
+                break
+        save_state(state(world, float(step)), step=step, blocking=True)
+        print(json.dumps({"rank": rank, "stopped_at": step, "local_flag": ctx.stop_requested}), flush=True)
+    elif mode == "churn":
+        step = 0
+        while True:
+            step += 1
+            save_state(state(world, float(step)), step=step, blocking=True, storage_options=OPTS)
+            print(json.dumps({"rank": rank, "committed": step}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
