@@ -95,4 +95,4 @@ def test_a_missing_kubeconfig_is_one_line_for_the_user_not_a_traceback(
         KubeBackend(kubeconfig=str(missing)).get("train")
     assert cli.main(["--backend", "kubernetes", "--kubeconfig", str(missing), "get"]) != 0
     err = capsys.readouterr().err
-    assert err.startswith("UsageError: cannot load the Kubernetes configuration") and "Traceback" not in err
+    assert err.startswith("gangrun: error: cannot load the Kubernetes configuration") and "Traceback" not in err

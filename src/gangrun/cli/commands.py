@@ -11,9 +11,10 @@ from typing import Any
 import yaml
 
 from gangrun._backends.base import Backend
-from gangrun._core.spec import TaskSpec, load_manifest
+from gangrun._core.spec import TaskSpec
 from gangrun._core.units import format_bytes
 from gangrun._errors import UsageError
+from gangrun._manifest_file import load_manifest
 from gangrun.cli import output
 from gangrun.cli.follow import TERMINAL, follow_task
 
