@@ -97,7 +97,13 @@ def test_the_backend_flag_wins_over_the_variable(monkeypatch, tmp_path, capsys):
 
 
 def test_backend_failures_exit_3_and_user_mistakes_exit_2():
-    from gangrun._errors import ApiError, DaemonUnavailable, NotFound, SpecError, UsageError
+    from gangrun._errors import (
+        ApiError,
+        DaemonUnavailable,
+        NotFound,
+        SpecError,
+        UsageError,
+    )
     from gangrun.cli import exit_code
 
     assert [exit_code(e) for e in (ApiError(403, "forbidden"), NotFound(404, "x"), ApiError(0, "refused"),
@@ -113,3 +119,42 @@ def test_an_api_error_prints_its_message_once_without_the_class():
         "gangrun: error: forbidden to read ClusteredTasks (HTTP 403)"
     assert error_line(ApiError(0, "cannot reach the API server:\n  connection refused")) == \
         "gangrun: error: cannot reach the API server: connection refused"
+
+
+WAITING = ("gang evicted by kueue (Preempted, InClusterQueue): Preempted to accommodate a workload (UID: "
+           "0f3c2a3e-1b7d-4a56-9a7e-2f1f5d1e0c9b, JobUID: 5b9f1c2e-8d3a-4e7f-b6a1-0c2d3e4f5a6b) due to "
+           "prioritization in the ClusterQueue; waiting for re-admission")
+
+
+def _view(**kw):
+    return {"name": "train", "phase": "Running", "phaseVersion": 4, "reason": WAITING, "attempt": 1,
+            "restartAttempt": 0, "userRetriesUsed": 0, "systemRetriesUsed": 0,
+            "attempts": [{"number": 1, "startedAt": "2026-01-01T00:00:00+00:00", "endedAt": None, "outcome": None,
+                          "reason": None}], **kw}
+
+
+def test_s5_get_keeps_the_cause_and_that_the_gang_waits_for_readmission():
+    from gangrun.cli.output import REASON_WIDTH, task_rows
+
+    row = task_rows([_view()]).splitlines()[1]
+    reason = row.split("1  ", 1)[1].strip()
+    assert reason.startswith("gang evicted by kueue (Preempted, InClusterQueue)")
+    assert reason.endswith("; waiting for re-admission")
+    assert len(reason) == REASON_WIDTH and "…" in reason
+
+
+@pytest.mark.parametrize("width", [20, 40, 70, 90, 120])
+def test_a_shortened_reason_keeps_its_end_and_fits(width):
+    from gangrun.cli.output import shorten_reason
+
+    short = shorten_reason(WAITING, width)
+    assert len(short) == width and short.endswith(WAITING[-(width // 3):])
+
+
+def test_s4_describe_reports_no_wait_for_a_preemption_that_ended_the_attempt():
+    from gangrun.cli.output import describe
+
+    ended = describe(_view(evictionsByCause={"Preempted": 1}, waitingForReadmissionSeconds=0.0), [])
+    assert "Evictions:      Preempted 1" in ended and "re-admission" not in ended.replace(WAITING, "")
+    waited = describe(_view(evictionsByCause={"Preempted": 1}, waitingForReadmissionSeconds=12.5), [])
+    assert "Preempted 1; waited 12.5s for re-admission" in waited

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 import yaml
 
@@ -127,7 +127,7 @@ _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoade
 class _Loader(_SafeLoader):  # type: ignore[valid-type, misc]
     """The safe loader with YAML timestamps left as text."""
 
-    yaml_implicit_resolvers = {
+    yaml_implicit_resolvers: ClassVar[dict[str, list[tuple[str, Any]]]] = {
         first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
@@ -142,12 +142,14 @@ def _scan(text: str, where: str) -> None:
     depth = 0
     for event in yaml.parse(text, Loader=_SafeLoader):
         if isinstance(event, yaml.AliasEvent):
-            raise SpecError("", f"{where}: line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not accepted "
-                                "in a manifest; write the value out")
+            line = event.start_mark.line + 1
+            raise SpecError("", f"{where}: line {line}: YAML aliases (*{event.anchor}) are not accepted in a "
+                                "manifest; write the value out")
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > DEPTH_MAX + 1:  # the root collection is level 1 here and level 0 in the core
-                raise SpecError("", f"{where}: line {event.start_mark.line + 1}: nested more than {DEPTH_MAX} levels deep")
+                line = event.start_mark.line + 1
+                raise SpecError("", f"{where}: line {line}: nested more than {DEPTH_MAX} levels deep")
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
 

@@ -33,6 +33,7 @@ NPROC_MAX = 1_024
 RETRIES_MAX = 1_000  # retries, maxSystemRetries and failurePolicy.maxRestarts each
 GPU_MAX = 1_024
 DEPTH_MAX = 32  # nesting of mappings and lists anywhere in the document
+# Every other whole number is bounded by `_int`'s default maximum of 1,000,000.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 RESERVED_ENV = frozenset({
     "GANGRUN_TASK", "GANGRUN_ATTEMPT", "JOBSET_RESTART_ATTEMPT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "RANK",
@@ -192,12 +193,12 @@ def _unicode(text: str, path: str) -> None:
         raise SpecError(path, f"contains {text[e.start]!r}, a lone surrogate that is not valid Unicode") from None
 
 
-def _expect(doc: dict, key: str, value: str) -> None:
+def _expect(doc: dict[str, Any], key: str, value: str) -> None:
     if doc.get(key) != value:
         raise SpecError(key, f"must be {value}, got {_clip(doc.get(key))}")
 
 
-def _mapping(doc: dict, key: str, path: str, default: dict | None = None) -> dict:
+def _mapping(doc: dict[str, Any], key: str, path: str, default: dict[str, Any] | None = None) -> dict[str, Any]:
     v = doc.get(key, default)
     if v is None and default is None:
         raise SpecError(path, "is required")
@@ -206,7 +207,7 @@ def _mapping(doc: dict, key: str, path: str, default: dict | None = None) -> dic
     return v
 
 
-def _no_unknown(doc: dict, path: str, known: set[str]) -> None:
+def _no_unknown(doc: dict[str, Any], path: str, known: set[str]) -> None:
     for key in doc:
         if key not in known:
             raise SpecError(_at(path, key), f"unknown field (known: {', '.join(sorted(known))})")
@@ -221,8 +222,8 @@ def _name(v: Any, path: str) -> str:
     return v
 
 
-def _int(doc: dict, key: str, path: str, *, minimum: int, maximum: int, default: int | None = None,
-         required: bool = False) -> int:
+def _int(doc: dict[str, Any], key: str, path: str, *, minimum: int, maximum: int = 1_000_000,
+         default: int | None = None, required: bool = False) -> int:
     if key not in doc:
         if required:
             raise SpecError(path, "is required")
@@ -246,27 +247,28 @@ def _clip(v: Any) -> str:
     return r if len(r) <= 60 else r[:40] + "…" + r[-10:]
 
 
-def _bool(doc: dict, key: str, path: str) -> bool:
+def _bool(doc: dict[str, Any], key: str, path: str) -> bool:
     v = doc.get(key, False)
     if not isinstance(v, bool):
         raise SpecError(path, f"must be true or false, got {_clip(v)}")
     return v
 
 
-def _str(doc: dict, key: str, path: str, *, default: str) -> str:
+def _str(doc: dict[str, Any], key: str, path: str, *, default: str) -> str:
     v = doc.get(key, default)
     if not isinstance(v, str):
         raise SpecError(path, f"must be a string, got {_kind(v)}")
     return v
 
 
-def _path(doc: dict, key: str, path: str, *, default: str) -> str:
+def _path(doc: dict[str, Any], key: str, path: str, *, default: str) -> str:
     v = _str(doc, key, path, default=default)
     _no_nul(v, path)
     return v
 
 
-def _duration(doc: dict, key: str, path: str, *, default: timedelta | None, positive: bool = False) -> timedelta | None:
+def _duration(doc: dict[str, Any], key: str, path: str, *, default: timedelta | None,
+              positive: bool = False) -> timedelta | None:
     if doc.get(key) is None:
         return default
     try:
