@@ -194,3 +194,21 @@ def test_durations_are_bounded(text):
 def test_quantities_are_finite_and_bounded(text):
     with pytest.raises(ValueError):
         parse_quantity(text)
+
+
+def test_the_core_reads_no_files():
+    """Reading and parsing manifest files lives outside the pure core (gangrun._manifest_file)."""
+    import ast
+    from pathlib import Path
+
+    import gangrun._core
+
+    io_modules = {"yaml", "json", "os", "io", "pathlib", "subprocess", "socket", "sqlite3", "kubernetes"}
+    for path in Path(gangrun._core.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module}
+        assert not imported & io_modules, f"{path.name} imports {sorted(imported & io_modules)}"
+        assert "open(" not in path.read_text().replace("reopen(", ""), path.name
