@@ -155,6 +155,8 @@ def _deep(n: int):
     pytest.param(manifest(nodes=10**40), "spec.nodes: must be <= 10000, got a number with more than 19 digits",
                  id="nodes-40-digits"),
     pytest.param(manifest(retries=10**6), "spec.retries: must be <= 1000", id="retries-huge"),
+    pytest.param(manifest(command=["x"] * 5000), "spec.command: must have at most 4096 arguments",
+                 id="command-too-long"),
     pytest.param(manifest(maxSystemRetries=5000), "spec.maxSystemRetries: must be <= 1000", id="system-retries-huge"),
     pytest.param(manifest(failurePolicy={"maxRestarts": 10**9}), "spec.failurePolicy.maxRestarts: must be <= 1000",
                  id="max-restarts-huge"),

@@ -215,3 +215,11 @@ def test_a_kubeconfig_variable_naming_no_file_is_named(tmp_path: Path, monkeypat
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nope"))
     with pytest.raises(UsageError, match=f"^KUBECONFIG: no such file: {tmp_path / 'nope'}$"):
         KubeBackend().get("train")
+
+
+def test_a_task_the_api_server_refuses_as_invalid_is_a_manifest_error() -> None:
+    api, b = backend()
+    api.fail("create", "clusteredtasks", 422)
+    with pytest.raises(SpecError, match="^the API server refused the task: injected failure") as err:
+        b.submit(parse_manifest(manifest()))
+    assert cli.exit_code(err.value) == 2

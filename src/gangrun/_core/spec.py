@@ -32,6 +32,7 @@ NODES_MAX = 10_000
 NPROC_MAX = 1_024
 RETRIES_MAX = 1_000  # retries, maxSystemRetries and failurePolicy.maxRestarts each
 GPU_MAX = 1_024
+COMMAND_MAX = 4_096  # arguments of spec.command: the kernel refuses an argv much past 2 MB
 DEPTH_MAX = 32  # nesting of mappings and lists anywhere in the document
 # Every other whole number is bounded by `_int`'s default maximum of 1,000,000.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -287,6 +288,8 @@ def _command(v: Any, path: str) -> tuple[str, ...]:
         raise SpecError(path, f"must be a list of arguments (no shell), e.g. [python, train.py], got {_clip(v)}")
     if not isinstance(v, list) or not v:
         raise SpecError(path, "must be a non-empty list of arguments")
+    if len(v) > COMMAND_MAX:
+        raise SpecError(path, f"must have at most {COMMAND_MAX} arguments, got {len(v)}")
     for i, arg in enumerate(v):
         if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
             raise SpecError(f"{path}[{i}]", f"must be a string, got {_kind(arg)}")

@@ -31,7 +31,7 @@ from gangrun._core.engine import WAITING_FOR_READMISSION
 from gangrun._core.spec import TaskSpec
 from gangrun._core.timeline import Event
 from gangrun._core.view import task_view
-from gangrun._errors import ApiError, Conflict, NotFound, UsageError
+from gangrun._errors import ApiError, Conflict, NotFound, SpecError, UsageError
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 
@@ -77,6 +77,8 @@ class KubeBackend:
             raise UsageError(f"task {spec.name} already exists in namespace {ns}; delete it or pick another name") \
                 from None
         except ApiError as e:
+            if e.status in (400, 422):  # the API server's own validation (e.g. a label value): the manifest's fault
+                raise SpecError("", f"the API server refused the task: {e.message}") from None
             raise self._explain(e, "create") from None
         return spec.name
 

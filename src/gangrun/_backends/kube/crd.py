@@ -61,7 +61,7 @@ def spec_schema() -> dict[str, Any]:
         "properties": {
             "nodes": _int(1, "gang size: pods, one per node", core_spec.NODES_MAX),
             "nprocPerNode": _int(1, "processes per node (torchrun when > 1)", core_spec.NPROC_MAX),
-            "command": {"type": "array", "minItems": 1, "items": {"type": "string"},
+            "command": {"type": "array", "minItems": 1, "maxItems": core_spec.COMMAND_MAX, "items": {"type": "string"},
                         "description": "the worker's argv, no shell"},
             "workingDir": _str("working directory inside the container (absolute) or '.'"),
             # maxProperties bounds the CEL rule's estimated cost: without it a real API server refuses
