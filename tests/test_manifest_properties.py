@@ -88,3 +88,16 @@ def test_s1_validate_never_shows_a_traceback_and_exits_0_or_2_with_one_line(case
         assert code == 2, err.getvalue()
         assert err.getvalue().startswith("gangrun: error: ") and err.getvalue().count("\n") == 1, err.getvalue()
         assert "Traceback" not in err.getvalue()
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents())
+def test_s1_the_parser_raises_only_spec_errors_of_one_line(doc: Any) -> None:
+    """Documents also reach the parser without a file: from the API server and from the local store."""
+    from gangrun._core.spec import parse_manifest
+    from gangrun._errors import SpecError
+
+    try:
+        parse_manifest(doc)
+    except SpecError as e:
+        assert "\n" not in str(e) and len(str(e)) < 400, str(e)
