@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from controlplane import ApiError, ControlPlane, free_port
+
 from gangrun._backends.kube import events
 from gangrun._backends.kube.reconcile import load_state
+from gangrun._core.eviction import Eviction, EvictionKind
 from gangrun._core.phases import Phase
 from gangrun._core.timeline import Event, EventType
 
@@ -27,9 +28,8 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "gangrun.dev", "v1alpha1", "clusteredtasks"
-WAITING = ("gang evicted by kueue (Preempted, InClusterQueue): Preempted to accommodate a workload (UID: "
-           "0f3c2a3e-1b7d-4a56-9a7e-2f1f5d1e0c9b, JobUID: 5b9f1c2e-8d3a-4e7f-b6a1-0c2d3e4f5a6b) due to "
-           "prioritization in the ClusterQueue; waiting for re-admission")
+WAITING_MESSAGE = ("Preempted to accommodate a workload (UID: 0f3c2a3e-1b7d-4a56-9a7e-2f1f5d1e0c9b, JobUID: "
+                   "5b9f1c2e-8d3a-4e7f-b6a1-0c2d3e4f5a6b) due to prioritization in the ClusterQueue")
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +135,11 @@ def test_cancel_without_a_controller_says_it_is_requested(cluster, namespace, tm
 def test_a_gang_waiting_for_readmission_reads_as_waiting_in_get_and_logs(cluster, namespace, tmp_path):
     ns, kube = namespace, cluster.kube
     assert gangrun(cluster, "submit", str(_manifest(tmp_path)), "-n", ns).returncode == 0
-    state = load_state(kube.get("ClusteredTask", "train", ns), now=datetime.now(timezone.utc))
-    state = state.with_info(state.info.advance(Phase.RUNNING, WAITING))
+    now = datetime.now(timezone.utc)
+    ev = Eviction(kind=EvictionKind.PREEMPTED, reason="Preempted", detail="InClusterQueue", message=WAITING_MESSAGE)
+    state = load_state(kube.get("ClusteredTask", "train", ns), now=now)
+    state = state.with_running(at=now, restart_attempt=0).with_eviction_seen(ev, at=now)
+    state = state.with_info(state.info.advance(Phase.RUNNING, f"{ev.summary()}; waiting for re-admission"))
     kube.patch("ClusteredTask", "train", ns, {"status": state.for_storage()}, subresource="status")
 
     r = gangrun(cluster, "get", "-n", ns)

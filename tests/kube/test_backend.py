@@ -14,6 +14,9 @@ from gangrun import cli
 from gangrun._backends.kube import KubeBackend, events
 from gangrun._backends.kube.backend import NAMESPACES
 from gangrun._backends.kube.client import EVENTS, LOCAL_QUEUES, PODS, TASKS
+from gangrun._backends.kube.reconcile import load_state
+from gangrun._core.eviction import Eviction, EvictionKind
+from gangrun._core.phases import Phase
 from gangrun._core.spec import parse_manifest
 from gangrun._core.timeline import Event, EventType
 from gangrun._errors import ApiError, SpecError, UsageError
@@ -147,11 +150,18 @@ def test_logs_name_the_valid_ranks_and_attempts() -> None:
 def test_logs_of_a_gang_waiting_for_readmission_say_it_was_preempted() -> None:
     api, b = backend()
     b.submit(parse_manifest(manifest()))
-    reason = "gang evicted by kueue (Preempted, InClusterQueue): to make room; waiting for re-admission"
-    api.patch(TASKS, "ml", "train", {"status": {"phase": "Running", "attempt": 1, "reason": reason}},
+    api.patch(TASKS, "ml", "train", {"status": preempted_and_waiting(api.obj(TASKS, "ml", "train"))},
               subresource="status")
     with pytest.raises(UsageError, match="^task train was preempted and its workers are stopped until Kueue"):
         list(b.logs("train"))
+
+
+def preempted_and_waiting(task: dict) -> dict:
+    """The status the controller writes for a started gang that Kueue preempted, kept for re-admission (S5)."""
+    now = datetime.now(timezone.utc)
+    ev = Eviction(kind=EvictionKind.PREEMPTED, reason="Preempted", detail="InClusterQueue", message="to make room")
+    state = load_state(task, now=now).with_running(at=now, restart_attempt=0).with_eviction_seen(ev, at=now)
+    return state.with_info(state.info.advance(Phase.RUNNING, f"{ev.summary()}; waiting for re-admission")).for_storage()
 
 
 class _CutStreams(FakeApi):

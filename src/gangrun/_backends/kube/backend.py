@@ -27,7 +27,7 @@ from gangrun._backends.kube.client import (
 from gangrun._backends.kube.reconcile import load_state
 from gangrun._backends.kube.render import CONTAINER, check_renderable
 from gangrun._core import jobset
-from gangrun._core.engine import WAITING_FOR_READMISSION
+from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.timeline import Event
 from gangrun._core.view import task_view
@@ -94,7 +94,7 @@ class KubeBackend:
 
     def events(self, name: str) -> list[Event]:
         uid = (self._task(name).get("metadata") or {}).get("uid")
-        # By UID: a deleted task's Events (kept for an hour) name the same kind and name as a new task
+        # By UID: a deleted task's Events (kept for the cluster's event TTL) name the same kind and name as a new task
         # that reuses the name, and must not mix into its timeline.
         selector = f"involvedObject.uid={uid}" if uid else f"involvedObject.kind={crd.KIND},involvedObject.name={name}"
         with self._calling("read the events of"):
@@ -120,10 +120,11 @@ class KubeBackend:
         if rank is not None:  # one pod per node runs ranks node*nproc .. node*nproc + nproc - 1
             pods = [(r, p) for r, p in pods if r == rank // nproc]
         if not pods:
-            reason = str(status.get("reason") or "")
-            if n == current and WAITING_FOR_READMISSION in reason:
+            state = load_state(task, now=_now())
+            # An open eviction of a Running task is a preempted gang kept for re-admission (S5).
+            if n == current and state.eviction is not None and state.phase is Phase.RUNNING:
                 raise UsageError(f"task {name} was preempted and its workers are stopped until Kueue admits it "
-                                 f"again ({reason})")
+                                 f"again ({state.info.reason})")
             which = f"rank {rank} of " if rank is not None else ""
             raise UsageError(f"no worker pods for {which}attempt {n} of task {name} (yet, or any more)")
         with self._calling("read the logs of"):
