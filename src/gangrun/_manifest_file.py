@@ -142,16 +142,18 @@ def _scan(text: str, where: str) -> None:
     depth = 0
     for event in yaml.parse(text, Loader=_SafeLoader):
         if isinstance(event, yaml.AliasEvent):
-            line = event.start_mark.line + 1
-            raise SpecError("", f"{where}: line {line}: YAML aliases (*{event.anchor}) are not accepted in a "
+            raise SpecError("", f"{where}: {_line(event)}: YAML aliases (*{event.anchor}) are not accepted in a "
                                 "manifest; write the value out")
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > DEPTH_MAX + 1:  # the root collection is level 1 here and level 0 in the core
-                line = event.start_mark.line + 1
-                raise SpecError("", f"{where}: line {line}: nested more than {DEPTH_MAX} levels deep")
+                raise SpecError("", f"{where}: {_line(event)}: nested more than {DEPTH_MAX} levels deep")
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
+
+
+def _line(event: yaml.Event) -> str:
+    return f"line {event.start_mark.line + 1}" if event.start_mark else "input"
 
 
 def _yaml(text: str, where: str) -> Any:
