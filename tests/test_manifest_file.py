@@ -48,8 +48,9 @@ BOMB = b"a: &a [x, x, x, x, x, x, x, x, x, x]\n" + b"".join(
                  id="deep-block"),
     pytest.param(GOOD + b"  retries: " + b"9" * 5000 + b"\n", "-: not valid YAML: Exceeds the limit (4300 digits)",
                  id="5000-digit-int"),
-    pytest.param(GOOD + b"  image: !!timestamp 2001-02-30\n", "-: not valid YAML: day is out of range",
-                 id="bad-timestamp"),
+    pytest.param(GOOD + b"  retries: !!int abc\n", "-: not valid YAML: invalid literal for int()",
+                 id="bad-explicit-int"),
+    pytest.param(GOOD + b"  image: !!binary '#'\n", "spec.image: must be a string, got bytes", id="binary"),
     pytest.param(GOOD + b"  image: !!python/object:os.system ls\n", "-: not valid YAML", id="python-tag"),
     pytest.param(GOOD + b"---\n" + GOOD, "-: not valid YAML", id="two-documents"),
     pytest.param(b"x" * (MAX_BYTES + 1), "-: larger than 1024 KiB", id="too-large"),
@@ -111,6 +112,8 @@ def test_s1_a_manifest_just_under_the_cap_is_read(tmp_path: Path):
 def test_s1_dates_stay_text_and_a_byte_order_mark_is_ignored():
     spec = load_manifest("-", stdin=io.BytesIO(b"\xef\xbb\xbf" + GOOD + b"  image: 2024-01-01\n"))
     assert spec.image == "2024-01-01"
+    spec = load_manifest("-", stdin=io.BytesIO(GOOD + b"  env: {DAY: 2001-02-30, AT: !!timestamp 2024-01-01}\n"))
+    assert spec.env == {"DAY": "2001-02-30", "AT": "2024-01-01"}
 
 
 def test_s1_stdin_has_no_source_so_workingdir_is_relative_to_the_current_folder(tmp_path: Path):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO, ClassVar
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -124,15 +124,6 @@ def _duplicate_path(v: Any, path: str, depth: int) -> str | None:
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(_SafeLoader):  # type: ignore[valid-type, misc]
-    """The safe loader with YAML timestamps left as text."""
-
-    yaml_implicit_resolvers: ClassVar[dict[str, list[tuple[str, Any]]]] = {
-        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-
-
 def _scan(text: str, where: str) -> None:
     """Walk the parser's event stream (iterative, in C) before building anything from it.
 
@@ -157,14 +148,14 @@ def _line(event: yaml.Event) -> str:
 
 
 def _yaml(text: str, where: str) -> Any:
-    loader: _Loader | None = None
+    loader: yaml.SafeLoader | None = None
     try:
         _scan(text, where)
-        loader = _Loader(text)
+        loader = _SafeLoader(text)
         node = loader.get_single_node()
         if node is None:
             return None
-        _no_duplicate_keys(node, "")
+        _check_nodes(node, "")
         return loader.construct_document(node)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
@@ -183,9 +174,15 @@ def _yaml(text: str, where: str) -> Any:
             loader.dispose()
 
 
-def _no_duplicate_keys(node: yaml.Node, path: str) -> None:
-    """Refuse a mapping with a key twice, naming it; nesting is already bounded by the loader."""
-    if isinstance(node, yaml.MappingNode):
+_TIMESTAMP, _STR = "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:str"
+
+
+def _check_nodes(node: yaml.Node, path: str) -> None:
+    """Refuse a mapping with a key twice, naming it, and keep dates as text (Kubernetes reads
+    manifests as JSON, where `2024-01-01` is a string). Nesting is already bounded by `_scan`."""
+    if isinstance(node, yaml.ScalarNode) and node.tag == _TIMESTAMP:
+        node.tag = _STR
+    elif isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key, value in node.value:
             name = str(key.value) if isinstance(key, yaml.ScalarNode) else ""
@@ -194,10 +191,11 @@ def _no_duplicate_keys(node: yaml.Node, path: str) -> None:
                 if name in seen:
                     raise SpecError(where, f"is given twice (line {key.start_mark.line + 1}); each key may appear once")
                 seen.add(name)
-            _no_duplicate_keys(value, where)
+            _check_nodes(key, path)
+            _check_nodes(value, where)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _no_duplicate_keys(item, f"{path}[{i}]")
+            _check_nodes(item, f"{path}[{i}]")
 
 
 def _join(path: str, key: str) -> str:
