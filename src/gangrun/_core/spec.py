@@ -1,4 +1,4 @@
-"""The `ClusteredTask` manifest (S1): loading, defaults and validation that names the field.
+"""The `ClusteredTask` manifest (S1): the model, its defaults, and validation that names the field.
 
 One model for both backends. `parse_manifest(doc)` takes an already-parsed document (reading and
 parsing files is `gangrun._manifest_file`'s job: this module does no I/O). Every problem raises
@@ -6,7 +6,8 @@ parsing files is `gangrun._manifest_file`'s job: this module does no I/O). Every
 
 Hostile documents are refused before any field is read: nesting deeper than `DEPTH_MAX`, a string
 that is not valid Unicode (a lone surrogate), a number that is not finite. Counts have upper bounds
-(`NODES_MAX`, `NPROC_MAX`, `RETRIES_MAX`, `GPU_MAX`) so that no manifest asks for an absurd gang.
+(`NODES_MAX`, `NPROC_MAX`, `RETRIES_MAX`, `GPU_MAX`, `COMMAND_MAX`) so that no manifest asks for an absurd
+gang.
 """
 
 from __future__ import annotations
