@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from gangrun._backends.local import LocalBackend
-from gangrun._core.spec import load_manifest
+from gangrun._manifest_file import load_manifest
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,4 +1,4 @@
-"""The CLI's contract for user mistakes: a clear one-line error, no traceback, exit code 2."""
+"""The CLI's contract for user mistakes: a clear one-line error, no traceback, exit code 2 (3 for a backend)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,11 @@ def test_s1_validate_reads_json_manifests(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    (GOOD.replace("nodes: 2", "nodes: 0"), "SpecError: spec.nodes: must be >= 1, got 0"),
-    ("spec: [", "SpecError:"),
-    ("", "SpecError: a manifest must be a mapping"),
+    (GOOD.replace("nodes: 2", "nodes: 0"), "gangrun: error: spec.nodes: must be >= 1, got 0"),
+    ("spec: [", "gangrun: error: "),
+    ("", "gangrun: error: a manifest must be a mapping"),
+    (GOOD.replace("nodes: 2", "nodes: 2, nodes: 3"), "gangrun: error: spec.nodes: is given twice"),
+    (GOOD.replace("nodes: 2", "nodes: 2, maxRuntime: .inf"), "gangrun: error: spec.maxRuntime: must be a finite number"),
 ])
 def test_s1_bad_manifest_is_one_line_without_traceback(tmp_path, text, message):
     f = tmp_path / "t.yaml"
@@ -44,7 +46,8 @@ def test_s1_bad_manifest_is_one_line_without_traceback(tmp_path, text, message):
     r = subprocess.run([sys.executable, "-m", "gangrun.cli", "validate", str(f)], capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.startswith(message)
-    assert "Traceback" not in r.stderr
+    assert "Traceback" not in r.stderr and "SpecError" not in r.stderr
+    assert len(r.stderr.splitlines()) == 1
 
 
 def test_missing_file_is_a_clear_error(capsys):
@@ -59,3 +62,99 @@ def test_out_of_range_numbers_are_refused_naming_the_flag(argv, capsys):
         main(argv)
     assert e.value.code == 2
     assert "must be >=" in capsys.readouterr().err
+
+
+def test_s1_validate_dash_reads_standard_input():
+    r = subprocess.run([sys.executable, "-m", "gangrun.cli", "validate", "-", "-o", "json"], input=GOOD.encode(),
+                       capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["name"] == "train"
+    r = subprocess.run([sys.executable, "-m", "gangrun.cli", "validate", "-"], input=b"spec: {nodes: .nan}",
+                       capture_output=True)
+    assert r.returncode == 2 and r.stderr.decode().count("\n") == 1
+
+
+def test_s1_validate_refuses_non_utf8_bytes_in_one_line(tmp_path, capsys):
+    f = tmp_path / "t.yaml"
+    f.write_bytes(GOOD.encode() + b"  image: \xff\n")
+    assert main(["validate", str(f)]) == 2
+    assert capsys.readouterr().err == f"gangrun: error: {f}: not UTF-8 text (byte 0xff at offset {len(GOOD)+9})\n"
+
+
+@pytest.mark.parametrize("value", ["bogus", "Local", "kube"])
+def test_a_bad_gangrun_backend_variable_is_an_error_naming_it(value, monkeypatch, capsys):
+    monkeypatch.setenv("GANGRUN_BACKEND", value)
+    assert main(["get", "x"]) == 2
+    assert capsys.readouterr().err == f"gangrun: error: GANGRUN_BACKEND: must be local or kubernetes, got {value!r}\n"
+
+
+def test_the_backend_flag_wins_over_the_variable(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("GANGRUN_BACKEND", "bogus")
+    f = tmp_path / "t.yaml"
+    f.write_text(GOOD)
+    assert main(["--backend", "local", "validate", str(f)]) == 0
+    assert main(["validate", str(f), "--backend", "local"]) == 0
+
+
+def test_backend_failures_exit_3_and_user_mistakes_exit_2():
+    from gangrun._errors import (
+        ApiError,
+        DaemonUnavailable,
+        NotFound,
+        SpecError,
+        UsageError,
+    )
+    from gangrun.cli import exit_code
+
+    assert [exit_code(e) for e in (ApiError(403, "forbidden"), NotFound(404, "x"), ApiError(0, "refused"),
+                                   DaemonUnavailable("down"))] == [3, 3, 3, 3]
+    assert [exit_code(e) for e in (SpecError("spec.nodes", "bad"), UsageError("no task"))] == [2, 2]
+
+
+def test_an_api_error_prints_its_message_once_without_the_class():
+    from gangrun._errors import ApiError
+    from gangrun.cli import error_line
+
+    assert error_line(ApiError(403, "forbidden to read ClusteredTasks")) == \
+        "gangrun: error: forbidden to read ClusteredTasks (HTTP 403)"
+    assert error_line(ApiError(0, "cannot reach the API server:\n  connection refused")) == \
+        "gangrun: error: cannot reach the API server: connection refused"
+
+
+WAITING = ("gang evicted by kueue (Preempted, InClusterQueue): Preempted to accommodate a workload (UID: "
+           "0f3c2a3e-1b7d-4a56-9a7e-2f1f5d1e0c9b, JobUID: 5b9f1c2e-8d3a-4e7f-b6a1-0c2d3e4f5a6b) due to "
+           "prioritization in the ClusterQueue; waiting for re-admission")
+
+
+def _view(**kw):
+    return {"name": "train", "phase": "Running", "phaseVersion": 4, "reason": WAITING, "attempt": 1,
+            "restartAttempt": 0, "userRetriesUsed": 0, "systemRetriesUsed": 0,
+            "attempts": [{"number": 1, "startedAt": "2026-01-01T00:00:00+00:00", "endedAt": None, "outcome": None,
+                          "reason": None}], **kw}
+
+
+def test_s5_get_keeps_the_cause_and_that_the_gang_waits_for_readmission():
+    from gangrun.cli.output import REASON_WIDTH, task_rows
+
+    row = task_rows([_view()]).splitlines()[1]
+    reason = row.split("1  ", 1)[1].strip()
+    assert reason.startswith("gang evicted by kueue (Preempted, InClusterQueue)")
+    assert reason.endswith("; waiting for re-admission")
+    assert len(reason) == REASON_WIDTH and "…" in reason
+
+
+@pytest.mark.parametrize("width", [20, 40, 70, 90, 120])
+def test_a_shortened_reason_keeps_its_end_and_fits(width):
+    from gangrun.cli.output import shorten_reason
+
+    short = shorten_reason(WAITING, width)
+    assert len(short) == width and short.endswith(WAITING[-(width // 3):])
+
+
+def test_s4_describe_reports_no_wait_for_a_preemption_that_ended_the_attempt():
+    from gangrun.cli.output import describe
+
+    ended = describe(_view(evictionsByCause={"Preempted": 1}, waitingForReadmissionSeconds=0.0), [])
+    assert "Evictions:      Preempted 1" in ended and "re-admission" not in ended.replace(WAITING, "")
+    waited = describe(_view(evictionsByCause={"Preempted": 1}, waitingForReadmissionSeconds=12.5), [])
+    assert "Preempted 1; waited 12.5s for re-admission" in waited

@@ -66,9 +66,10 @@ def test_run_exits_1_when_the_task_fails(gangrun, tmp_path):
 
 def test_user_mistakes_are_one_line_with_exit_2(gangrun, tmp_path):
     r = gangrun("submit", str(manifest(tmp_path, "lost", "pass", queue="nowhere")), check=False)
-    assert r.returncode == 2 and r.stderr.startswith("UsageError: ") and "default" in r.stderr
+    assert r.returncode == 2 and r.stderr.startswith("gangrun: error: ") and "default" in r.stderr
     r = gangrun("get", "nobody", check=False)
-    assert r.returncode == 2 and r.stderr.startswith("UsageError: ") and "Traceback" not in r.stderr
+    assert r.returncode == 2 and r.stderr.startswith("gangrun: error: ") and "Traceback" not in r.stderr
+    assert "UsageError" not in r.stderr and r.stderr.count("\n") == 1
     r = gangrun("local", "evict", "nobody", "--reason", "Preempted", check=False)
     assert r.returncode == 2 and "Traceback" not in r.stderr
 

@@ -1,6 +1,7 @@
 """Every error gangrun raises, in one tree.
 
-    GangrunError                      base; the CLI prints "<Type>: <message>" and exits 2
+    GangrunError                      base; the CLI prints "gangrun: error: <message>" and exits 2,
+                                      or 3 for a BackendError (the backend failed, not the user)
     ├── SpecError                     a manifest is invalid; the message names the field
     ├── UsageError                    a command was called wrongly (unknown task, unknown queue, ...)
     │   └── WorkerEnvError(name)      a worker environment variable is malformed; names the variable
@@ -55,7 +56,9 @@ class ApiError(BackendError):
 
     def __init__(self, status: int, message: str) -> None:
         self.status = status
-        super().__init__(f"{status}: {message}")
+        self.message = message  # without the status, for a caller that rewords it
+        # Status 0 means no answer at all (connection refused, timeout, TLS): no HTTP status to show.
+        super().__init__(f"{message} (HTTP {status})" if status else message)
 
 
 class NotFound(ApiError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -9,14 +11,20 @@ from kube_builders import manifest, pod_obj
 from kube_fake import FakeApi
 
 from gangrun import cli
-from gangrun._backends.kube import KubeBackend
-from gangrun._backends.kube.client import LOCAL_QUEUES, PODS, TASKS
+from gangrun._backends.kube import KubeBackend, events
+from gangrun._backends.kube.backend import NAMESPACES
+from gangrun._backends.kube.client import EVENTS, LOCAL_QUEUES, PODS, TASKS
+from gangrun._backends.kube.reconcile import load_state
+from gangrun._core.eviction import Eviction, EvictionKind
+from gangrun._core.phases import Phase
 from gangrun._core.spec import parse_manifest
-from gangrun._errors import SpecError, UsageError
+from gangrun._core.timeline import Event, EventType
+from gangrun._errors import ApiError, SpecError, UsageError
 
 
 def backend() -> tuple[FakeApi, KubeBackend]:
     api = FakeApi()
+    api.put(NAMESPACES, {"metadata": {"name": "ml"}})
     api.put(LOCAL_QUEUES, {"metadata": {"name": "default", "namespace": "ml"}})
     return api, KubeBackend(api=api, namespace="ml")
 
@@ -73,7 +81,7 @@ def test_logs_by_rank_and_all_ranks_prefixed() -> None:
         api.logs[("ml", pod["metadata"]["name"])] = [f"hello from {i}"]
     assert list(b.logs("train", rank=1)) == ["hello from 1"]
     assert list(b.logs("train")) == ["[rank 0] hello from 0", "[rank 1] hello from 1"]
-    with pytest.raises(UsageError, match="no worker pods"):
+    with pytest.raises(UsageError, match=r'task "train" has attempts 1..1, not 3'):
         list(b.logs("train", attempt=3))
 
 
@@ -91,8 +99,137 @@ def test_logs_show_only_the_newest_restart_round() -> None:
 def test_a_missing_kubeconfig_is_one_line_for_the_user_not_a_traceback(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "kubeconfig"
-    with pytest.raises(UsageError, match="cannot load the Kubernetes configuration"):
+    with pytest.raises(UsageError, match=f"--kubeconfig {missing}: no such file"):
         KubeBackend(kubeconfig=str(missing)).get("train")
-    assert cli.main(["--backend", "kubernetes", "--kubeconfig", str(missing), "get"]) != 0
+    assert cli.main(["--backend", "kubernetes", "--kubeconfig", str(missing), "get"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("UsageError: cannot load the Kubernetes configuration") and "Traceback" not in err
+    assert err == f"gangrun: error: --kubeconfig {missing}: no such file\n"
+    broken = tmp_path / "broken"
+    broken.write_text("not: [a kubeconfig")
+    assert cli.main(["--backend", "kubernetes", "--kubeconfig", str(broken), "get"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gangrun: error: cannot load the Kubernetes configuration") and err.count("\n") == 1
+
+
+# -- issue 13.9-13.11: events by UID, messages that name the object, API failures ----------------------
+
+
+def _event(task: dict, message: str) -> dict:
+    return events.to_k8s(task, Event(time=datetime(2026, 1, 1, tzinfo=timezone.utc), type=EventType.PHASE,
+                                      message=message, attempt=1), type_="Normal")
+
+
+def test_events_of_a_deleted_task_do_not_mix_into_a_new_task_with_its_name() -> None:
+    api, b = backend()
+    b.submit(parse_manifest(manifest()))
+    old = api.obj(TASKS, "ml", "train")
+    api.put(EVENTS, _event(old, "from the deleted task"))
+    api.remove(TASKS, "ml", "train")
+    b.submit(parse_manifest(manifest()))
+    new = api.obj(TASKS, "ml", "train")
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    ev = _event(new, "from the new task")
+    ev["metadata"]["name"] += "-new"
+    api.put(EVENTS, ev)
+    assert [e.message for e in b.events("train")] == ["from the new task"]
+
+
+def test_logs_name_the_valid_ranks_and_attempts() -> None:
+    api, b = backend()
+    b.submit(parse_manifest(manifest(nprocPerNode=2)))
+    with pytest.raises(UsageError, match=r'^task "train" has ranks 0..3, not 5$'):
+        list(b.logs("train", rank=5))
+    with pytest.raises(UsageError, match=r'^task "train" has attempts 1..1, not 3$'):
+        list(b.logs("train", attempt=3))
+    pod = pod_obj("train-1", 1)
+    api.put(PODS, pod)
+    api.logs[("ml", pod["metadata"]["name"])] = ["node 1"]
+    assert list(b.logs("train", rank=3)) == ["node 1"]  # ranks 2 and 3 run on node 1
+
+
+def test_logs_of_a_gang_waiting_for_readmission_say_it_was_preempted() -> None:
+    api, b = backend()
+    b.submit(parse_manifest(manifest()))
+    api.patch(TASKS, "ml", "train", {"status": preempted_and_waiting(api.obj(TASKS, "ml", "train"))},
+              subresource="status")
+    with pytest.raises(UsageError, match="^task train was preempted and its workers are stopped until Kueue"):
+        list(b.logs("train"))
+
+
+def preempted_and_waiting(task: dict) -> dict:
+    """The status the controller writes for a started gang that Kueue preempted, kept for re-admission (S5)."""
+    now = datetime.now(timezone.utc)
+    ev = Eviction(kind=EvictionKind.PREEMPTED, reason="Preempted", detail="InClusterQueue", message="to make room")
+    state = load_state(task, now=now).with_running(at=now, restart_attempt=0).with_eviction_seen(ev, at=now)
+    return state.with_info(state.info.advance(Phase.RUNNING, f"{ev.summary()}; waiting for re-admission")).for_storage()
+
+
+class _CutStreams(FakeApi):
+    """An API server whose log streams of one pod fail, as when the kubelet cannot be reached."""
+
+    def log_lines(self, namespace: str, pod: str, *, container: str | None = None,
+                  follow: bool = False) -> Iterator[str]:
+        yield from super().log_lines(namespace, pod, container=container, follow=follow)
+        if pod.startswith("train-1-workers-0-1"):
+            raise ApiError(500, "Get https://node-1:10250/containerLogs: dial tcp: connection refused")
+
+
+@pytest.mark.parametrize("follow", [False, True], ids=["logs", "logs-follow"])
+def test_a_log_stream_failure_is_an_api_error_with_and_without_follow(follow: bool) -> None:
+    api = _CutStreams()
+    api.put(LOCAL_QUEUES, {"metadata": {"name": "default", "namespace": "ml"}})
+    b = KubeBackend(api=api, namespace="ml")
+    b.submit(parse_manifest(manifest()))
+    for i in range(2):
+        pod = pod_obj("train-1", i)
+        api.put(PODS, pod)
+        api.logs[("ml", pod["metadata"]["name"])] = [f"hello from {i}"]
+    lines: list[str] = []
+    with pytest.raises(ApiError, match="connection refused") as err:
+        lines.extend(b.logs("train", follow=follow))
+    assert cli.exit_code(err.value) == 3
+    assert sorted(lines) == ["[rank 0] hello from 0", "[rank 1] hello from 1"]
+
+
+def test_a_missing_namespace_is_named_instead_of_the_queue_or_the_task() -> None:
+    _, b = backend()
+    with pytest.raises(UsageError, match="^namespace nosuchns does not exist"):
+        b.submit(parse_manifest(manifest(namespace="nosuchns")))
+    other = KubeBackend(api=b.api, namespace="nosuchns")
+    with pytest.raises(UsageError, match="^no task named train: namespace nosuchns does not exist$"):
+        other.get("train")
+    with pytest.raises(UsageError, match="^namespace nosuchns does not exist$"):
+        other.list()
+    assert KubeBackend(api=b.api, namespace="ml").list() == []  # an empty namespace that exists is no error
+
+
+def test_a_forbidden_request_says_what_was_refused_and_the_status_once() -> None:
+    api, b = backend()
+    api.forbid("clusteredtasks")
+    with pytest.raises(ApiError) as err:
+        b.list()
+    text = cli.error_line(err.value)
+    assert text.startswith("gangrun: error: forbidden to list ClusteredTasks in namespace ml: ")
+    assert text.count("403") == 1 and "ApiError" not in text
+    assert cli.exit_code(err.value) == 3
+
+
+def test_an_unreachable_api_server_is_named_with_the_cause() -> None:
+    api, b = backend()
+    api.fail("get", "clusteredtasks", 0)
+    with pytest.raises(ApiError, match="^cannot reach the Kubernetes API server to read ClusteredTasks"):
+        b.get("train")
+
+
+def test_a_kubeconfig_variable_naming_no_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nope"))
+    with pytest.raises(UsageError, match=f"^KUBECONFIG: no such file: {tmp_path / 'nope'}$"):
+        KubeBackend().get("train")
+
+
+def test_a_task_the_api_server_refuses_as_invalid_is_a_manifest_error() -> None:
+    api, b = backend()
+    api.fail("create", "clusteredtasks", 422)
+    with pytest.raises(SpecError, match="^the API server refused the task: injected failure") as err:
+        b.submit(parse_manifest(manifest()))
+    assert cli.exit_code(err.value) == 2

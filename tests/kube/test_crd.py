@@ -68,6 +68,10 @@ def test_valid_manifests_pass_the_schema_and_the_parser(spec: dict[str, Any]) ->
     pytest.param({"resources": {"memory": "lots"}}, "spec.resources.memory: pattern", id="bad-quantity"),
     pytest.param({"resources": {"gpu": -1}}, "spec.resources.gpu: minimum", id="negative-gpu"),
     pytest.param({"image": ""}, "spec.image: minLength", id="empty-image"),
+    pytest.param({"nprocPerNode": 100000}, "spec.nprocPerNode: maximum", id="nproc-unbounded"),
+    pytest.param({"nodes": 10**6}, "spec.nodes: maximum", id="nodes-unbounded"),
+    pytest.param({"failurePolicy": {"maxRestarts": 10**6}}, "spec.failurePolicy.maxRestarts: maximum",
+                 id="restarts-unbounded"),
 ])
 def test_bad_specs_are_refused_at_admission_naming_the_field(spec: dict[str, Any], error: str) -> None:
     doc = manifest(**spec)

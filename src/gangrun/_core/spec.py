@@ -1,21 +1,23 @@
-"""The `ClusteredTask` manifest (S1): loading, defaults and validation that names the field.
+"""The `ClusteredTask` manifest (S1): the model, its defaults, and validation that names the field.
 
-One model for both backends. `load_manifest(path)` reads YAML or JSON; `parse_manifest(doc)` takes the
-already-parsed document. Every problem raises `SpecError` whose text starts with the field's path,
-e.g. `spec.nodes: must be >= 1, got 0`.
+One model for both backends. `parse_manifest(doc)` takes an already-parsed document (reading and
+parsing files is `gangrun._manifest_file`'s job: this module does no I/O). Every problem raises
+`SpecError` whose text starts with the field's path, e.g. `spec.nodes: must be >= 1, got 0`.
+
+Hostile documents are refused before any field is read: nesting deeper than `DEPTH_MAX`, a string
+that is not valid Unicode (a lone surrogate), a number that is not finite. Counts have upper bounds
+(`NODES_MAX`, `NPROC_MAX`, `RETRIES_MAX`, `GPU_MAX`, `COMMAND_MAX`) so that no manifest asks for an absurd
+gang.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from gangrun._core.policy import DEFAULT_MAX_SYSTEM_RETRIES, Policy
 from gangrun._core.units import parse_duration, parse_quantity
@@ -26,6 +28,14 @@ KIND = "ClusteredTask"
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 63
 ENV_MAX = 256  # spec.env entries; the CRD schema admits as many (its CEL rule's cost budget needs a bound)
+# Upper bounds on counts: far above any real gang, low enough that a typo cannot ask for a million workers.
+NODES_MAX = 10_000
+NPROC_MAX = 1_024
+RETRIES_MAX = 1_000  # retries, maxSystemRetries and failurePolicy.maxRestarts each
+GPU_MAX = 1_024
+COMMAND_MAX = 4_096  # arguments of spec.command: the kernel refuses an argv much past 2 MB
+DEPTH_MAX = 32  # nesting of mappings and lists anywhere in the document
+# Every other whole number is bounded by `_int`'s default maximum of 1,000,000.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 RESERVED_ENV = frozenset({
     "GANGRUN_TASK", "GANGRUN_ATTEMPT", "JOBSET_RESTART_ATTEMPT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "RANK",
@@ -81,25 +91,10 @@ class TaskSpec:
                       max_runtime=self.max_runtime)
 
 
-def load_manifest(path: str | Path) -> TaskSpec:
-    """Read a manifest file (YAML or JSON). Raises SpecError for a missing file or a bad document."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise SpecError("", f"{path}: no such file") from None
-    except OSError as e:
-        raise SpecError("", f"{path}: {e.strerror}") from None
-    try:
-        doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as e:
-        raise SpecError("", f"{path}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {e}") from None
-    return parse_manifest(doc, source=str(p))
-
-
 def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     if not isinstance(doc, dict):
         raise SpecError("", f"a manifest must be a mapping with apiVersion, kind, metadata and spec, got {_kind(doc)}")
+    _check_values(doc, "", 0)
     _expect(doc, "apiVersion", API_VERSION)
     _expect(doc, "kind", KIND)
     meta = _mapping(doc, "metadata", "metadata")
@@ -117,10 +112,10 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     _no_unknown(ck, "spec.checkpoint", {"uri"})
     queue = spec.get("queue", "default")
     if not isinstance(queue, str) or not DNS_1035.match(queue):
-        raise SpecError("spec.queue", f"must be a DNS-1035 name like default, got {queue!r}")
+        raise SpecError("spec.queue", f"must be a DNS-1035 name like default, got {_clip(queue)}")
     priority = spec.get("priorityClass", "")
     if not isinstance(priority, str) or (priority and not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", priority)):
-        raise SpecError("spec.priorityClass", f"must be a priority class name like low or high, got {priority!r}")
+        raise SpecError("spec.priorityClass", f"must be a priority class name like low or high, got {_clip(priority)}")
     uri = ck.get("uri", "")
     if not isinstance(uri, str):
         raise SpecError("spec.checkpoint.uri", f"must be a string, got {_kind(uri)}")
@@ -130,19 +125,20 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     return TaskSpec(
         name=name,
         namespace=namespace,
-        nodes=_int(spec, "nodes", "spec.nodes", minimum=1, required=True),
-        nproc_per_node=_int(spec, "nprocPerNode", "spec.nprocPerNode", minimum=1, default=1),
+        nodes=_int(spec, "nodes", "spec.nodes", minimum=1, maximum=NODES_MAX, required=True),
+        nproc_per_node=_int(spec, "nprocPerNode", "spec.nprocPerNode", minimum=1, maximum=NPROC_MAX, default=1),
         command=_command(spec.get("command"), "spec.command"),
         working_dir=_path(spec, "workingDir", "spec.workingDir", default="."),
         env=_env(spec.get("env", {}), "spec.env"),
         image=_str(spec, "image", "spec.image", default=""),
         resources=_resources(spec.get("resources", {}), "spec.resources"),
-        retries=_int(spec, "retries", "spec.retries", minimum=0, default=0),
-        max_system_retries=_int(spec, "maxSystemRetries", "spec.maxSystemRetries", minimum=0,
+        retries=_int(spec, "retries", "spec.retries", minimum=0, maximum=RETRIES_MAX, default=0),
+        max_system_retries=_int(spec, "maxSystemRetries", "spec.maxSystemRetries", minimum=0, maximum=RETRIES_MAX,
                                 default=DEFAULT_MAX_SYSTEM_RETRIES),
         max_runtime=_duration(spec, "maxRuntime", "spec.maxRuntime", default=None, positive=True),
         failure_policy=FailurePolicy(
-            max_restarts=_int(fp, "maxRestarts", "spec.failurePolicy.maxRestarts", minimum=0, default=0),
+            max_restarts=_int(fp, "maxRestarts", "spec.failurePolicy.maxRestarts", minimum=0, maximum=RETRIES_MAX,
+                              default=0),
             resume_after_preemption=_bool(fp, "resumeAfterPreemption", "spec.failurePolicy.resumeAfterPreemption"),
         ),
         queue=queue,
@@ -163,12 +159,48 @@ def _kind(v: Any) -> str:
         type(v), type(v).__name__)
 
 
-def _expect(doc: dict, key: str, value: str) -> None:
+def _check_values(v: Any, path: str, depth: int) -> None:
+    """Refuse what no field may hold, wherever it is: deep nesting, lone surrogates, NaN and infinities.
+
+    A lone surrogate (YAML and JSON can spell one as an escape) cannot be encoded as UTF-8, so it would
+    fail later in a process argument, a database row or a request body instead of here.
+    """
+    if depth > DEPTH_MAX:
+        raise SpecError(path, f"is nested more than {DEPTH_MAX} levels deep")
+    if isinstance(v, str):
+        _unicode(v, path)
+    elif isinstance(v, float) and not math.isfinite(v):
+        raise SpecError(path, f"must be a finite number, got {_clip(v)}")
+    elif isinstance(v, dict):
+        for key, item in v.items():
+            where = _at(path, key)
+            if isinstance(key, str):
+                _unicode(key, where)
+            _check_values(item, where, depth + 1)
+    elif isinstance(v, list):
+        for i, item in enumerate(v):
+            _check_values(item, f"{path}[{i}]", depth + 1)
+
+
+def _at(path: str, key: Any) -> str:
+    """The dotted path of `key` under `path`; a key that would break the one-line error is quoted."""
+    name = key if isinstance(key, str) and key.isprintable() and 0 < len(key) <= 60 else _clip(key)
+    return f"{path}.{name}" if path else name
+
+
+def _unicode(text: str, path: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SpecError(path, f"contains {text[e.start]!r}, a lone surrogate that is not valid Unicode") from None
+
+
+def _expect(doc: dict[str, Any], key: str, value: str) -> None:
     if doc.get(key) != value:
-        raise SpecError(key, f"must be {value}, got {doc.get(key)!r}")
+        raise SpecError(key, f"must be {value}, got {_clip(doc.get(key))}")
 
 
-def _mapping(doc: dict, key: str, path: str, default: dict | None = None) -> dict:
+def _mapping(doc: dict[str, Any], key: str, path: str, default: dict[str, Any] | None = None) -> dict[str, Any]:
     v = doc.get(key, default)
     if v is None and default is None:
         raise SpecError(path, "is required")
@@ -177,11 +209,10 @@ def _mapping(doc: dict, key: str, path: str, default: dict | None = None) -> dic
     return v
 
 
-def _no_unknown(doc: dict, path: str, known: set[str]) -> None:
+def _no_unknown(doc: dict[str, Any], path: str, known: set[str]) -> None:
     for key in doc:
         if key not in known:
-            where = f"{path}.{key}" if path else str(key)
-            raise SpecError(where, f"unknown field (known: {', '.join(sorted(known))})")
+            raise SpecError(_at(path, key), f"unknown field (known: {', '.join(sorted(known))})")
 
 
 def _name(v: Any, path: str) -> str:
@@ -189,11 +220,12 @@ def _name(v: Any, path: str) -> str:
         raise SpecError(path, "is required: a lowercase DNS-1035 name like train")
     if len(v) > NAME_MAX or not DNS_1035.match(v):
         raise SpecError(path, f"must be a DNS-1035 label (lowercase letters, digits and '-', starting with a "
-                              f"letter, at most {NAME_MAX} characters), got {v!r}")
+                              f"letter, at most {NAME_MAX} characters), got {_clip(v)}")
     return v
 
 
-def _int(doc: dict, key: str, path: str, *, minimum: int, default: int | None = None, required: bool = False) -> int:
+def _int(doc: dict[str, Any], key: str, path: str, *, minimum: int, maximum: int = 1_000_000,
+         default: int | None = None, required: bool = False) -> int:
     if key not in doc:
         if required:
             raise SpecError(path, "is required")
@@ -201,33 +233,44 @@ def _int(doc: dict, key: str, path: str, *, minimum: int, default: int | None = 
         return default
     v = doc[key]
     if isinstance(v, bool) or not isinstance(v, int):
-        raise SpecError(path, f"must be a whole number, got {v!r}")
+        raise SpecError(path, f"must be a whole number, got {_clip(v)}")
     if v < minimum:
-        raise SpecError(path, f"must be >= {minimum}, got {v}")
+        raise SpecError(path, f"must be >= {minimum}, got {_clip(v)}")
+    if v > maximum:
+        raise SpecError(path, f"must be <= {maximum}, got {_clip(v)}")
     return v
 
 
-def _bool(doc: dict, key: str, path: str) -> bool:
+def _clip(v: Any) -> str:
+    """A value for an error line: a 5,000-digit number stays short (and str() of it would raise)."""
+    if isinstance(v, int) and v.bit_length() > 64:
+        return "a number with more than 19 digits"
+    r = repr(v)
+    return r if len(r) <= 60 else r[:40] + "…" + r[-10:]
+
+
+def _bool(doc: dict[str, Any], key: str, path: str) -> bool:
     v = doc.get(key, False)
     if not isinstance(v, bool):
-        raise SpecError(path, f"must be true or false, got {v!r}")
+        raise SpecError(path, f"must be true or false, got {_clip(v)}")
     return v
 
 
-def _str(doc: dict, key: str, path: str, *, default: str) -> str:
+def _str(doc: dict[str, Any], key: str, path: str, *, default: str) -> str:
     v = doc.get(key, default)
     if not isinstance(v, str):
         raise SpecError(path, f"must be a string, got {_kind(v)}")
     return v
 
 
-def _path(doc: dict, key: str, path: str, *, default: str) -> str:
+def _path(doc: dict[str, Any], key: str, path: str, *, default: str) -> str:
     v = _str(doc, key, path, default=default)
     _no_nul(v, path)
     return v
 
 
-def _duration(doc: dict, key: str, path: str, *, default: timedelta | None, positive: bool = False) -> timedelta | None:
+def _duration(doc: dict[str, Any], key: str, path: str, *, default: timedelta | None,
+              positive: bool = False) -> timedelta | None:
     if doc.get(key) is None:
         return default
     try:
@@ -235,7 +278,7 @@ def _duration(doc: dict, key: str, path: str, *, default: timedelta | None, posi
     except ValueError as e:
         raise SpecError(path, str(e)) from None
     if positive and d <= timedelta(0):
-        raise SpecError(path, f"must be longer than 0s, got {doc[key]!r}")
+        raise SpecError(path, f"must be longer than 0s, got {_clip(doc[key])}")
     return d
 
 
@@ -243,9 +286,11 @@ def _command(v: Any, path: str) -> tuple[str, ...]:
     if v is None:
         raise SpecError(path, "is required: the worker's argv, e.g. [python, train.py]")
     if isinstance(v, str):
-        raise SpecError(path, f"must be a list of arguments (no shell), e.g. [python, train.py], got {v!r}")
+        raise SpecError(path, f"must be a list of arguments (no shell), e.g. [python, train.py], got {_clip(v)}")
     if not isinstance(v, list) or not v:
         raise SpecError(path, "must be a non-empty list of arguments")
+    if len(v) > COMMAND_MAX:
+        raise SpecError(path, f"must have at most {COMMAND_MAX} arguments, got {len(v)}")
     for i, arg in enumerate(v):
         if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
             raise SpecError(f"{path}[{i}]", f"must be a string, got {_kind(arg)}")
@@ -267,7 +312,7 @@ def _env(v: Any, path: str) -> dict[str, str]:
     out = {}
     for k, val in v.items():
         if not isinstance(k, str) or not ENV_NAME.match(k):
-            raise SpecError(f"{path}.{k}", "is not a valid environment variable name")
+            raise SpecError(_at(path, k), "is not a valid environment variable name")
         if k in RESERVED_ENV:
             raise SpecError(f"{path}.{k}", "is set by gangrun for every worker and cannot be overridden")
         if isinstance(val, (dict, list)) or val is None:
@@ -291,8 +336,8 @@ def _resources(v: Any, path: str) -> Resources:
         else:
             values[key] = default
     if values["cpu"] <= 0:
-        raise SpecError(f"{path}.cpu", f"must be more than 0, got {v.get('cpu')!r}")
+        raise SpecError(f"{path}.cpu", f"must be more than 0, got {_clip(v.get('cpu'))}")
     gpu = v.get("gpu", 0)
-    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
-        raise SpecError(f"{path}.gpu", f"must be a whole number >= 0, got {gpu!r}")
+    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0 or gpu > GPU_MAX:
+        raise SpecError(f"{path}.gpu", f"must be a whole number from 0 to {GPU_MAX}, got {_clip(gpu)}")
     return Resources(cpu=values["cpu"], memory=values["memory"], gpu=gpu)

@@ -1,7 +1,16 @@
 """The `gangrun` command line: a thin client of the backends.
 
-Exit codes: 0 success (for `run`: the task Succeeded); 1 the task ended without succeeding;
-2 a user mistake or a gangrun error, printed as `<Type>: <message>` without a traceback; 130 interrupted.
+Exit codes (README.md, "Command line", documents them for users):
+
+    0    success (for `run`: the task Succeeded)
+    1    the task ended without succeeding (`run`)
+    2    a usage or manifest mistake: a bad flag, an invalid manifest, an unknown task
+    3    the backend could not be reached or refused the request: the Kubernetes API server or the
+         local control plane (connection, permission, server error)
+    130  interrupted
+
+Every error is one line on stderr, `gangrun: error: <message>`, the form argparse uses for a bad
+flag; the message names the field, flag, variable or object at fault, never a Python class.
 """
 
 from __future__ import annotations
@@ -11,10 +20,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gangrun._errors import GangrunError
+from gangrun._errors import BackendError, GangrunError, UsageError
 from gangrun.cli import commands
 
-EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+BACKENDS = ("local", "kubernetes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     sp = cmd("validate", commands.validate, "check a manifest and print it with defaults")
-    sp.add_argument("file")
+    sp.add_argument("file", help="the manifest (YAML or JSON); - reads standard input")
     sp = cmd("run", commands.run, "submit a task and follow it until it ends; exit 0 only on Succeeded")
     sp.add_argument("file")
     sp = cmd("submit", commands.submit, "submit a task and print its name")
@@ -109,20 +119,40 @@ def _backend_options(p: argparse.ArgumentParser, *, default: bool) -> None:
     def d(value):
         return value if default else argparse.SUPPRESS
 
-    p.add_argument("--backend", choices=["local", "kubernetes"], default=d(os.environ.get("GANGRUN_BACKEND", "local")),
+    # The default is resolved in main(), so that a bad $GANGRUN_BACKEND is an error naming the variable.
+    p.add_argument("--backend", choices=BACKENDS, default=d(None),
                    help="where tasks run (default: $GANGRUN_BACKEND or local)")
     p.add_argument("--kubeconfig", default=d(None), help="kubernetes backend: kubeconfig file (default: the usual lookup)")
     p.add_argument("--context", default=d(None), help="kubernetes backend: kubeconfig context")
     p.add_argument("-n", "--namespace", default=d(None), help="kubernetes backend: namespace")
 
 
+def _env_backend() -> str:
+    value = os.environ.get("GANGRUN_BACKEND", "") or "local"
+    if value not in BACKENDS:
+        raise UsageError(f"GANGRUN_BACKEND: must be {' or '.join(BACKENDS)}, got {value!r}")
+    return value
+
+
+def exit_code(exc: GangrunError) -> int:
+    """3 when the backend failed (unreachable, refused, broken); 2 for the user's own mistakes."""
+    return EXIT_BACKEND if isinstance(exc, BackendError) else EXIT_ERROR
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line a user sees: the message, folded onto one line, without the Python class."""
+    return "gangrun: error: " + (" ".join(str(exc).split()) or type(exc).__name__)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "backend", None) is None:
+            args.backend = _env_backend()
         return int(args.func(args) or 0)
     except GangrunError as exc:
-        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        print(error_line(exc), file=sys.stderr)
+        return exit_code(exc)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -11,12 +11,12 @@ from typing import Any
 import yaml
 
 from gangrun._backends.base import Backend
-from gangrun._core.spec import TaskSpec, load_manifest
+from gangrun._core.spec import TaskSpec
 from gangrun._core.units import format_bytes
 from gangrun._errors import UsageError
+from gangrun._manifest_file import load_manifest
 from gangrun.cli import output
 from gangrun.cli.follow import TERMINAL, follow_task
-
 
 
 def backend(args: argparse.Namespace) -> Backend:
@@ -133,11 +133,18 @@ def logs(args: argparse.Namespace) -> int:
 
 
 def cancel(args: argparse.Namespace) -> int:
-    changed = backend(args).cancel(args.name)
+    be = backend(args)
+    requested = be.cancel(args.name)
+    # On Kubernetes a cancel is a request the controller carries out (if one runs): say so until it has.
+    phase = be.get(args.name)["phase"] if requested else ""
+    done = phase == "Aborted"
     if _json(args):
-        output.emit_json({"name": args.name, "cancelled": changed})
+        output.emit_json({"name": args.name, "requested": requested, "cancelled": done, "phase": phase or None})
+    elif not requested:
+        print(f"{args.name}: already ended")
     else:
-        print(f"{args.name}: {'cancelled' if changed else 'already ended'}")
+        print(f"{args.name}: cancelled" if done else
+              f"{args.name}: cancel requested; the task is {phase} until its controller stops it")
     return 0
 
 

@@ -30,7 +30,7 @@ def follow_task(be: Backend, name: str, *, quiet: bool = False, stream=None) -> 
             if live:
                 elapsed = int(time.monotonic() - started)
                 out.write(f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {view['phase']}  attempt {view['attempt']}  "
-                          f"{view['reason'][:100]}")
+                          f"{output.shorten_reason(view['reason'], 100)}")
             out.flush()
         seen = len(events)
         if view["phase"] in TERMINAL:

@@ -22,7 +22,7 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def task_rows(views: list[dict[str, Any]]) -> str:
-    rows = [[v["name"], v["phase"], str(v["attempt"]), _short(v["reason"], 90)] for v in views]
+    rows = [[v["name"], v["phase"], str(v["attempt"]), shorten_reason(v["reason"], REASON_WIDTH)] for v in views]
     return table(rows, ["NAME", "PHASE", "ATTEMPT", "REASON"])
 
 
@@ -47,13 +47,15 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
         out.append(f"Error:          {view['code']}: {view.get('message', '')}")
     if view.get("evictionsByCause"):
         causes = ", ".join(f"{k} {v}" for k, v in view["evictionsByCause"].items())
-        out.append(f"Evictions:      {causes}; waited {view['waitingForReadmissionSeconds']:.1f}s for re-admission")
+        waited = view.get("waitingForReadmissionSeconds") or 0
+        # An eviction that ended its attempt was never waited out: no wait to report (S4 vs S5).
+        out.append(f"Evictions:      {causes}" + (f"; waited {waited:.1f}s for re-admission" if waited > 0 else ""))
     accounting = view.get("accounting")
     if isinstance(accounting, dict) and accounting:
         out.append("Accounting:     " + ", ".join(f"{k} {_num(v)}" for k, v in accounting.items()))
     out.append("Attempts:")
     rows = [[str(a["number"]), _clock_s(a["startedAt"]), _clock_s(a.get("endedAt")), a.get("outcome") or "-",
-             _short(a.get("reason") or "", 70)] for a in view["attempts"]]
+             shorten_reason(a.get("reason") or "", 70)] for a in view["attempts"]]
     out.append(_indent(table(rows, ["#", "STARTED", "ENDED", "OUTCOME", "REASON"])))
     out.append("Events:")
     out.extend("  " + event_line(e) for e in events)
@@ -68,8 +70,27 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def _short(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+REASON_WIDTH = 90
+
+
+def shorten_reason(text: str, n: int) -> str:
+    """At most `n` characters, cut in the middle: a reason starts with its cause and ends with what is
+    happening now (`...; waiting for re-admission`), and both must stay readable."""
+    text = " ".join(text.split())
+    if len(text) <= n:
+        return text
+    head = _head(text, n)
+    return text[:head] + "…" + text[len(text) - (n - 1 - head):]
+
+
+_TAIL_MIN = 32  # room for the longest "what is happening" ending, "; waiting for re-admission"
+
+
+def _head(text: str, n: int) -> int:
+    """Characters kept from the start: through the cause's parenthesis (`(Preempted, InClusterQueue)`)
+    when it fits beside the tail, else half."""
+    close = text.find(")")
+    return close + 1 if 0 < close and close + 1 <= n - 1 - _TAIL_MIN else n // 2
 
 
 def _clock(t: datetime) -> str:

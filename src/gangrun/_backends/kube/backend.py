@@ -4,22 +4,36 @@ because only the controller writes status)."""
 
 from __future__ import annotations
 
+import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
 from gangrun._backends.kube import adapter, crd, events
-from gangrun._backends.kube.client import EVENTS, LOCAL_QUEUES, PODS, TASKS, KubeApi, connect
+from gangrun._backends.kube.client import (
+    EVENTS,
+    LOCAL_QUEUES,
+    PODS,
+    TASKS,
+    KubeApi,
+    Resource,
+    connect,
+)
 from gangrun._backends.kube.reconcile import load_state
 from gangrun._backends.kube.render import CONTAINER, check_renderable
 from gangrun._core import jobset
+from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.timeline import Event
 from gangrun._core.view import task_view
-from gangrun._errors import ApiError, Conflict, NotFound, UsageError
+from gangrun._errors import ApiError, Conflict, NotFound, SpecError, UsageError
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 
 
 def _now() -> datetime:
@@ -37,6 +51,7 @@ class KubeBackend:
     @property
     def api(self) -> KubeApi:
         if self._api is None:
+            _check_kubeconfig(self._kubeconfig)
             self._api, default_ns = connect(kubeconfig=self._kubeconfig, context=self._context)
             self._namespace = self._namespace or default_ns
         return self._api
@@ -62,6 +77,8 @@ class KubeBackend:
             raise UsageError(f"task {spec.name} already exists in namespace {ns}; delete it or pick another name") \
                 from None
         except ApiError as e:
+            if e.status in (400, 422):  # the API server's own validation (e.g. a label value): the manifest's fault
+                raise SpecError("", f"the API server refused the task: {e.message}") from None
             raise self._explain(e, "create") from None
         return spec.name
 
@@ -69,19 +86,19 @@ class KubeBackend:
         return self._view(self._task(name))
 
     def list(self) -> list[dict[str, Any]]:
-        try:
+        with self._calling("list"):
             items = self.api.list(TASKS, self.namespace).get("items") or []
-        except ApiError as e:
-            raise self._explain(e, "list") from None
+        if not items and self._namespace_missing(self.namespace):
+            raise UsageError(f"namespace {self.namespace} does not exist")
         return [self._view(t) for t in sorted(items, key=lambda t: (t.get("metadata") or {}).get("name", ""))]
 
     def events(self, name: str) -> list[Event]:
-        self._task(name)
-        selector = f"involvedObject.kind={crd.KIND},involvedObject.name={name}"
-        try:
+        uid = (self._task(name).get("metadata") or {}).get("uid")
+        # By UID: a deleted task's Events (kept for the cluster's event TTL) name the same kind and name as a new task
+        # that reuses the name, and must not mix into its timeline.
+        selector = f"involvedObject.uid={uid}" if uid else f"involvedObject.kind={crd.KIND},involvedObject.name={name}"
+        with self._calling("read the events of"):
             items = self.api.list(EVENTS, self.namespace, field_selector=selector).get("items") or []
-        except ApiError as e:
-            raise self._explain(e, "read the events of") from None
         # Creation order (the resourceVersion) breaks ties between events of the same instant.
         pairs = [(ev, adapter.resource_version(i) or 0) for i in items if (ev := events.from_k8s(i))]
         return [ev for ev, _ in sorted(pairs, key=lambda p: (p[0].time, p[1]))]
@@ -89,32 +106,45 @@ class KubeBackend:
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
              follow: bool = False) -> Iterator[str]:
         task = self._task(name)
-        n = attempt or int((task.get("status") or {}).get("attempt") or 1)
-        pods = self._worker_pods(name, n)
-        if rank is not None:
-            pods = [(r, p) for r, p in pods if r == rank]
+        status, spec = task.get("status") or {}, task.get("spec") or {}
+        current = int(status.get("attempt") or 1)
+        n = attempt or current
+        if not 1 <= n <= current:
+            raise UsageError(f'task "{name}" has attempts 1..{current}, not {n}')
+        nproc = int(spec.get("nprocPerNode") or 1)
+        world = int(spec.get("nodes") or 1) * nproc
+        if rank is not None and not 0 <= rank < world:
+            raise UsageError(f'task "{name}" has ranks 0..{world - 1}, not {rank}')
+        with self._calling("read the worker pods of"):
+            pods = self._worker_pods(name, n)
+        if rank is not None:  # one pod per node runs ranks node*nproc .. node*nproc + nproc - 1
+            pods = [(r, p) for r, p in pods if r == rank // nproc]
         if not pods:
+            state = load_state(task, now=_now())
+            # An open eviction of a Running task is a preempted gang kept for re-admission (S5).
+            if n == current and state.eviction is not None and state.phase is Phase.RUNNING:
+                raise UsageError(f"task {name} was preempted and its workers are stopped until Kueue admits it "
+                                 f"again ({state.info.reason})")
             which = f"rank {rank} of " if rank is not None else ""
             raise UsageError(f"no worker pods for {which}attempt {n} of task {name} (yet, or any more)")
-        if len(pods) == 1:
-            yield from self.api.log_lines(self.namespace, pods[0][1], container=CONTAINER, follow=follow)
-            return
-        if not follow:
-            for r, pod in pods:
-                for line in self.api.log_lines(self.namespace, pod, container=CONTAINER):
-                    yield f"[rank {r}] {line}"
-            return
-        yield from self._merged(pods)
+        with self._calling("read the logs of"):
+            if len(pods) == 1:
+                yield from self.api.log_lines(self.namespace, pods[0][1], container=CONTAINER, follow=follow)
+                return
+            if not follow:
+                for r, pod in pods:
+                    for line in self.api.log_lines(self.namespace, pod, container=CONTAINER):
+                        yield f"[rank {r}] {line}"
+                return
+            yield from self._merged(pods)
 
     def cancel(self, name: str) -> bool:
         task = self._task(name)
         if load_state(task, now=_now()).phase.terminal:
             return False
         patch = {"metadata": {"annotations": {crd.CANCEL_ANNOTATION: _now().isoformat()}}}
-        try:
+        with self._calling("cancel"):
             self.api.patch(TASKS, self.namespace, name, patch)
-        except ApiError as e:
-            raise self._explain(e, "cancel") from None
         return True
 
     def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
@@ -131,11 +161,22 @@ class KubeBackend:
 
     def _task(self, name: str) -> dict[str, Any]:
         try:
-            return self.api.get(TASKS, self.namespace, name)
+            with self._calling("read"):
+                return self.api.get(TASKS, self.namespace, name)
         except NotFound:
+            if self._namespace_missing(self.namespace):
+                raise UsageError(f"no task named {name}: namespace {self.namespace} does not exist") from None
             raise UsageError(f"no task named {name} in namespace {self.namespace}") from None
-        except ApiError as e:
-            raise self._explain(e, "read") from None
+
+    def _namespace_missing(self, namespace: str) -> bool:
+        """Whether the namespace is known not to exist (a user who may not read namespaces gets False)."""
+        try:
+            self.api.get(NAMESPACES, None, namespace)
+        except NotFound:
+            return True
+        except ApiError:
+            return False
+        return False
 
     def _view(self, task: dict[str, Any]) -> dict[str, Any]:
         md = task.get("metadata") or {}
@@ -151,6 +192,8 @@ class KubeBackend:
         try:
             self.api.get(LOCAL_QUEUES, namespace, queue_name)
         except NotFound:
+            if self._namespace_missing(namespace):
+                raise UsageError(f"namespace {namespace} does not exist (metadata.namespace or -n)") from None
             raise UsageError(f'spec.queue: the Kueue LocalQueue "{queue_name}" does not exist in namespace '
                              f'{namespace}') from None
         except ApiError:
@@ -170,30 +213,67 @@ class KubeBackend:
         return sorted(out)
 
     def _merged(self, pods: list[tuple[int, str]]) -> Iterator[str]:
-        lines: queue.Queue[str | None] = queue.Queue()
+        """Every pod's stream, line by line as they come; then the first stream's API error, if any,
+        so that `logs -f` fails as `logs` does instead of ending with exit 0."""
+        lines: queue.Queue[str | ApiError | None] = queue.Queue()
 
         def pump(r: int, pod: str) -> None:
             try:
                 for line in self.api.log_lines(self.namespace, pod, container=CONTAINER, follow=True):
                     lines.put(f"[rank {r}] {line}")
             except ApiError as e:
-                lines.put(f"[rank {r}] gangrun: log stream ended: {e}")
+                lines.put(e)
             finally:
                 lines.put(None)
 
         for r, pod in pods:
             threading.Thread(target=pump, args=(r, pod), daemon=True).start()
         open_streams = len(pods)
+        failed: ApiError | None = None
         while open_streams:
-            line = lines.get()
-            if line is None:
+            item = lines.get()
+            if item is None:
                 open_streams -= 1
+            elif isinstance(item, ApiError):
+                failed = failed or item
             else:
-                yield line
+                yield item
+        if failed is not None:
+            raise failed
+
+    @contextmanager
+    def _calling(self, verb: str) -> Iterator[None]:
+        """Turn an API error into one the user can act on, naming what was being done."""
+        try:
+            yield
+        except ApiError as e:
+            raise self._explain(e, verb) from None
 
     def _explain(self, e: ApiError, verb: str) -> ApiError:
+        if e.status == 0:
+            return type(e)(0, f"cannot reach the Kubernetes API server to {verb} ClusteredTasks: {_cause(e.message)}")
         if e.status == 403:
-            return type(e)(e.status, f"forbidden to {verb} ClusteredTasks in namespace {self._namespace}: {e}")
-        if e.status == 404 and "clusteredtasks" in str(e).lower():
+            return type(e)(e.status, f"forbidden to {verb} ClusteredTasks in namespace {self._namespace}: {e.message}")
+        if e.status == 404 and "clusteredtasks" in e.message.lower():
             return type(e)(e.status, "the ClusteredTask CRD is not installed; kubectl apply -k deploy/")
         return e
+
+
+def _check_kubeconfig(path: str | None) -> None:
+    """Name a kubeconfig that is not there: the client library only says no configuration was found."""
+    if path is not None:
+        if not os.path.isfile(path):
+            raise UsageError(f"--kubeconfig {path}: no such file")
+        return
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed and not any(os.path.isfile(p) for p in listed):
+        raise UsageError(f"KUBECONFIG: no such file: {os.pathsep.join(listed)}")
+
+
+def _cause(message: str) -> str:
+    """The useful end of a connection error: `[Errno 111] Connection refused`, not urllib3's object reprs."""
+    found = re.search(r"\[Errno -?\d+\] [^'\")\]]+", message)
+    if found:
+        return found.group(0).strip()
+    return message if len(message) <= 200 else message[:200] + "…"
+

@@ -38,8 +38,8 @@ _QUANTITY = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 _DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$|^[0-9]+(\.[0-9]+)?$"
 
 
-def _int(minimum: int, description: str) -> dict[str, Any]:
-    return {"type": "integer", "minimum": minimum, "description": description}
+def _int(minimum: int, description: str, maximum: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": minimum, "maximum": maximum, "description": description}
 
 
 def _str(description: str, **extra: Any) -> dict[str, Any]:
@@ -59,9 +59,9 @@ def spec_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["nodes", "command", "image"],
         "properties": {
-            "nodes": _int(1, "gang size: pods, one per node"),
-            "nprocPerNode": _int(1, "processes per node (torchrun when > 1)"),
-            "command": {"type": "array", "minItems": 1, "items": {"type": "string"},
+            "nodes": _int(1, "gang size: pods, one per node", core_spec.NODES_MAX),
+            "nprocPerNode": _int(1, "processes per node (torchrun when > 1)", core_spec.NPROC_MAX),
+            "command": {"type": "array", "minItems": 1, "maxItems": core_spec.COMMAND_MAX, "items": {"type": "string"},
                         "description": "the worker's argv, no shell"},
             "workingDir": _str("working directory inside the container (absolute) or '.'"),
             # maxProperties bounds the CEL rule's estimated cost: without it a real API server refuses
@@ -76,14 +76,14 @@ def spec_schema() -> dict[str, Any]:
             "resources": {"type": "object", "description": "per node", "properties": {
                 "cpu": _quantity("CPU cores, a Kubernetes quantity like 500m or 2"),
                 "memory": _quantity("memory, a Kubernetes quantity like 1Gi"),
-                "gpu": _int(0, "whole GPUs (nvidia.com/gpu)")}},
-            "retries": _int(0, "user retry budget: attempts = retries + 1"),
-            "maxSystemRetries": _int(0, "system retries allowed in a row (default 3)"),
+                "gpu": _int(0, "whole GPUs (nvidia.com/gpu)", core_spec.GPU_MAX)}},
+            "retries": _int(0, "user retry budget: attempts = retries + 1", core_spec.RETRIES_MAX),
+            "maxSystemRetries": _int(0, "system retries allowed in a row (default 3)", core_spec.RETRIES_MAX),
             "maxRuntime": _str("per attempt, from the first Running; waits for re-admission count",
                                pattern=_DURATION),
             "terminationGracePeriod": _str("how long workers have to checkpoint after SIGTERM", pattern=_DURATION),
             "failurePolicy": {"type": "object", "properties": {
-                "maxRestarts": _int(0, "whole-gang restarts inside one attempt"),
+                "maxRestarts": _int(0, "whole-gang restarts inside one attempt", core_spec.RETRIES_MAX),
                 "resumeAfterPreemption": {"type": "boolean",
                                           "description": "a preempted started gang keeps its attempt"}}},
             "queue": _str("Kueue LocalQueue", pattern=_DNS_1035, maxLength=63),
