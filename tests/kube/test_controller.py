@@ -18,6 +18,7 @@ from gangrun._backends.kube import KubeBackend
 from gangrun._backends.kube.client import JOBSETS, LOCAL_QUEUES, PODS, TASKS, WORKLOADS
 from gangrun._backends.kube.controller import RBAC_HINT, Controller
 from gangrun._backends.kube.informer import Informer
+from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core.spec import parse_manifest
 from gangrun._errors import ApiError
 
@@ -340,6 +341,11 @@ def test_a_sync_finds_its_jobsets_pods_and_workloads_by_index_without_scanning_a
     c.complete()
     c.settle()
     assert c.backend.get("train")["phase"] == "Succeeded" and c.creates("train-1") == 1
+
+
+def test_the_controller_uses_the_work_queue_it_is_given_even_an_empty_one() -> None:
+    queue = WorkQueue()
+    assert Controller(FakeApi(), namespace=None, queue=queue).queue is queue
 
 
 def test_informer_relists_after_410_gone_and_misses_nothing() -> None:

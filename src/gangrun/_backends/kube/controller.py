@@ -52,7 +52,7 @@ class Controller:
         self.api, self.namespace, self.clock = api, namespace, clock
         self.metrics = metrics or Metrics()
         self.identity = identity
-        self.queue = queue or WorkQueue()
+        self.queue = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
         self.tasks = Informer(api, TASKS, namespace=namespace, on_change=self._task_changed)
         self.jobsets = Informer(api, JOBSETS, namespace=namespace, label_selector=crd.TASK_LABEL,
                                 on_change=self._owned_changed, indexers=indexes.JOBSET_INDEXERS)
