@@ -1,11 +1,14 @@
-"""Controller latency and cost on a real control plane: 50 ClusteredTasks preempted and readmitted at once.
+"""Controller latency and cost on a real control plane: N ClusteredTasks preempted and readmitted at once.
 
-    python benchmarks/bench_controller.py [--tasks 50]
+    python benchmarks/bench_controller.py [--tasks 50] [--nodes M] [--json]
 
 Starts tier C of tests/e2e/controlplane.py (etcd, kube-apiserver, KCM, scheduler, kwok, JobSet, Kueue) on
-loopback, installs deploy/crd.yaml and runs `gangrun controller` as a subprocess. N two-node tasks of
-100m CPU each (N x 0.2 CPU of the 16-CPU ClusterQueue) run; one `high` Job of 4 x 4 CPU then makes
-Kueue preempt all of them; when it completes, Kueue readmits them one by one.
+loopback, installs deploy/crd.yaml, grows the cluster to M kwok nodes of 4 CPU (default: enough for N
+tasks, at least 4) with the ClusterQueue's quota equal to all of them, and runs the controller as a
+subprocess (benchmarks/controller_probe.py: `gangrun controller`'s loop with timers; `--plain` runs
+`python -m gangrun controller` itself, without the breakdown). N two-node tasks of 100m CPU each run;
+one `high` Job with one 4-CPU pod per node then makes Kueue preempt all of them; when it completes,
+Kueue readmits them.
 
 The benchmark watches Workloads, JobSets and ClusteredTasks itself and timestamps every event on
 arrival (one clock, one process), so each figure is "event A seen -> event B seen":
@@ -15,32 +18,48 @@ arrival (one clock, one process), so each figure is "event A seen -> event B see
 * readmission: Workload readmitted (Evicted=False) seen -> task status "running (...)" again
                (and from the JobSet's unsuspend, which Kueue's JobSet integration writes after admission)
 
+Where the eviction time goes, per task, from the probe's records (the monotonic clock is shared by all
+processes on the machine): Workload seen by the benchmark -> task key queued in the controller (the
+controller's own watch hop), queued -> taken by a worker (queue wait), taken -> status PATCH sent
+(cache reads and the pure reconcile), the PATCH round-trip (API write), and PATCH answered -> the
+status's watch event seen (the way back through the API server).
+
 Baselines from the same run: a GET round-trip, and a write -> watch event on a ConfigMap (one hop
 through the API server, where the controller's path is two hops plus a reconcile). The controller's
-CPU seconds (utime + stime) and max RSS (VmHWM) come from /proc. Skips (exit 0) with a message when
-the control plane is not built (hack/build-control-plane.sh).
+CPU seconds (utime + stime) and max RSS (VmHWM) come from /proc; the load average before the run is
+printed, since the machine may be shared. `--json` ends the output with one JSON line of the figures.
+Skips (exit 0) with a message when the control plane is not built (hack/build-control-plane.sh).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
-import statistics
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
+# Kueue's waitForPodsReady timeout (45 s in the harness) would evict gangs whose kwok pods a loaded
+# machine makes Ready late; such system retries are not what this benchmark measures.
+os.environ.setdefault("GANGRUN_E2E_PODS_READY_TIMEOUT", "30m")
+
 import yaml  # noqa: E402
 
 import controlplane  # noqa: E402
-from controlplane import LOCAL_QUEUE, NODE_CPU, ControlPlane, has_condition  # noqa: E402
+from controlplane import LOCAL_QUEUE, NODE_CPU, NODE_MEMORY_GI, ControlPlane, has_condition  # noqa: E402
 
 GROUP, VERSION, PLURAL = "gangrun.dev", "v1alpha1", "clusteredtasks"
 TASK_LABEL = "gangrun.dev/task"
+TASK_CPU_MILLI = 100  # per pod; a task is two pods
+PODS_PER_NODE = 110  # kubelet's default, which kwok nodes declare too
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -95,7 +114,7 @@ class Watch:
                 w = watch.Watch()
                 kw = {"label_selector": sel, "resource_version": rv, "timeout_seconds": 60}
                 for ev in w.stream(lister, **kw):
-                    t = time.perf_counter()
+                    t = time.monotonic()
                     obj = ev["raw_object"]
                     rv = obj.get("metadata", {}).get("resourceVersion", rv)
                     self.on_event(t, ev["type"], obj)
@@ -130,7 +149,8 @@ class Timeline:
         if not owners or owners[0].get("kind") != "JobSet":
             return
         task = owners[0]["name"].rsplit("-", 1)[0]
-        if cond(obj, "Evicted").get("status") == "True":
+        evicted = cond(obj, "Evicted")
+        if evicted.get("status") == "True" and evicted.get("reason") == "Preempted":  # ours, not a timeout
             self.mark(task, "wl_evicted", t)
         elif cond(obj, "QuotaReserved").get("status") == "True":
             self.mark(task, "wl_readmitted", t, after="wl_evicted")
@@ -178,26 +198,97 @@ def task_body(ns: str, name: str) -> dict:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusteredTask",
             "metadata": {"name": name, "namespace": ns},
             "spec": {"nodes": 2, "command": ["python", "train.py"], "image": "example.invalid/trainer:1",
-                     "resources": {"cpu": "100m", "memory": "64Mi"}, "retries": 0,
+                     "resources": {"cpu": f"{TASK_CPU_MILLI}m", "memory": "64Mi"}, "retries": 0,
                      "failurePolicy": {"resumeAfterPreemption": True}, "priorityClass": "low",
                      "queue": LOCAL_QUEUE, "terminationGracePeriod": "1s"}}
 
 
-def preemptor(ns: str) -> dict:
+def preemptor(ns: str, nodes: int) -> dict:
+    """A `high` Job asking for the whole ClusterQueue (one full node per pod): every task must go."""
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "urgent", "namespace": ns, "labels": {
                 "kueue.x-k8s.io/queue-name": LOCAL_QUEUE, "kueue.x-k8s.io/priority-class": "high"}},
-            "spec": {"suspend": True, "parallelism": 4, "completions": 4, "completionMode": "Indexed",
+            "spec": {"suspend": True, "parallelism": nodes, "completions": nodes, "completionMode": "Indexed",
                      "backoffLimit": 0, "template": {"spec": {
                          "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
                          "containers": [{"name": "main", "image": "example.invalid/job:1",
                                          "resources": {"requests": {"cpu": str(NODE_CPU)}}}]}}}}
 
 
+def nodes_needed(tasks: int) -> int:
+    """kwok nodes of NODE_CPU for `tasks` two-pod tasks, by CPU (with a tenth spare, so the scheduler
+    need not pack perfectly) and by the 110-pod limit; at least 4."""
+    by_cpu = math.ceil(tasks * 2 * TASK_CPU_MILLI * 11 / (NODE_CPU * 1000 * 10))
+    by_pods = math.ceil(tasks * 2 / (PODS_PER_NODE - 10))  # room for the preemptor's pod
+    return max(4, by_cpu, by_pods)
+
+
+def grow_cluster(cp: ControlPlane, nodes: int) -> None:
+    """Add kwok nodes up to `nodes` (the harness made 4) and make the ClusterQueue's quota all of them."""
+    kube = cp.kube
+    res = {"cpu": str(NODE_CPU), "memory": f"{NODE_MEMORY_GI}Gi", "pods": str(PODS_PER_NODE)}
+    for i in range(controlplane.NODE_COUNT, nodes):
+        kube.apply({"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": f"kwok-node-{i}", "labels": {
+                        "kubernetes.io/hostname": f"kwok-node-{i}", "type": "kwok"},
+                        "annotations": {"kwok.x-k8s.io/node": "fake"}},
+                    "status": {"capacity": res, "allocatable": res}})
+    kube.wait_for(f"{nodes} nodes Ready", lambda: sum(
+        1 for n in kube.list("Node") if has_condition(n, "Ready")) >= nodes, timeout=300, interval=0.5)
+    cq = kube.get("ClusterQueue", controlplane.CLUSTER_QUEUE)
+    for group in cq["spec"]["resourceGroups"]:
+        for flavor in group["flavors"]:
+            for r in flavor["resources"]:
+                r["nominalQuota"] = str(NODE_CPU * nodes) if r["name"] == "cpu" else f"{NODE_MEMORY_GI * nodes}Gi"
+    kube.apply({"apiVersion": cq["apiVersion"], "kind": "ClusterQueue",
+                "metadata": {"name": controlplane.CLUSTER_QUEUE}, "spec": cq["spec"]})
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def ms(xs: list[float], p: float) -> float | None:
+    return None if not xs else round(pct(xs, p) * 1000, 1)
+
+
+def breakdown(tl: Timeline, probe: dict[str, Any]) -> dict[str, list[float]]:
+    """Per evicted task, the eviction's path split into stages, from the probe's sync and write records.
+
+    The write that recorded the eviction is the task's first status PATCH with an eviction in it; its
+    sync is the one that was running when it was sent.
+    """
+    writes: dict[str, dict[str, Any]] = {}
+    for w in sorted(probe["writes"], key=lambda w: w["t0"]):
+        if w["evictions"] >= 1:
+            writes.setdefault(w["key"][1], w)
+    syncs: dict[str, list[dict[str, Any]]] = {}
+    for sy in probe["syncs"]:
+        syncs.setdefault(sy["key"][1], []).append(sy)
+    out: dict[str, list[float]] = {k: [] for k in ("controller_watch", "queue_wait", "reconcile", "api_write",
+                                                   "write_to_watch")}
+    for task, d in tl.t.items():
+        w = writes.get(task)
+        if w is None or "wl_evicted" not in d or "st_evicted" not in d:
+            continue
+        sy = next((x for x in syncs.get(task, []) if x["taken"] <= w["t0"] <= x["done"]), None)
+        if sy is None:
+            continue
+        out["controller_watch"].append(sy["queued"] - d["wl_evicted"])
+        out["queue_wait"].append(sy["taken"] - sy["queued"])
+        out["reconcile"].append(w["t0"] - sy["taken"])
+        out["api_write"].append(w["t1"] - w["t0"])
+        out["write_to_watch"].append(d["st_evicted"] - w["t1"])
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", type=int, default=50)
-    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--nodes", type=int, default=0, help="kwok nodes of 4 CPU (default: enough for the tasks)")
+    ap.add_argument("--timeout", type=float, default=0.0, help="per phase, seconds (default: 600 + 2 per task)")
+    ap.add_argument("--plain", action="store_true", help="run `gangrun controller` itself: no breakdown")
+    ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = ap.parse_args()
     try:
         binaries = controlplane.locate_binaries()
@@ -206,10 +297,18 @@ def main() -> int:
         return 0
 
     n = args.tasks
-    t0 = time.perf_counter()
-    with controlplane.running("C", binaries) as cp:
+    nodes = args.nodes or nodes_needed(n)
+    if nodes < nodes_needed(n):
+        raise SystemExit(f"--nodes {nodes} cannot hold {n} tasks; it takes at least {nodes_needed(n)}")
+    timeout = args.timeout or 600.0 + 2 * n
+    load_before = loadavg()
+    print(f"load average before the run: {load_before} ({os.cpu_count()} cores)")
+    t0 = time.monotonic()
+    with controlplane.running("C", binaries) as cp, tempfile.TemporaryDirectory(prefix="bench-ctl-") as tmp:
         kube = cp.kube
-        print(f"control plane tier C up in {time.perf_counter() - t0:.1f} s")
+        print(f"control plane tier C up in {time.monotonic() - t0:.1f} s")
+        grow_cluster(cp, nodes)
+        print(f"{nodes} kwok nodes Ready, ClusterQueue quota {NODE_CPU * nodes} CPU")
         crd = yaml.safe_load((REPO / "deploy" / "crd.yaml").read_text())
         kube.apply(crd)
         kube.wait_for("CRD established", lambda: has_condition(
@@ -223,10 +322,12 @@ def main() -> int:
         Watch(cp, ns, "jobset.x-k8s.io", "v1alpha2", "jobsets", tl.jobset, label_selector=TASK_LABEL)
         Watch(cp, ns, GROUP, VERSION, PLURAL, tl.task)
 
-        ctl = cp.spawn("gangrun-controller", [
-            sys.executable, "-m", "gangrun", "controller", "--kubeconfig", str(cp.kubeconfig), "--namespace", ns,
-            "--no-leader-election", "--metrics-port", "0", "--health-port", "0"],
-            env={"PYTHONPATH": str(REPO / "src")})
+        probe_out = Path(tmp) / "probe.json"
+        common = ["--kubeconfig", str(cp.kubeconfig), "--namespace", ns]
+        argv = ([sys.executable, "-m", "gangrun", "controller", *common, "--no-leader-election",
+                 "--metrics-port", "0", "--health-port", "0"] if args.plain else
+                [sys.executable, str(REPO / "benchmarks" / "controller_probe.py"), str(probe_out), *common])
+        ctl = cp.spawn("gangrun-controller", argv, env={"PYTHONPATH": str(REPO / "src")})
         pid = ctl.proc.pid
 
         def count(key: str) -> int:
@@ -234,13 +335,13 @@ def main() -> int:
                 return sum(1 for d in tl.t.values() if key in d)
 
         def wait_count(key: str, what: str) -> float:
-            start = time.perf_counter()
-            kube.wait_for(what, lambda: ctl.alive() and count(key) >= n, timeout=args.timeout, interval=0.1)
+            start = time.monotonic()
+            kube.wait_for(what, lambda: not ctl.alive() or count(key) >= n, timeout=timeout, interval=0.1)
             if not ctl.alive():
                 raise SystemExit(f"controller died:\n{ctl.tail(60)}")
-            return time.perf_counter() - start
+            return time.monotonic() - start
 
-        names = [f"bt-{i:03d}" for i in range(n)]
+        names = [f"bt-{i:04d}" for i in range(n)]
         for name in names:
             kube.request("POST", tasks_path, body=task_body(ns, name))
         took = wait_count("st_running", f"{n} tasks Running")
@@ -249,9 +350,9 @@ def main() -> int:
         # -- baselines ------------------------------------------------------------------------
         gets = []
         for i in range(100):
-            s = time.perf_counter()
+            s = time.monotonic()
             kube.request("GET", f"{tasks_path}/{names[i % n]}")
-            gets.append(time.perf_counter() - s)
+            gets.append(time.monotonic() - s)
         kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe", "namespace": ns},
                      "data": {"i": "-1"}})
         seen: dict[str, float] = {}
@@ -259,47 +360,81 @@ def main() -> int:
               lambda t, _ty, o: seen.setdefault((o.get("data") or {}).get("i", ""), t))
         hops = []
         for i in range(50):
-            s = time.perf_counter()
+            s = time.monotonic()
             kube.patch("ConfigMap", "probe", ns, {"data": {"i": str(i)}})
             kube.wait_for("configmap event", lambda i=i: str(i) in seen, timeout=30, interval=0.001)
             hops.append(seen[str(i)] - s)
 
         # -- preempt all, then readmit all ----------------------------------------------------------
         cpu0, _ = proc_cpu_rss(pid)
-        wall0 = time.perf_counter()
-        kube.create(preemptor(ns))
+        wall0 = time.monotonic()
+        load_evict = loadavg()
+        kube.create(preemptor(ns, nodes))
         took = wait_count("st_evicted", f"{n} tasks see their eviction")
         print(f"{n} tasks preempted and waiting for re-admission in {took:.1f} s")
-        pods = kube.wait_for("4 preemptor pods running", lambda: (lambda ps: ps if len(ps) == 4 else None)([
+        pods = kube.wait_for(f"{nodes} preemptor pods running", lambda: (lambda ps: ps if len(ps) == nodes else None)([
             p for p in kube.list("Pod", ns, label_selector="batch.kubernetes.io/job-name=urgent")
-            if p["status"].get("phase") == "Running"]), timeout=args.timeout, interval=0.2)
+            if p["status"].get("phase") == "Running"]), timeout=timeout, interval=0.2)
         for p in pods:
             kube.patch("Pod", p["metadata"]["name"], ns,
                        {"metadata": {"annotations": {controlplane.ANNOTATION_COMPLETE_AFTER: "0s"}}})
         took = wait_count("st_readmitted", f"{n} tasks readmitted and running")
         print(f"{n} tasks readmitted and running again in {took:.1f} s")
         cpu1, rss = proc_cpu_rss(pid)
-        wall1 = time.perf_counter()
-        cp.terminate(ctl)
+        wall1 = time.monotonic()
+        cp.terminate(ctl, grace=60)
+        probe = json.loads(probe_out.read_text()) if not args.plain else None
 
         ev_wl = tl.deltas("wl_evicted", "st_evicted")
         wl_js_susp = tl.deltas("wl_evicted", "js_suspended")
         re_wl = tl.deltas("wl_readmitted", "st_readmitted")
         re_js = tl.deltas("js_resumed", "st_readmitted")
         wl_js = tl.deltas("wl_readmitted", "js_resumed")
+        evicted_at = sorted(d["wl_evicted"] for d in tl.t.values() if "wl_evicted" in d)
         print()
-        print(f"controller, {n} ClusteredTasks (2 workers each), all preempted then readmitted; "
-              f"{os.cpu_count()} cores shared with the control plane")
+        print(f"controller, {n} ClusteredTasks (2 workers each) on {nodes} nodes, all preempted then readmitted; "
+              f"{os.cpu_count()} cores shared with the control plane; load average {load_before} before the "
+              f"run, {load_evict} before the eviction")
+        if evicted_at:
+            print(f"  Kueue evicted the {len(evicted_at)} Workloads over {evicted_at[-1] - evicted_at[0]:.2f} s")
         print(f"  Workload Evicted seen             -> task status evicted:   {fmt(ev_wl)}")
         print(f"  (substrate) Workload Evicted      -> JobSet suspended:      {fmt(wl_js_susp)}")
         print(f"  Workload readmitted seen          -> task status running:   {fmt(re_wl)}")
         print(f"  JobSet unsuspended seen           -> task status running:   {fmt(re_js)}")
         print(f"  (substrate) Workload readmitted   -> JobSet unsuspended:    {fmt(wl_js)}")
+        stages: dict[str, list[float]] = {}
+        if probe is not None:
+            stages = breakdown(tl, probe)
+            print("  where the eviction time goes (per task; stages add up to the eviction figure):")
+            labels = {"controller_watch": "Workload event reaches the controller's queue",
+                      "queue_wait": "queued -> taken by a worker (queue wait)",
+                      "reconcile": "taken -> status PATCH sent (reads + reconcile)",
+                      "api_write": "status PATCH round-trip (API write)",
+                      "write_to_watch": "PATCH answered -> status event seen"}
+            for k, label in labels.items():
+                xs = stages[k]
+                mean = f"mean {sum(xs) / len(xs) * 1000:7.1f} ms   " if xs else ""
+                print(f"    {label:<48} {mean}{fmt(xs)}")
+            print(f"  syncs: {len(probe['syncs'])}, status writes: {len(probe['writes'])}")
         print(f"  controller CPU in the preempt+readmit round: {cpu1 - cpu0:.2f} s over {wall1 - wall0:.1f} s wall;"
               f" total {cpu1:.2f} s; max RSS {rss / 2**20:.1f} MiB")
         print("baseline, same run:")
         print(f"  GET of a ClusteredTask (round-trip):                         {fmt(gets)}")
         print(f"  ConfigMap PATCH sent -> its watch event seen (one hop):       {fmt(hops)}")
+        if args.json:
+            figures: dict[str, Any] = {
+                "tasks": n, "nodes": nodes, "cores": os.cpu_count(), "loadavg_before": load_before,
+                "loadavg_before_eviction": load_evict,
+                "eviction_p50_ms": ms(ev_wl, 50), "eviction_p99_ms": ms(ev_wl, 99),
+                "readmission_p50_ms": ms(re_wl, 50), "readmission_p99_ms": ms(re_wl, 99),
+                "watch_hop_p50_ms": ms(hops, 50), "watch_hop_p99_ms": ms(hops, 99),
+                "get_p50_ms": ms(gets, 50), "get_p99_ms": ms(gets, 99),
+                "kueue_eviction_spread_s": round(evicted_at[-1] - evicted_at[0], 3) if evicted_at else None,
+                "controller_cpu_s": round(cpu1, 2), "controller_cpu_round_s": round(cpu1 - cpu0, 2),
+                "controller_rss_mib": round(rss / 2**20, 1)}
+            for k, xs in stages.items():
+                figures[f"{k}_p50_ms"], figures[f"{k}_p99_ms"] = ms(xs, 50), ms(xs, 99)
+            print(json.dumps(figures))
     return 0
 
 

@@ -18,6 +18,7 @@ from gangrun._backends.kube import KubeBackend
 from gangrun._backends.kube.client import JOBSETS, LOCAL_QUEUES, PODS, TASKS, WORKLOADS
 from gangrun._backends.kube.controller import RBAC_HINT, Controller
 from gangrun._backends.kube.informer import Informer
+from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core.spec import parse_manifest
 from gangrun._errors import ApiError
 
@@ -313,6 +314,38 @@ def test_workload_events_reach_the_task_through_the_jobset_uid() -> None:
         pass
     c.ctl._workload_changed(workload_obj(uid).obj())
     assert c.ctl.queue.get(timeout=0) == ("ml", "train")
+
+
+class ScanFreeInformer(Informer):
+    """An informer whose whole-cache scan fails the test: reads must go through an index."""
+
+    def items(self, predicate: Callable[[dict], bool] = lambda o: True) -> list[dict]:
+        raise AssertionError(f"a sync scanned the whole {self.res.plural} cache")
+
+
+def test_a_sync_finds_its_jobsets_pods_and_workloads_by_index_without_scanning_a_cache() -> None:
+    c = Cluster()
+    for inf in (c.ctl.jobsets, c.ctl.pods, c.ctl.workloads):
+        inf.__class__ = ScanFreeInformer  # the controller's own informers, indexes and all
+    c.submit(retries=0, failurePolicy={"resumeAfterPreemption": True})
+    c.settle()
+    c.admit()
+    c.settle()
+    assert c.backend.get("train")["phase"] == "Running"
+    c.preempt()
+    c.settle()
+    assert c.backend.get("train")["reason"].endswith("waiting for re-admission")
+    c.readmit()
+    c.settle()
+    assert c.backend.get("train")["reason"] == "running (restart attempt 0)"
+    c.complete()
+    c.settle()
+    assert c.backend.get("train")["phase"] == "Succeeded" and c.creates("train-1") == 1
+
+
+def test_the_controller_uses_the_work_queue_it_is_given_even_an_empty_one() -> None:
+    queue = WorkQueue()
+    assert Controller(FakeApi(), namespace=None, queue=queue).queue is queue
 
 
 def test_informer_relists_after_410_gone_and_misses_nothing() -> None:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from gangrun._backends.kube import adapter, crd, events
+from gangrun._backends.kube import adapter, crd, events, indexes
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
@@ -52,13 +52,14 @@ class Controller:
         self.api, self.namespace, self.clock = api, namespace, clock
         self.metrics = metrics or Metrics()
         self.identity = identity
-        self.queue = queue or WorkQueue()
+        self.queue = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
         self.tasks = Informer(api, TASKS, namespace=namespace, on_change=self._task_changed)
         self.jobsets = Informer(api, JOBSETS, namespace=namespace, label_selector=crd.TASK_LABEL,
-                                on_change=self._owned_changed)
+                                on_change=self._owned_changed, indexers=indexes.JOBSET_INDEXERS)
         self.pods = Informer(api, PODS, namespace=namespace, label_selector=crd.TASK_LABEL,
-                             on_change=self._owned_changed)
-        self.workloads = Informer(api, WORKLOADS, namespace=namespace, on_change=self._workload_changed)
+                             on_change=self._owned_changed, indexers=indexes.POD_INDEXERS)
+        self.workloads = Informer(api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
+                                  indexers=indexes.WORKLOAD_INDEXERS)
         self.informers = (self.tasks, self.jobsets, self.pods, self.workloads)
         self._hinted = False
 
@@ -76,7 +77,7 @@ class Controller:
         uid = adapter.workload_job_uid(obj)
         if not uid:
             return
-        for js in self.jobsets.items(lambda o: adapter.job_uid(o) == uid):
+        for js in self.jobsets.by_index(indexes.BY_UID, uid):
             self._owned_changed(js)
 
     # -- one reconcile --------------------------------------------------------------------------------
@@ -94,12 +95,8 @@ class Controller:
         js = self.jobsets.get((namespace, current))
         if js is None and state.gang_seen:
             js = self._live_jobset(namespace, current)
-
-        def ours(o: dict[str, Any]) -> bool:
-            return key_of(o)[0] == namespace and adapter.labels(o).get(crd.TASK_LABEL) == name
-
-        owned = self.jobsets.items(ours)
-        pods = self.pods.items(lambda o: ours(o) and adapter.attempt_of(o) == state.attempt)
+        owned = self.jobsets.by_index(indexes.BY_TASK, key)
+        pods = [p for p in self.pods.by_index(indexes.BY_TASK, key) if adapter.attempt_of(p) == state.attempt]
         new_status, actions = reconcile(task, js, self._workloads_for(js), pods, now=now, owned_jobsets=owned)
         if new_status is not None:
             rv = (task.get("metadata") or {}).get("resourceVersion")
@@ -148,7 +145,7 @@ class Controller:
         if self.workloads.forbidden:
             self._rbac_hint()
             return WorkloadLookup.unreadable("forbidden to list workloads")
-        return WorkloadLookup.found(self.workloads.items(lambda o: adapter.workload_job_uid(o) == uid))
+        return WorkloadLookup.found(self.workloads.by_index(indexes.BY_JOB_UID, uid))
 
     def _rbac_hint(self) -> None:
         if not self._hinted:

@@ -1,0 +1,112 @@
+"""The controller that benchmarks/bench_controller.py runs: `gangrun controller`'s loop with timers.
+
+    python benchmarks/controller_probe.py OUT.json --kubeconfig KC --namespace NS [--workers 8]
+
+Started by the benchmark, not by hand. It builds the same `Controller` that `gangrun controller
+--no-leader-election --metrics-port 0 --health-port 0` builds and runs it with the same number of
+workers, but its work queue and API client note, on the monotonic clock every process on the machine
+shares, when each task key was queued, when a worker took it, and how long each status PATCH took.
+On SIGTERM it writes one record per sync to OUT.json, so the benchmark can split "Workload evicted
+-> task status" into: the controller's watch hop, queue wait, reconcile (cache reads and the pure
+reconcile), the status write, and the write's way back through the API server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Hashable
+from typing import Any, cast
+
+from gangrun._backends.kube.client import TASKS, KubeApi, Resource, connect
+from gangrun._backends.kube.controller import Controller
+from gangrun._backends.kube.runner import DEFAULT_WORKERS
+from gangrun._backends.kube.workqueue import WorkQueue
+
+
+class TimedQueue(WorkQueue):
+    """A work queue that remembers when each key was first queued since a worker last took it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._first_add: dict[Hashable, float] = {}
+        self.taken: dict[Hashable, tuple[float, float]] = {}  # key -> (queued at, taken at), per sync
+
+    def add(self, key: Hashable) -> None:
+        with self._lock:
+            self._first_add.setdefault(key, time.monotonic())
+        super().add(key)
+
+    def get(self, timeout: float | None = None) -> Hashable | None:
+        key = super().get(timeout)
+        if key is not None:
+            now = time.monotonic()
+            with self._lock:
+                # a key promoted from a timer (wake_at, retry backoff) never passed through add()
+                self.taken[key] = (self._first_add.pop(key, now), now)
+        return key
+
+
+class TimedApi:
+    """The controller's API client, timing every status PATCH of a ClusteredTask."""
+
+    def __init__(self, api: KubeApi, writes: list[dict[str, Any]]) -> None:
+        self._api, self._writes = api, writes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
+
+    def patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any], *,
+              subresource: str | None = None) -> Any:
+        started = time.monotonic()
+        out = self._api.patch(res, namespace, name, patch, subresource=subresource)
+        if res is TASKS and subresource == "status":
+            status = patch.get("status") or {}
+            self._writes.append({"key": [namespace, name], "t0": started, "t1": time.monotonic(),
+                                 "evictions": len(status.get("evictions") or []),
+                                 "reason": str(status.get("reason") or "")})
+        return out
+
+
+class ProbeController(Controller):
+    def __init__(self, api: KubeApi, *, namespace: str | None, queue: TimedQueue,
+                 syncs: list[dict[str, Any]], writes: list[dict[str, Any]]) -> None:
+        # TimedApi delegates everything else to `api`, which mypy cannot see through __getattr__
+        super().__init__(cast(KubeApi, TimedApi(api, writes)), namespace=namespace, queue=queue, identity="bench")
+        self._timed_queue, self._syncs = queue, syncs
+
+    def sync(self, key: Any) -> None:
+        queued, taken = self._timed_queue.taken.pop(key, (time.monotonic(), time.monotonic()))
+        try:
+            super().sync(key)
+        finally:
+            self._syncs.append({"key": list(key), "queued": queued, "taken": taken, "done": time.monotonic()})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--kubeconfig", required=True)
+    ap.add_argument("--namespace", required=True)
+    ap.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    api, _ = connect(kubeconfig=args.kubeconfig)
+    syncs: list[dict[str, Any]] = []
+    writes: list[dict[str, Any]] = []
+    ctl = ProbeController(api, namespace=args.namespace, queue=TimedQueue(), syncs=syncs, writes=writes)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    ctl.run(stop, workers=args.workers)
+    with open(args.out, "w") as f:
+        json.dump({"syncs": syncs, "writes": writes}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

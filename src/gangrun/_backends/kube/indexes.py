@@ -1,0 +1,41 @@
+"""The informer indexes the controller reads through, so a sync costs O(its own objects).
+
+    BY_TASK     JobSets, pods       (namespace, task label)  -> the task's JobSets / pods
+    BY_UID      JobSets             metadata.uid             -> the JobSet a Workload names
+    BY_JOB_UID  Workloads           Kueue's job-uid label    -> the Workloads of one JobSet
+
+An object without the label or UID is filed under nothing; it can then only be found by a scan,
+which no reconcile does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from gangrun._backends.kube import adapter, crd
+from gangrun._backends.kube.informer import IndexFunc, key_of
+
+BY_TASK = "task"
+BY_UID = "uid"
+BY_JOB_UID = "job-uid"
+
+
+def task_of(obj: dict[str, Any]) -> list[Hashable]:
+    task = adapter.labels(obj).get(crd.TASK_LABEL)
+    return [(key_of(obj)[0], task)] if task else []
+
+
+def uid_of(obj: dict[str, Any]) -> list[Hashable]:
+    uid = adapter.job_uid(obj)
+    return [uid] if uid else []
+
+
+def job_uid_of(obj: dict[str, Any]) -> list[Hashable]:
+    uid = adapter.workload_job_uid(obj)
+    return [uid] if uid else []
+
+
+JOBSET_INDEXERS: dict[str, IndexFunc] = {BY_TASK: task_of, BY_UID: uid_of}
+POD_INDEXERS: dict[str, IndexFunc] = {BY_TASK: task_of}
+WORKLOAD_INDEXERS: dict[str, IndexFunc] = {BY_JOB_UID: job_uid_of}

@@ -1,0 +1,60 @@
+"""The controller benchmark's probe and breakdown: the timers it adds record what the report says."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from kube_fake import FakeApi
+
+from gangrun._backends.kube.client import TASKS
+
+# benchmarks/ is a folder of scripts, not a package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+bench_controller = importlib.import_module("bench_controller")
+controller_probe = importlib.import_module("controller_probe")
+
+
+def test_the_timed_queue_reports_when_a_key_was_first_queued_and_when_it_was_taken() -> None:
+    q = controller_probe.TimedQueue()
+    q.add(("ml", "a"))
+    q.add(("ml", "a"))  # a second add while queued keeps the first time
+    assert q.get(timeout=0) == ("ml", "a")
+    queued, taken = q.taken[("ml", "a")]
+    assert queued <= taken
+
+
+def test_the_probe_controller_records_each_sync_and_each_status_write() -> None:
+    api = FakeApi()
+    syncs: list[dict] = []
+    writes: list[dict] = []
+    ctl = controller_probe.ProbeController(api, namespace=None, queue=controller_probe.TimedQueue(),
+                                           syncs=syncs, writes=writes)
+    api.put(TASKS, {"apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask",
+                    "metadata": {"name": "train", "namespace": "ml"},
+                    "spec": {"nodes": 2, "command": ["python", "train.py"], "image": "registry.invalid/t:1"}})
+    ctl.tasks.relist()
+    assert ctl.process_one(timeout=0)
+    assert [s["key"] for s in syncs] == [["ml", "train"]]
+    assert syncs[0]["queued"] <= syncs[0]["taken"] <= syncs[0]["done"]
+    assert [w["key"] for w in writes] == [["ml", "train"]] and writes[0]["evictions"] == 0
+
+
+def test_the_breakdown_splits_an_eviction_into_stages_that_add_up() -> None:
+    tl = bench_controller.Timeline()
+    tl.mark("t", "wl_evicted", 10.0)
+    tl.mark("t", "st_evicted", 10.5)
+    probe = {"syncs": [{"key": ["ns", "t"], "queued": 10.05, "taken": 10.15, "done": 10.45}],
+             "writes": [{"key": ["ns", "t"], "t0": 10.2, "t1": 10.4, "evictions": 1, "reason": ""},
+                        {"key": ["ns", "t"], "t0": 9.0, "t1": 9.1, "evictions": 0, "reason": ""}]}
+    stages = bench_controller.breakdown(tl, probe)
+    got = {k: round(v[0], 3) for k, v in stages.items()}
+    assert got == {"controller_watch": 0.05, "queue_wait": 0.1, "reconcile": 0.05, "api_write": 0.2,
+                   "write_to_watch": 0.1}
+    assert round(sum(got.values()), 3) == 0.5  # the eviction figure, 10.0 -> 10.5
+
+
+def test_enough_nodes_for_a_thousand_tasks_by_cpu_and_by_pod_count() -> None:
+    assert bench_controller.nodes_needed(50) == 4
+    assert bench_controller.nodes_needed(1000) == 55  # 200 CPU of 100m pods on 4-CPU nodes, a tenth spare
