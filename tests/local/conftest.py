@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from gangrun._backends.local import LocalBackend
-from gangrun._core.spec import TaskSpec, load_manifest
+from gangrun._core.spec import TaskSpec
+from gangrun._manifest_file import load_manifest
 
 WORKER = Path(__file__).with_name("worker.py")
 TIMEOUT = 90.0  # generous: the machine is shared; the typical path takes seconds

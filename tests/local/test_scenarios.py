@@ -185,7 +185,7 @@ def test_bad_manifests_and_unknown_queues_are_refused_and_nothing_is_stored(back
         backend.submit(manifest("odd", priority="urgent"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: gangrun.dev/v1alpha1\nkind: ClusteredTask\nmetadata: {name: bad}\nspec: {nodes: 0}\n")
-    from gangrun._core.spec import load_manifest
+    from gangrun._manifest_file import load_manifest
 
     with pytest.raises(SpecError, match="spec.nodes"):
         load_manifest(bad)

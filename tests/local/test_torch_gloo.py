@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gangrun._core.spec import load_manifest
+from gangrun._manifest_file import load_manifest
 
 from .conftest import checkpointed, phase, wait_for
 
