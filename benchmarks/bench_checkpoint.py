@@ -265,7 +265,6 @@ def torch_main() -> int:
 
 def run_torch(work: Path, total: int, repeat: int) -> int:
     import torch
-
     from gangrun.torch import save_state, wait
 
     n = 16

@@ -51,9 +51,8 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 # machine makes Ready late; such system retries are not what this benchmark measures.
 os.environ.setdefault("GANGRUN_E2E_PODS_READY_TIMEOUT", "30m")
 
-import yaml  # noqa: E402
-
 import controlplane  # noqa: E402
+import yaml  # noqa: E402
 from controlplane import LOCAL_QUEUE, NODE_CPU, NODE_MEMORY_GI, ControlPlane, has_condition  # noqa: E402
 
 GROUP, VERSION, PLURAL = "gangrun.dev", "v1alpha1", "clusteredtasks"
@@ -118,7 +117,7 @@ class Watch:
                     obj = ev["raw_object"]
                     rv = obj.get("metadata", {}).get("resourceVersion", rv)
                     self.on_event(t, ev["type"], obj)
-            except Exception:  # noqa: BLE001 - expired or dropped: list again
+            except Exception:
                 rv = ""
                 time.sleep(0.1)
 

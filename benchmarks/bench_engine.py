@@ -14,19 +14,18 @@ import argparse
 import os
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from builders import make_gang, make_workload  # noqa: E402
+from builders import make_gang, make_workload
+from gangrun._core.engine import decide
+from gangrun._core.observation import NOT_FOUND, observed
+from gangrun._core.policy import Policy
+from gangrun._core.state import TaskState
 
-from gangrun._core.engine import decide  # noqa: E402
-from gangrun._core.observation import NOT_FOUND, observed  # noqa: E402
-from gangrun._core.policy import Policy  # noqa: E402
-from gangrun._core.state import TaskState  # noqa: E402
-
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def scenario() -> list[tuple[Policy, TaskState, object]]:

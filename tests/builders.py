@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from gangrun._core import jobset, kueue
 from gangrun._core.conditions import Condition
@@ -15,7 +15,7 @@ from gangrun._core.observation import Gang, Workload
 from gangrun._core.phases import Phase, PhaseInfo
 from gangrun._core.state import TaskState
 
-T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 PREEMPTION_MESSAGE = kueue.preemption_message(
     workload_uid="wl-2", job_uid="js-2", reason=kueue.IN_CLUSTER_QUEUE,
     preemptor_path="/team-a", preemptee_path="/team-a")

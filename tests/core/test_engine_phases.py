@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from builders import T0, at, make_gang, make_workload, state_in
 
+from builders import T0, at, make_gang, make_workload, state_in
 from gangrun._core import jobset, kueue
 from gangrun._core.engine import ActionKind, decide
 from gangrun._core.observation import NOT_FOUND, observed

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 
+from builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 from gangrun._core import kueue
 from gangrun._core.engine import ActionKind, decide
 from gangrun._core.eviction import EvictionKind, classify_eviction

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from builders import T0
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from builders import T0
 from gangrun._core import jobset, kueue
 from gangrun._core.conditions import Condition
 from gangrun._core.engine import ActionKind, decide

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from builders import T0, at, make_gang, make_workload
-
 from gangrun._core.engine import cancel, decide
 from gangrun._core.observation import NOT_FOUND, observed
 from gangrun._core.policy import Policy

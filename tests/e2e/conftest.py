@@ -28,7 +28,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import controlplane  # noqa: E402
+import controlplane
 
 TIER_FIXTURES = {"control_plane_tier_a", "control_plane_tier_b", "control_plane_tier_c"}
 

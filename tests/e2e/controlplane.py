@@ -158,7 +158,7 @@ def _make_pki(d: Path) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     later = now + dt.timedelta(days=2)
 
     def key_pem(key: Any) -> bytes:
@@ -749,7 +749,7 @@ class ControlPlane:
                 v = fn()
                 if v:
                     return v
-            except Exception as e:  # noqa: BLE001 - retried until the deadline
+            except Exception as e:
                 last = e
             time.sleep(0.3)
         tail = f"\nlast log lines of {component.name}:\n{component.tail()}" if component else ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -84,7 +84,7 @@ def _one_error_line(r, code: int) -> str:
 def _record(cp: ControlPlane, ns: str, message: str) -> None:
     """An Event on the task as the controller writes it (involvedObject carries the task's UID)."""
     task = cp.kube.get("ClusteredTask", "train", ns)
-    ev = Event(time=datetime.now(timezone.utc), type=EventType.PHASE, message=message, attempt=1)
+    ev = Event(time=datetime.now(UTC), type=EventType.PHASE, message=message, attempt=1)
     cp.kube.create(events.to_k8s(task, ev, type_="Normal"))
 
 
@@ -135,7 +135,7 @@ def test_cancel_without_a_controller_says_it_is_requested(cluster, namespace, tm
 def test_a_gang_waiting_for_readmission_reads_as_waiting_in_get_and_logs(cluster, namespace, tmp_path):
     ns, kube = namespace, cluster.kube
     assert gangrun(cluster, "submit", str(_manifest(tmp_path)), "-n", ns).returncode == 0
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     ev = Eviction(kind=EvictionKind.PREEMPTED, reason="Preempted", detail="InClusterQueue", message=WAITING_MESSAGE)
     state = load_state(kube.get("ClusteredTask", "train", ns), now=now)
     state = state.with_running(at=now, restart_attempt=0).with_eviction_seen(ev, at=now)

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from controlplane import (
     ANNOTATION_COMPLETE_AFTER,
     LOCAL_QUEUE,
@@ -151,7 +150,7 @@ class JobSetRecorder:
                         self._record(ev["type"], obj)
                     if self._stop.is_set():
                         break
-            except Exception:  # noqa: BLE001 - 410 Gone or a dropped stream: list again
+            except Exception:
                 if self._stop.is_set():
                     return
                 rv = ""

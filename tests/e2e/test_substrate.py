@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from controlplane import (
     ANNOTATION_COMPLETE_AFTER,
     ANNOTATION_FAIL_AFTER,

@@ -14,11 +14,11 @@ from datetime import datetime
 from typing import Any
 
 from builders import PREEMPTION_MESSAGE, T0, at  # noqa: F401 - re-exported for the kube tests
-
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.render import render_jobset
 from gangrun._core import jobset, kueue
 from gangrun._core.spec import TaskSpec, parse_manifest
+
 
 def ts(t: datetime = T0) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")

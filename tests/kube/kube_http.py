@@ -96,19 +96,19 @@ def serve(api: FakeApi) -> ThreadingHTTPServer:
                 status = {"kind": "Status", "code": e.status, "message": str(e)}
                 self.wfile.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self._handle("GET")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self._handle("POST")
 
-        def do_PUT(self) -> None:  # noqa: N802
+        def do_PUT(self) -> None:
             self._handle("PUT")
 
-        def do_PATCH(self) -> None:  # noqa: N802
+        def do_PATCH(self) -> None:
             self._handle("PATCH")
 
-        def do_DELETE(self) -> None:  # noqa: N802
+        def do_DELETE(self) -> None:
             self._handle("DELETE")
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

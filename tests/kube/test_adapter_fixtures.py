@@ -8,7 +8,7 @@ engine decides, so a Kueue or JobSet upgrade that changes a field or reason show
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from gangrun._core.policy import Policy
 from gangrun._core.state import TaskState
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kube"
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def load(name: str) -> dict[str, Any]:

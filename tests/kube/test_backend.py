@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -115,7 +115,7 @@ def test_a_missing_kubeconfig_is_one_line_for_the_user_not_a_traceback(
 
 
 def _event(task: dict, message: str) -> dict:
-    return events.to_k8s(task, Event(time=datetime(2026, 1, 1, tzinfo=timezone.utc), type=EventType.PHASE,
+    return events.to_k8s(task, Event(time=datetime(2026, 1, 1, tzinfo=UTC), type=EventType.PHASE,
                                       message=message, attempt=1), type_="Normal")
 
 
@@ -158,7 +158,7 @@ def test_logs_of_a_gang_waiting_for_readmission_say_it_was_preempted() -> None:
 
 def preempted_and_waiting(task: dict) -> dict:
     """The status the controller writes for a started gang that Kueue preempted, kept for re-admission (S5)."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     ev = Eviction(kind=EvictionKind.PREEMPTED, reason="Preempted", detail="InClusterQueue", message="to make room")
     state = load_state(task, now=now).with_running(at=now, restart_attempt=0).with_eviction_seen(ev, at=now)
     return state.with_info(state.info.advance(Phase.RUNNING, f"{ev.summary()}; waiting for re-admission")).for_storage()

@@ -26,7 +26,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait(what: str, fn, timeout: float = 30.0):  # noqa: ANN001, ANN202
+def _wait(what: str, fn, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = fn()

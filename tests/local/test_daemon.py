@@ -30,7 +30,7 @@ def test_a_worker_the_daemon_cannot_watch_is_killed_not_left_running(daemon: Dae
                                                                       monkeypatch) -> None:
     started = []
 
-    def spawn(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def spawn(*args, **kwargs):
         p = launcher_spawn(*args, **kwargs)
         started.append(p)
         return p
@@ -74,7 +74,7 @@ def test_a_task_whose_reconcile_fails_does_not_stall_the_others(daemon: Daemon, 
 
     real_step = reconcile.step
 
-    def step(rec, ctx, now):  # noqa: ANN001, ANN202
+    def step(rec, ctx, now):
         if rec.name == "bad":
             raise RuntimeError("a bug in one task's reconcile")
         return real_step(rec, ctx, now)

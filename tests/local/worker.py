@@ -78,7 +78,7 @@ def main() -> int:
     while step < STEPS:
         time.sleep(STEP_SECONDS)
         step += 1
-        if step == crash_at and RANK == crash_rank and RESTART == crash_round:
+        if step == crash_at and crash_rank == RANK and crash_round == RESTART:
             print(f"crash at step={step}", flush=True)
             return 3
         ckpt.save(json.dumps({"step": step}).encode(), step=step)

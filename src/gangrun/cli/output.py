@@ -90,7 +90,7 @@ def _head(text: str, n: int) -> int:
     """Characters kept from the start: through the cause's parenthesis (`(Preempted, InClusterQueue)`)
     when it fits beside the tail, else half."""
     close = text.find(")")
-    return close + 1 if 0 < close and close + 1 <= n - 1 - _TAIL_MIN else n // 2
+    return close + 1 if close > 0 and close + 1 <= n - 1 - _TAIL_MIN else n // 2
 
 
 def _clock(t: datetime) -> str:

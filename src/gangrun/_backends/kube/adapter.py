@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gangrun._backends.kube import crd
@@ -82,7 +82,7 @@ def parse_time(v: Any) -> datetime | None:
 
 def format_time(t: datetime) -> str:
     """An API `Time` (UTC, whole seconds), as `parse_time` reads it back."""
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def conditions(obj: Any) -> tuple[Condition, ...]:

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gangrun._backends.kube import adapter, crd, events
@@ -37,7 +37,7 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class KubeBackend:

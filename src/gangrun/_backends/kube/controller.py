@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gangrun._backends.kube import adapter, crd, events, indexes
@@ -43,7 +43,7 @@ RBAC_HINT = ("the controller may not read Kueue Workloads (403); evictions of st
 
 
 def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Controller:
@@ -202,7 +202,7 @@ class Controller:
         try:
             self.sync(key)
             self.queue.forget(key)
-        except Exception as e:  # noqa: BLE001 - every failure is retried with backoff
+        except Exception as e:
             self.metrics.errors.inc()
             delay = self.queue.add_rate_limited(key)
             level = logging.INFO if isinstance(e, ApiError) else logging.ERROR  # Conflict is an ApiError

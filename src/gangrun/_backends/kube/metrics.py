@@ -115,7 +115,7 @@ def serve(port: int, routes: dict[str, Callable[[], tuple[int, str]]], *, host: 
     """Serve GET routes (`path -> () -> (status, text)`) on `host`:`port` from a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        def do_GET(self) -> None:
             route = routes.get(self.path.split("?")[0])
             status, text = route() if route else (404, "not found\n")
             body = text.encode()

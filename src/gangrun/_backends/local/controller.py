@@ -115,7 +115,7 @@ class Controller:
         self.dirty.add(name)
         return True
 
-    def _live_workload(self, name: str):  # noqa: ANN202
+    def _live_workload(self, name: str):
         rec = self.task(name)
         wl = rec.workload
         if rec.terminal or wl is None or wl.attempt != rec.state.attempt or wl.finished:
@@ -198,7 +198,7 @@ class Controller:
         """Run one task's reconcile step; a bug in it is logged and leaves every other task running."""
         try:
             return fn(self.tasks[name], self.ctx, now)
-        except Exception:  # noqa: BLE001 - the next tick retries it; other tasks must not wait for a fix
+        except Exception:
             log.exception("gangrun: reconciling task %s failed; the other tasks go on", name)
             return False
 

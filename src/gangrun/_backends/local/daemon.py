@@ -174,7 +174,7 @@ class Daemon:
         try:
             req = json.loads(bytes(buf).split(b"\n", 1)[0])
             answer = self._handle(conn, req.get("op", ""), req.get("args") or {})
-        except Exception as e:  # noqa: BLE001 - every error goes back to the client, typed
+        except Exception as e:
             if not isinstance(e, protocol.GangrunError):
                 log.error("gangrun: request failed\n%s", traceback.format_exc())
             answer = protocol.error(e)

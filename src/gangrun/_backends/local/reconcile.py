@@ -167,7 +167,7 @@ def tail_checkpoints(rec: TaskRecord, paths: Paths) -> None:
                       data={"step": step, "seq": doc.get("seq"), "uri": doc.get("uri")}))
 
 
-def observe(rec: TaskRecord):  # noqa: ANN201 - an Observation
+def observe(rec: TaskRecord):
     g, wl, n = rec.gang, rec.workload, rec.state.attempt
     gang = g.observe() if g is not None and g.attempt == n and not g.lost and g.stopping != DELETE else None
     return observed(gang, wl.observed() if wl is not None and wl.attempt == n else None)
@@ -184,7 +184,7 @@ def step(rec: TaskRecord, ctx: Ctx, now: float) -> bool:
     return act(rec, d.action, ctx, now)
 
 
-def record(rec: TaskRecord, before, after, action: Action, now: float) -> None:  # noqa: ANN001
+def record(rec: TaskRecord, before, after, action: Action, now: float) -> None:
     """Adopt the engine's new state and add its timeline events (with who preempted whom)."""
     for e in transition_events(before, after, action, now=utc(now)):
         if e.type is EventType.PREEMPTED and rec.workload is not None and rec.workload.preempted_by:
