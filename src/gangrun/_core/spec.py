@@ -27,6 +27,11 @@ API_VERSION = "gangrun.dev/v1alpha1"
 KIND = "ClusteredTask"
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 63
+# metadata.generateName: the API server appends 5 random characters to the prefix (and would cut a longer
+# prefix to fit), so a prefix of at most 58 always gives the name it promises.
+GENERATED_SUFFIX_LEN = 5
+GENERATE_NAME_MAX = NAME_MAX - GENERATED_SUFFIX_LEN
+GENERATE_NAME = re.compile(r"^[a-z][-a-z0-9]*$")
 ENV_MAX = 256  # spec.env entries; the CRD schema admits as many (its CEL rule's cost budget needs a bound)
 # Upper bounds on counts: far above any real gang, low enough that a typo cannot ask for a million workers.
 NODES_MAX = 10_000
@@ -60,7 +65,7 @@ class FailurePolicy:
 
 @dataclass(frozen=True, kw_only=True)
 class TaskSpec:
-    name: str
+    name: str  # "" until the backend names a task submitted with only generate_name
     nodes: int
     command: tuple[str, ...]
     nproc_per_node: int = 1
@@ -77,6 +82,7 @@ class TaskSpec:
     checkpoint_uri: str = ""  # "" = under the backend's state dir
     termination_grace: timedelta = timedelta(seconds=30)
     namespace: str = ""  # kubernetes only; "" = the client's default
+    generate_name: str = ""  # metadata.generateName: the prefix of a name the backend makes unique
     source: str = ""  # the manifest's path, for relative workingDir
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the document as given
 
@@ -100,9 +106,11 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     meta = _mapping(doc, "metadata", "metadata")
     spec = _mapping(doc, "spec", "spec")
     _no_unknown(doc, "", {"apiVersion", "kind", "metadata", "spec", "status"})
-    _no_unknown(meta, "metadata", {"name", "namespace", "labels", "annotations", "uid", "resourceVersion",
-                                   "generation", "creationTimestamp", "managedFields"})
-    name = _name(meta.get("name"), "metadata.name")
+    _no_unknown(meta, "metadata", {"name", "generateName", "namespace", "labels", "annotations", "uid",
+                                   "resourceVersion", "generation", "creationTimestamp", "managedFields"})
+    generate_name = _generate_name(meta.get("generateName"))
+    # With both, the name wins, as on the API server (an object read back from it carries both).
+    name = "" if generate_name and meta.get("name") is None else _name(meta.get("name"), "metadata.name")
     _no_unknown(spec, "spec", {"nodes", "nprocPerNode", "command", "workingDir", "env", "image", "resources",
                                "retries", "maxSystemRetries", "maxRuntime", "failurePolicy", "queue",
                                "priorityClass", "checkpoint", "terminationGracePeriod"})
@@ -124,6 +132,7 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
         _name(namespace, "metadata.namespace")
     return TaskSpec(
         name=name,
+        generate_name=generate_name,
         namespace=namespace,
         nodes=_int(spec, "nodes", "spec.nodes", minimum=1, maximum=NODES_MAX, required=True),
         nproc_per_node=_int(spec, "nprocPerNode", "spec.nprocPerNode", minimum=1, maximum=NPROC_MAX, default=1),
@@ -217,10 +226,20 @@ def _no_unknown(doc: dict[str, Any], path: str, known: set[str]) -> None:
 
 def _name(v: Any, path: str) -> str:
     if not isinstance(v, str) or not v:
-        raise SpecError(path, "is required: a lowercase DNS-1035 name like train")
+        alternative = " (or metadata.generateName: a prefix like train-)" if path == "metadata.name" else ""
+        raise SpecError(path, "is required: a lowercase DNS-1035 name like train" + alternative)
     if len(v) > NAME_MAX or not DNS_1035.match(v):
         raise SpecError(path, f"must be a DNS-1035 label (lowercase letters, digits and '-', starting with a "
                               f"letter, at most {NAME_MAX} characters), got {_clip(v)}")
+    return v
+
+
+def _generate_name(v: Any) -> str:
+    if v is None:
+        return ""
+    if not isinstance(v, str) or not GENERATE_NAME.match(v) or len(v) > GENERATE_NAME_MAX:
+        raise SpecError("metadata.generateName", f"must be a name prefix like train- (lowercase letters, digits and "
+                        f"'-', starting with a letter, at most {GENERATE_NAME_MAX} characters), got {_clip(v)}")
     return v
 
 
