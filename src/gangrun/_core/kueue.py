@@ -113,3 +113,11 @@ def is_deactivation_reason(reason: str) -> bool:
 KIND = "Workload"
 WORKLOAD_PRIORITY_CLASSES = "workloadpriorityclasses"
 LOCAL_QUEUES = "localqueues"
+
+# Kueue's on-demand visibility API (feature VisibilityOnDemand, an aggregated API served by Kueue):
+# GET /apis/<group>/<version>/namespaces/<ns>/localqueues/<lq>/pendingworkloads lists the pending
+# Workloads of a LocalQueue in admission order, each with its 0-based positionInLocalQueue.
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_VERSION = "v1beta2"
+PENDING_WORKLOADS = "pendingworkloads"
+POSITION_IN_LOCAL_QUEUE = "positionInLocalQueue"

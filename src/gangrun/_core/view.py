@@ -6,6 +6,7 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
+from gangrun._core.policy import Policy
 from gangrun._core.state import TaskState
 
 
@@ -15,8 +16,10 @@ def eviction_accounting(state: TaskState, *, now: datetime) -> tuple[dict[str, i
     return dict(counts), round(state.waiting_for_readmission(now=now).total_seconds(), 3)
 
 
-def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """`extra` carries backend facts (namespace, queue, priority) merged at the top level."""
+def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, Any] | None = None,
+              policy: Policy | None = None) -> dict[str, Any]:
+    """`extra` carries backend facts (namespace, queue, priority) merged at the top level; with the
+    task's `policy`, the view also says how many retries are left."""
     counts, waited = eviction_accounting(state, now=now)
     view: dict[str, Any] = {
         "name": name,
@@ -36,7 +39,16 @@ def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, An
         ],
         "evictionsByCause": counts,
         "waitingForReadmissionSeconds": waited,
+        # Each time Kueue took the gang back, with its readmission: the timeline's waits (B5).
+        "evictions": [
+            {"attempt": e.attempt, "kind": e.kind.value, "reason": e.reason, "detail": e.detail, "message": e.message,
+             "at": e.at.isoformat(), "readmittedAt": e.readmitted_at.isoformat() if e.readmitted_at else None}
+            for e in state.evictions
+        ],
     }
+    if policy is not None:
+        view["retries"], view["maxSystemRetries"] = policy.retries, policy.max_system_retries
+        view["retriesLeft"] = policy.retries_left(state)
     if state.eviction is not None:
         view["eviction"] = {"reason": state.eviction.reason, "detail": state.eviction.detail,
                             "message": state.eviction.message, "at": state.eviction.at.isoformat()}

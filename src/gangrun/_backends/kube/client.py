@@ -63,7 +63,8 @@ def error_for(status: int, message: str) -> ApiError:
 class KubeApi(Protocol):
     """What the controller and the backend need of the API server. `namespace=None` lists everywhere."""
 
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]: ...
+    def get(self, res: Resource, namespace: str | None, name: str, *,
+            subresource: str | None = None) -> dict[str, Any]: ...
     def list(self, res: Resource, namespace: str | None, *, label_selector: str = "",
              field_selector: str = "") -> dict[str, Any]: ...
     def create(self, res: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]: ...
@@ -108,8 +109,9 @@ class Api:
         data = resp.read()
         return json.loads(data) if data else None
 
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        return self._request("GET", res.path(namespace, name))
+    def get(self, res: Resource, namespace: str | None, name: str, *,
+            subresource: str | None = None) -> dict[str, Any]:
+        return self._request("GET", res.path(namespace, name, subresource))
 
     def list(self, res: Resource, namespace: str | None, *, label_selector: str = "",
              field_selector: str = "") -> dict[str, Any]:
