@@ -8,6 +8,7 @@ Protocol, so `get`, `describe`, `events`, `logs`, `cancel` and `delete` read the
 
 from __future__ import annotations
 
+import builtins  # `list` below is a method; the annotations after it need the type
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
@@ -31,7 +32,7 @@ class Backend(Protocol):
     def list(self) -> list[dict[str, Any]]:
         ...
 
-    def events(self, name: str) -> list[Event]:
+    def events(self, name: str) -> builtins.list[Event]:
         ...
 
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,

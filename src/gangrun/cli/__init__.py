@@ -1,4 +1,4 @@
-"""The `gangrun` command line: a thin client of the backends.
+"""The `gangrun` command line: a thin layer over the Python API (`gangrun.submit`, `gangrun.TaskRun`).
 
 Exit codes (README.md, "Command line", documents them for users):
 
@@ -20,11 +20,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gangrun._errors import BackendError, GangrunError, UsageError
+from gangrun._api.backends import BACKENDS, backend_name
+from gangrun._errors import BackendError, GangrunError
 from gangrun.cli import commands
 
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-BACKENDS = ("local", "kubernetes")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,8 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = cmd("validate", commands.validate, "check a manifest and print it with defaults")
     sp.add_argument("file", help="the manifest (YAML or JSON); - reads standard input")
-    sp = cmd("run", commands.run, "submit a task and follow it until it ends; exit 0 only on Succeeded")
+    sp = cmd("run", commands.run, "submit a task and follow its timeline and worker output until it ends; "
+                                  "exit 0 only on Succeeded")
     sp.add_argument("file")
+    sp.add_argument("--rank", type=_rank_or_all, default="0", help="whose output to show: a global rank or all "
+                                                                   "(default 0)")
     sp = cmd("submit", commands.submit, "submit a task and print its name")
     sp.add_argument("file")
     sp = cmd("get", commands.get, "one task or all, with phase and reason")
@@ -61,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
     sp = cmd("cancel", commands.cancel, "stop the task (Aborted)")
     sp.add_argument("name")
+    sp = cmd("delete", commands.delete, "remove an ended task and its records, so that its name can be used again")
+    sp.add_argument("name")
+    sp.add_argument("--force", action="store_true", help="cancel the task first if it has not ended")
+    sp = cmd("ui", commands.ui, "serve a web page of the tasks and each task's timeline", json_out=False)
+    sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    sp.add_argument("--port", type=_port, default=8265, help="port (default 8265; 0 picks a free one)")
     sp = cmd("render", commands.render, "print the JobSet an attempt would create on Kubernetes", json_out=False)
     sp.add_argument("file")
     sp.add_argument("--attempt", type=_at_least(1), default=1, help="attempt number (default 1)")
@@ -114,6 +123,27 @@ def _at_least(minimum: int):
     return parse
 
 
+def _rank_or_all(text: str) -> str:
+    if text == "all":
+        return text
+    try:
+        if int(text) >= 0:
+            return str(int(text))
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected a rank (0, 1, ...) or all, got {text!r}")
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, got {value}")
+    return value
+
+
 def _backend_options(p: argparse.ArgumentParser, *, default: bool) -> None:
     """Backend flags; sub-commands repeat them with suppressed defaults so they never undo the top level."""
     def d(value):
@@ -125,13 +155,6 @@ def _backend_options(p: argparse.ArgumentParser, *, default: bool) -> None:
     p.add_argument("--kubeconfig", default=d(None), help="kubernetes backend: kubeconfig file (default: the usual lookup)")
     p.add_argument("--context", default=d(None), help="kubernetes backend: kubeconfig context")
     p.add_argument("-n", "--namespace", default=d(None), help="kubernetes backend: namespace")
-
-
-def _env_backend() -> str:
-    value = os.environ.get("GANGRUN_BACKEND", "") or "local"
-    if value not in BACKENDS:
-        raise UsageError(f"GANGRUN_BACKEND: must be {' or '.join(BACKENDS)}, got {value!r}")
-    return value
 
 
 def exit_code(exc: GangrunError) -> int:
@@ -148,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "backend", None) is None:
-            args.backend = _env_backend()
+            args.backend = backend_name(None)
         return int(args.func(args) or 0)
     except GangrunError as exc:
         print(error_line(exc), file=sys.stderr)

@@ -26,6 +26,34 @@ def task_rows(views: list[dict[str, Any]]) -> str:
     return table(rows, ["NAME", "PHASE", "ATTEMPT", "REASON"])
 
 
+TIMELINE = "[gangrun]"
+_SOURCE_WIDTH = len(TIMELINE)
+
+
+def prefixed(source: str, text: str) -> str:
+    """A line of `gangrun run`: its source (`[gangrun]`, `[rank N]`) in a fixed-width column, then the text."""
+    return f"{source:<{_SOURCE_WIDTH}} {text}"
+
+
+def waiting_why(view: dict[str, Any]) -> str:
+    """Why a task waits, while it waits: its place in the queue and Kueue's message (or gangrun's reason);
+    "" once it runs or ended."""
+    waiting = view["phase"] in ("Queued", "WaitingForResources") or "waiting for re-admission" in view["reason"]
+    if not waiting:
+        return ""
+    position, pending = view.get("queuePosition"), view.get("pending")
+    where = f"#{position} in queue {view.get('queue') or 'default'}" if position else ""
+    why = pending or view["reason"]
+    return f"{where}: {why}" if where else why
+
+
+def status_line(view: dict[str, Any], *, elapsed: float, width: int = 119) -> str:
+    """The live line under `gangrun run`'s output: time, phase, attempt, and what is happening or why it waits."""
+    seconds = int(elapsed)
+    head = f"[{seconds // 60:02d}:{seconds % 60:02d}] {view['phase']}  attempt {view['attempt']}  "
+    return head + shorten_reason(waiting_why(view) or view["reason"], max(20, width - len(head)))
+
+
 def event_line(e: Event) -> str:
     attempt = f"attempt {e.attempt}" if e.attempt else ""
     return f"{_clock(e.time)}  {e.type.value:<22} {attempt:<10} {e.message}"
