@@ -9,15 +9,13 @@ Launching (scripts, notebooks):
 Inside a worker: `gangrun.context()` (rank, world size, attempt) and its `checkpoint`.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from gangrun._context import Context, context
 from gangrun._errors import BackendError, GangrunError, SpecError, UsageError, WaitTimeout
 from gangrun.checkpoint import Checkpoint
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from gangrun._api import ClusteredTask, TaskRun, attach, submit
 
 __all__ = [
@@ -40,7 +38,7 @@ __all__ = [
 _LAZY = {"ClusteredTask", "TaskRun", "attach", "submit"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name in _LAZY:
         import gangrun._api
 
