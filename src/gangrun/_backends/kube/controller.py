@@ -214,11 +214,11 @@ class Controller:
         return True
 
     def refresh_gauges(self) -> None:
-        counts: dict[tuple[str, ...], float] = {}
-        for t in self.tasks.items():
-            phase = str(((t.get("status") or {}).get("phase")) or "Pending")
-            counts[(phase,)] = counts.get((phase,), 0) + 1
-        self.metrics.tasks.set_all(counts)
+        """The gauges from the cached tasks: their phases, and the gangs waiting in each queue."""
+        self.metrics.observe_views(
+            {"name": (t.get("metadata") or {}).get("name"), "phase": (t.get("status") or {}).get("phase"),
+             "queue": (t.get("spec") or {}).get("queue"), "eviction": (t.get("status") or {}).get("eviction")}
+            for t in self.tasks.items())
 
     @property
     def synced(self) -> bool:
