@@ -190,7 +190,7 @@ def _taken_back(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now:
             return _report(waiting, state.phase, UNEXPLAINED_SUSPEND, wake_at=since + policy.suspend_grace)
         ev = Eviction(kind=EvictionKind.UNKNOWN, message=f"suspended for {format_duration(now - since)} without an eviction reason")
     if ev.waits_for_readmission and policy.resume_after_preemption:
-        return _report(state, Phase.RUNNING, f"{ev.summary()}; {WAITING_FOR_READMISSION}")
+        return _report(state.with_waiting(), Phase.RUNNING, f"{ev.summary()}; {WAITING_FOR_READMISSION}")
     kind = RetryKind.USER if ev.user_caused else RetryKind.SYSTEM
     message = ev.describe(retries_left=policy.retries_left(state))
     return _end_by_eviction(policy, state, ev, kind=kind, message=message, now=now)

@@ -67,6 +67,7 @@ class TaskState:
     system_retries_used: int = 0
     consecutive_system_failures: int = 0
     eviction: EvictionRecord | None = None  # the eviction in progress, from first sight until readmission
+    waiting: bool = False  # S5: the started gang is suspended and keeps its attempt until Kueue readmits it
     unexplained_suspend_since: datetime | None = None  # S7: suspended, Workload not Evicted yet
     message: str = ""  # the final error on Failed; otherwise empty
     code: str = ""  # the final error code on Failed
@@ -122,7 +123,11 @@ class TaskState:
             return self
         closed = replace(self.eviction, readmitted_at=at)
         evictions = tuple(closed if e == self.eviction else e for e in self.evictions)
-        return replace(self, eviction=None, evictions=evictions, unexplained_suspend_since=None)
+        return replace(self, eviction=None, evictions=evictions, unexplained_suspend_since=None, waiting=False)
+
+    def with_waiting(self) -> TaskState:
+        """S5: the preempted gang keeps its attempt and waits for re-admission."""
+        return self if self.waiting else replace(self, waiting=True, unexplained_suspend_since=None)
 
     def with_attempt_ended(self, outcome: Outcome, *, at: datetime, code: str, reason: str) -> TaskState:
         ended = replace(self.current, ended_at=at, outcome=outcome, code=code or None, reason=reason)
@@ -130,7 +135,7 @@ class TaskState:
         if self.eviction is not None:  # an eviction that ended the attempt is never readmitted
             evictions = tuple(replace(e, readmitted_at=at) if e == self.eviction else e for e in evictions)
         return replace(self, attempts=self.attempts[:-1] + (ended,), eviction=None, evictions=evictions,
-                       unexplained_suspend_since=None)
+                       unexplained_suspend_since=None, waiting=False)
 
     def with_failed(self, *, at: datetime, attempt_code: str, attempt_reason: str, code: str, message: str,
                     reason: str) -> TaskState:
@@ -160,6 +165,7 @@ class TaskState:
             "systemRetriesUsed": self.system_retries_used,
             "consecutiveSystemFailures": self.consecutive_system_failures,
             "eviction": _eviction_out(self.eviction),
+            "waitingForReadmission": self.waiting,
             "unexplainedSuspendSince": _time_out(self.unexplained_suspend_since),
             "message": self.message,
             "code": self.code,
@@ -179,6 +185,7 @@ class TaskState:
             system_retries_used=int(data.get("systemRetriesUsed", 0)),
             consecutive_system_failures=int(data.get("consecutiveSystemFailures", 0)),
             eviction=_eviction_in(data.get("eviction")),
+            waiting=bool(data.get("waitingForReadmission", False)),
             unexplained_suspend_since=_time_in(data.get("unexplainedSuspendSince")),
             message=data.get("message", ""),
             code=data.get("code", ""),

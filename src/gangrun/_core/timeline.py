@@ -74,8 +74,8 @@ def transition_events(before: TaskState, after: TaskState, action: Action, *, no
         waited = now - before.eviction.at
         add(EventType.READMITTED, f"readmitted after {waited.total_seconds():.1f}s", waitedSeconds=waited.total_seconds())
     if after.info != before.info and after.attempt == n and action.kind is ActionKind.NONE:
-        if after.phase is Phase.RUNNING and "waiting for re-admission" in after.info.reason:
-            if "waiting for re-admission" not in before.info.reason:
+        if after.waiting:
+            if not before.waiting:
                 add(EventType.WAITING, after.info.reason)
         elif after.started and not before.started:
             add(EventType.GANG_STARTED, f"all workers up: {after.info.reason}")
