@@ -287,7 +287,7 @@ def run_torch(work: Path, total: int, repeat: int) -> int:
     first_staging = staging.pop()
     wait()
     for r in range(repeat):
-        rec("blocking", timed(lambda: save_state(state, step=r, blocking=True, checkpoint=ck)))
+        rec("blocking", timed(partial(save_state, state, step=r, blocking=True, checkpoint=ck)))
         rec("held", timed(save_async))
         rec("async_total", timed(wait, clean=False) + res["held"][-1])
         print(f"  torch run {r + 1}/{repeat} done", file=sys.stderr)
