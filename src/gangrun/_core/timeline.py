@@ -72,7 +72,8 @@ def transition_events(before: TaskState, after: TaskState, action: Action, *, no
     readmitted = before.eviction is not None and after.eviction is None and action.kind is ActionKind.NONE
     if readmitted:
         waited = now - before.eviction.at
-        add(EventType.READMITTED, f"readmitted after {waited.total_seconds():.1f}s", waitedSeconds=waited.total_seconds())
+        add(EventType.READMITTED, f"readmitted after {waited.total_seconds():.1f}s",
+            waitedSeconds=waited.total_seconds())
     if after.info != before.info and after.attempt == n and action.kind is ActionKind.NONE:
         if after.phase is Phase.RUNNING and "waiting for re-admission" in after.info.reason:
             if "waiting for re-admission" not in before.info.reason:

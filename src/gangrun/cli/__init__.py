@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--health-port", type=int, default=8081)
     sp.add_argument("--leader-election", action=argparse.BooleanOptionalAction, default=True)
     sp.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gangrun-system"))
-    sp.add_argument("--identity", default=None, help="leader election identity (default: the hostname and a random suffix)")
+    sp.add_argument("--identity", default=None,
+                    help="leader election identity (default: the hostname and a random suffix)")
     sp.add_argument("--all-namespaces", action="store_true", help="watch every namespace (default: --namespace or all)")
     sp.add_argument("--workers", type=_at_least(1), default=8, help="reconciles run at once (default 8)")
 
@@ -122,7 +123,8 @@ def _backend_options(p: argparse.ArgumentParser, *, default: bool) -> None:
     # The default is resolved in main(), so that a bad $GANGRUN_BACKEND is an error naming the variable.
     p.add_argument("--backend", choices=BACKENDS, default=d(None),
                    help="where tasks run (default: $GANGRUN_BACKEND or local)")
-    p.add_argument("--kubeconfig", default=d(None), help="kubernetes backend: kubeconfig file (default: the usual lookup)")
+    p.add_argument("--kubeconfig", default=d(None),
+                   help="kubernetes backend: kubeconfig file (default: the usual lookup)")
     p.add_argument("--context", default=d(None), help="kubernetes backend: kubeconfig context")
     p.add_argument("-n", "--namespace", default=d(None), help="kubernetes backend: namespace")
 

@@ -25,7 +25,8 @@ def backend(args: argparse.Namespace) -> Backend:
         try:
             from gangrun._backends.kube import KubeBackend
         except ImportError as e:
-            raise UsageError(f"the kubernetes backend needs extra packages: pip install 'gangrun[kubernetes]' ({e})") from None
+            raise UsageError("the kubernetes backend needs extra packages: "
+                             f"pip install 'gangrun[kubernetes]' ({e})") from None
         return KubeBackend(kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace)
     from gangrun._backends.local import LocalBackend
 
@@ -50,7 +51,8 @@ def validate(args: argparse.Namespace) -> int:
         output.emit_json({"valid": True, "name": spec.name, "spec": spec_summary(spec)})
     else:
         s = spec_summary(spec)
-        print(f"{args.file}: valid ClusteredTask {spec.name!r}: {s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
+        print(f"{args.file}: valid ClusteredTask {spec.name!r}: "
+              f"{s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
               f"retries {s['retries']}, maxRestarts {s['maxRestarts']}, "
               f"resumeAfterPreemption {str(s['resumeAfterPreemption']).lower()}, queue {s['queue']}")
     return 0

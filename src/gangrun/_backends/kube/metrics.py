@@ -26,7 +26,7 @@ def _labels(names: tuple[str, ...], values: tuple[str, ...]) -> str:
     if not names:
         return ""
     esc = (v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for v in values)
-    return "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, esc)) + "}"
+    return "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, esc, strict=True)) + "}"
 
 
 class _Metric:
@@ -89,7 +89,8 @@ class Histogram(_Metric):
     def render(self) -> list[str]:
         with self._lock:
             out = self.header()
-            out += [f'{self.name}_bucket{{le="{b}"}} {c}' for b, c in zip(self.buckets, self._counts)]
+            # _counts has one more slot than buckets (+Inf, written next): zip stops before it on purpose.
+            out += [f'{self.name}_bucket{{le="{b}"}} {c}' for b, c in zip(self.buckets, self._counts, strict=False)]
             out += [f'{self.name}_bucket{{le="+Inf"}} {self._counts[-1]}', f"{self.name}_sum {self._sum}",
                     f"{self.name}_count {self._counts[-1]}"]
             return out
@@ -111,7 +112,9 @@ class Metrics:
         return "\n".join(line for m in parts for line in m.render()) + "\n"
 
 
-def serve(port: int, routes: dict[str, Callable[[], tuple[int, str]]], *, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+def serve(
+    port: int, routes: dict[str, Callable[[], tuple[int, str]]], *, host: str = "127.0.0.1"
+) -> ThreadingHTTPServer:
     """Serve GET routes (`path -> () -> (status, text)`) on `host`:`port` from a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
