@@ -18,13 +18,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gangrun._errors import BackendError, GangrunError, UsageError
 from gangrun.cli import commands
 
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 BACKENDS = ("local", "kubernetes")
+
+Command = Callable[[argparse.Namespace], int]  # one function of gangrun.cli.commands: args -> exit code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     _backend_options(common, default=False)  # the same flags after the command name: `gangrun get x --backend ...`
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def cmd(name: str, func, help_: str, *, json_out: bool = True) -> argparse.ArgumentParser:
+    def cmd(name: str, func: Command, help_: str, *, json_out: bool = True) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_, description=help_, parents=[common])
         if json_out:
             sp.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
@@ -79,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                            parents=[common])
     lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
 
-    def lcmd(name: str, func, help_: str) -> argparse.ArgumentParser:
+    def lcmd(name: str, func: Command, help_: str) -> argparse.ArgumentParser:
         sp = lsub.add_parser(name, help=help_, description=help_, parents=[common])
         sp.add_argument("-o", "--output", choices=["text", "json"], default="text")
         sp.set_defaults(func=func)
@@ -101,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _at_least(minimum: int):
+def _at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type for whole numbers >= `minimum`; argparse reports a bad value naming the flag."""
     def parse(text: str) -> int:
         try:
@@ -117,7 +119,7 @@ def _at_least(minimum: int):
 
 def _backend_options(p: argparse.ArgumentParser, *, default: bool) -> None:
     """Backend flags; sub-commands repeat them with suppressed defaults so they never undo the top level."""
-    def d(value):
+    def d(value: str | None) -> str | None:
         return value if default else argparse.SUPPRESS
 
     # The default is resolved in main(), so that a bad $GANGRUN_BACKEND is an error naming the variable.

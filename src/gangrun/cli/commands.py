@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -17,6 +18,9 @@ from gangrun._errors import UsageError
 from gangrun._manifest_file import load_manifest
 from gangrun.cli import output
 from gangrun.cli.follow import TERMINAL, follow_task
+
+if TYPE_CHECKING:  # for the annotation only: backends are imported when used, as in backend()
+    from gangrun._backends.local import LocalBackend
 
 
 def backend(args: argparse.Namespace) -> Backend:
@@ -33,7 +37,7 @@ def backend(args: argparse.Namespace) -> Backend:
     return LocalBackend()
 
 
-def _local(args: argparse.Namespace):
+def _local(args: argparse.Namespace) -> LocalBackend:
     if args.backend != "local":
         raise UsageError("`gangrun local` commands act on the local backend; drop --backend kubernetes")
     from gangrun._backends.local import LocalBackend
@@ -215,7 +219,7 @@ def local_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local_act(args: argparse.Namespace, verb: str, call) -> int:
+def _local_act(args: argparse.Namespace, verb: str, call: Callable[[], object]) -> int:
     call()
     output.emit_json({"name": args.name, "done": verb}) if _json(args) else print(f"{args.name}: {verb}")
     return 0
