@@ -63,7 +63,7 @@ def from_k8s(obj: Any) -> Event | None:
     if not isinstance(obj, dict):
         return None
     try:
-        type_ = EventType(obj.get("reason"))
+        type_ = EventType(obj.get("reason", ""))
     except ValueError:
         return None
     md = obj.get("metadata") or {}

@@ -35,7 +35,7 @@ class _Metric:
     def __init__(self, name: str, help_: str, labels: tuple[str, ...] = ()) -> None:
         self.name, self.help, self.label_names = name, help_, labels
         self._lock = threading.Lock()
-        self._values: dict[tuple[str, ...], Any] = {}
+        self._values: dict[tuple[str, ...], float] = {}
 
     def header(self) -> list[str]:
         return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
@@ -108,7 +108,8 @@ class Metrics:
         self.errors = Counter("gangrun_reconcile_errors_total", "reconciles that failed and were retried")
 
     def render(self) -> str:
-        parts = [self.tasks, self.preemptions, self.readmission_wait, self.attempts, self.reconcile, self.errors]
+        parts: list[Counter | Histogram] = [self.tasks, self.preemptions, self.readmission_wait, self.attempts,
+                                            self.reconcile, self.errors]
         return "\n".join(line for m in parts for line in m.render()) + "\n"
 
 
