@@ -8,6 +8,7 @@ on both backends.
 
 from __future__ import annotations
 
+import builtins  # the `list` method shadows the builtin inside the class body
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,7 +31,7 @@ class Backend(Protocol):
     def list(self) -> list[dict[str, Any]]:
         ...
 
-    def events(self, name: str) -> list[Event]:
+    def events(self, name: str) -> builtins.list[Event]:
         ...
 
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,

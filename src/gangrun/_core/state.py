@@ -55,10 +55,13 @@ class AttemptRecord:
     code: str | None = None
     reason: str | None = None
 
+# A module constant rather than a call in the field default: PhaseInfo is frozen, so one shared value is safe.
+_SUBMITTED = PhaseInfo(phase=Phase.QUEUED, version=0, reason="task submitted")
+
 
 @dataclass(frozen=True, kw_only=True)
 class TaskState:
-    info: PhaseInfo = PhaseInfo(phase=Phase.QUEUED, version=0, reason="task submitted")
+    info: PhaseInfo = _SUBMITTED
     attempt: int = 1
     gang_seen: bool = False  # the gang of this attempt has been observed: a later absence is a deletion
     started: bool = False  # sticky for the attempt: the whole gang has been up once (a hold vs an eviction)

@@ -69,10 +69,13 @@ def transition_events(before: TaskState, after: TaskState, action: Action, *, no
     for ev in after.evictions[len(before.evictions):]:  # the history only grows: new entries are new evictions
         type_ = EventType.PREEMPTED if ev.kind is EvictionKind.PREEMPTED else EventType.EVICTED
         add(type_, ev.as_eviction().summary(), reason=ev.reason, detail=ev.detail)
-    readmitted = before.eviction is not None and after.eviction is None and action.kind is ActionKind.NONE
-    if readmitted:
-        waited = now - before.eviction.at
-        add(EventType.READMITTED, f"readmitted after {waited.total_seconds():.1f}s", waitedSeconds=waited.total_seconds())
+    # The eviction that this step saw end by readmission, if any.
+    readmission_of = before.eviction if after.eviction is None and action.kind is ActionKind.NONE else None
+    readmitted = readmission_of is not None
+    if readmission_of is not None:
+        waited = now - readmission_of.at
+        add(EventType.READMITTED, f"readmitted after {waited.total_seconds():.1f}s",
+            waitedSeconds=waited.total_seconds())
     if after.info != before.info and after.attempt == n and action.kind is ActionKind.NONE:
         if after.waiting:
             if not before.waiting:

@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -18,6 +19,9 @@ from gangrun._manifest_file import load_manifest
 from gangrun.cli import output
 from gangrun.cli.follow import TERMINAL, follow_task
 
+if TYPE_CHECKING:  # for the annotation only: backends are imported when used, as in backend()
+    from gangrun._backends.local import LocalBackend
+
 
 def backend(args: argparse.Namespace) -> Backend:
     """The backend named by --backend; imported lazily so each one's dependencies stay optional."""
@@ -25,14 +29,15 @@ def backend(args: argparse.Namespace) -> Backend:
         try:
             from gangrun._backends.kube import KubeBackend
         except ImportError as e:
-            raise UsageError(f"the kubernetes backend needs extra packages: pip install 'gangrun[kubernetes]' ({e})") from None
+            raise UsageError("the kubernetes backend needs extra packages: "
+                             f"pip install 'gangrun[kubernetes]' ({e})") from None
         return KubeBackend(kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace)
     from gangrun._backends.local import LocalBackend
 
     return LocalBackend()
 
 
-def _local(args: argparse.Namespace):
+def _local(args: argparse.Namespace) -> LocalBackend:
     if args.backend != "local":
         raise UsageError("`gangrun local` commands act on the local backend; drop --backend kubernetes")
     from gangrun._backends.local import LocalBackend
@@ -50,7 +55,8 @@ def validate(args: argparse.Namespace) -> int:
         output.emit_json({"valid": True, "name": spec.name, "spec": spec_summary(spec)})
     else:
         s = spec_summary(spec)
-        print(f"{args.file}: valid ClusteredTask {spec.name!r}: {s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
+        print(f"{args.file}: valid ClusteredTask {spec.name!r}: "
+              f"{s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
               f"retries {s['retries']}, maxRestarts {s['maxRestarts']}, "
               f"resumeAfterPreemption {str(s['resumeAfterPreemption']).lower()}, queue {s['queue']}")
     return 0
@@ -213,7 +219,7 @@ def local_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local_act(args: argparse.Namespace, verb: str, call) -> int:
+def _local_act(args: argparse.Namespace, verb: str, call: Callable[[], object]) -> int:
     call()
     output.emit_json({"name": args.name, "done": verb}) if _json(args) else print(f"{args.name}: {verb}")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from gangrun._backends.base import Backend, SupportsFollow
 from gangrun.cli import output
@@ -13,7 +13,8 @@ TERMINAL = {"Succeeded", "Failed", "Aborted"}
 POLL = 0.5
 
 
-def follow_task(be: Backend, name: str, *, quiet: bool = False, stream=None) -> dict[str, Any]:
+def follow_task(be: Backend, name: str, *, quiet: bool = False,
+                stream: TextIO | None = None) -> dict[str, Any]:
     """Print each new timeline event, and on a terminal the live phase line; return the final view."""
     out = stream or sys.stdout
     live = out.isatty() and not quiet

@@ -4,6 +4,7 @@ because only the controller writes status)."""
 
 from __future__ import annotations
 
+import builtins  # the `list` method shadows the builtin inside the class body
 import os
 import queue
 import re
@@ -92,7 +93,7 @@ class KubeBackend:
             raise UsageError(f"namespace {self.namespace} does not exist")
         return [self._view(t) for t in sorted(items, key=lambda t: (t.get("metadata") or {}).get("name", ""))]
 
-    def events(self, name: str) -> list[Event]:
+    def events(self, name: str) -> builtins.list[Event]:
         uid = (self._task(name).get("metadata") or {}).get("uid")
         # By UID: a deleted task's Events (kept for the cluster's event TTL) name the same kind and name as a new task
         # that reuses the name, and must not mix into its timeline.
@@ -199,7 +200,7 @@ class KubeBackend:
         except ApiError:
             pass  # forbidden or Kueue not served to us: Kueue itself reports a missing queue later
 
-    def _worker_pods(self, name: str, attempt: int) -> list[tuple[int, str]]:
+    def _worker_pods(self, name: str, attempt: int) -> builtins.list[tuple[int, str]]:
         selector = f"{crd.TASK_LABEL}={name},{crd.ATTEMPT_LABEL}={attempt}"
         items = self.api.list(PODS, self.namespace, label_selector=selector).get("items") or []
         newest = max((int(adapter.labels(p).get(jobset.RESTART_ATTEMPT_KEY, "0") or 0) for p in items), default=0)
@@ -212,7 +213,7 @@ class KubeBackend:
                 out.append((int(index), md.get("name", "")))
         return sorted(out)
 
-    def _merged(self, pods: list[tuple[int, str]]) -> Iterator[str]:
+    def _merged(self, pods: builtins.list[tuple[int, str]]) -> Iterator[str]:
         """Every pod's stream, line by line as they come; then the first stream's API error, if any,
         so that `logs -f` fails as `logs` does instead of ending with exit 0."""
         lines: queue.Queue[str | ApiError | None] = queue.Queue()

@@ -26,7 +26,7 @@ def _labels(names: tuple[str, ...], values: tuple[str, ...]) -> str:
     if not names:
         return ""
     esc = (v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for v in values)
-    return "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, esc)) + "}"
+    return "{" + ",".join(f'{n}="{v}"' for n, v in zip(names, esc, strict=True)) + "}"
 
 
 class _Metric:
@@ -35,7 +35,7 @@ class _Metric:
     def __init__(self, name: str, help_: str, labels: tuple[str, ...] = ()) -> None:
         self.name, self.help, self.label_names = name, help_, labels
         self._lock = threading.Lock()
-        self._values: dict[tuple[str, ...], Any] = {}
+        self._values: dict[tuple[str, ...], float] = {}
 
     def header(self) -> list[str]:
         return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
@@ -89,7 +89,8 @@ class Histogram(_Metric):
     def render(self) -> list[str]:
         with self._lock:
             out = self.header()
-            out += [f'{self.name}_bucket{{le="{b}"}} {c}' for b, c in zip(self.buckets, self._counts)]
+            # _counts has one more slot than buckets (+Inf, written next): zip stops before it on purpose.
+            out += [f'{self.name}_bucket{{le="{b}"}} {c}' for b, c in zip(self.buckets, self._counts, strict=False)]
             out += [f'{self.name}_bucket{{le="+Inf"}} {self._counts[-1]}', f"{self.name}_sum {self._sum}",
                     f"{self.name}_count {self._counts[-1]}"]
             return out
@@ -107,11 +108,14 @@ class Metrics:
         self.errors = Counter("gangrun_reconcile_errors_total", "reconciles that failed and were retried")
 
     def render(self) -> str:
-        parts = [self.tasks, self.preemptions, self.readmission_wait, self.attempts, self.reconcile, self.errors]
+        parts: list[Counter | Histogram] = [self.tasks, self.preemptions, self.readmission_wait, self.attempts,
+                                            self.reconcile, self.errors]
         return "\n".join(line for m in parts for line in m.render()) + "\n"
 
 
-def serve(port: int, routes: dict[str, Callable[[], tuple[int, str]]], *, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+def serve(
+    port: int, routes: dict[str, Callable[[], tuple[int, str]]], *, host: str = "127.0.0.1"
+) -> ThreadingHTTPServer:
     """Serve GET routes (`path -> () -> (status, text)`) on `host`:`port` from a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
