@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from gangrun._core.eviction import Eviction, EvictionKind, classify_eviction, local_queue_missing
+from gangrun._core.eviction import Eviction, EvictionKind, classify_eviction, local_queue_missing, pending_message
 from gangrun._core.observation import Gang, Observation
 from gangrun._core.phases import Phase
 from gangrun._core.policy import (
@@ -207,8 +207,9 @@ def _before_start(policy: Policy, state: TaskState, obs: Observation, gang: Gang
                        f"use one of the queues your platform provides")
             return _fail(state, code=QUEUE_NOT_FOUND, message=message, now=now)
         reason = RELEASED_BEFORE_READY if held_phase is Phase.INITIALIZING else WAITING_FOR_ADMISSION
-        if gang.suspended_message:
-            reason += f": {gang.suspended_message}"
+        why = pending_message(obs.workload) or gang.suspended_message  # Kueue's word first: it says why
+        if why:
+            reason += f": {_cap(why)}"
         return _report(state, held_phase, reason)
     if state.eviction is not None:
         state = state.with_readmitted(at=now)

@@ -15,6 +15,7 @@ from typing import Any
 
 from gangrun._core.eviction import Eviction, EvictionKind
 from gangrun._core.phases import Phase, PhaseInfo
+from gangrun._core.times import time_in, time_out
 
 
 class Outcome(StrEnum):
@@ -169,7 +170,7 @@ class TaskState:
             "consecutiveSystemFailures": self.consecutive_system_failures,
             "eviction": _eviction_out(self.eviction),
             "waitingForReadmission": self.waiting,
-            "unexplainedSuspendSince": _time_out(self.unexplained_suspend_since),
+            "unexplainedSuspendSince": time_out(self.unexplained_suspend_since),
             "message": self.message,
             "code": self.code,
             "attempts": [_attempt_out(a) for a in self.attempts],
@@ -189,7 +190,7 @@ class TaskState:
             consecutive_system_failures=int(data.get("consecutiveSystemFailures", 0)),
             eviction=_eviction_in(data.get("eviction")),
             waiting=bool(data.get("waitingForReadmission", False)),
-            unexplained_suspend_since=_time_in(data.get("unexplainedSuspendSince")),
+            unexplained_suspend_since=time_in(data.get("unexplainedSuspendSince")),
             message=data.get("message", ""),
             code=data.get("code", ""),
             attempts=tuple(_attempt_in(a) for a in data.get("attempts", [])),
@@ -197,25 +198,17 @@ class TaskState:
         )
 
 
-def _time_out(t: datetime | None) -> str | None:
-    return t.isoformat() if t is not None else None
-
-
-def _time_in(s: str | None) -> datetime | None:
-    return datetime.fromisoformat(s) if s else None
-
-
 def _attempt_out(a: AttemptRecord) -> dict[str, Any]:
-    return {"number": a.number, "startedAt": _time_out(a.started_at), "runningAt": _time_out(a.running_at),
-            "endedAt": _time_out(a.ended_at), "outcome": a.outcome.value if a.outcome else None,
+    return {"number": a.number, "startedAt": time_out(a.started_at), "runningAt": time_out(a.running_at),
+            "endedAt": time_out(a.ended_at), "outcome": a.outcome.value if a.outcome else None,
             "code": a.code, "reason": a.reason}
 
 
 def _attempt_in(d: dict[str, Any]) -> AttemptRecord:
-    started = _time_in(d.get("startedAt"))
+    started = time_in(d.get("startedAt"))
     assert started is not None, "an attempt record always has startedAt"
-    return AttemptRecord(number=int(d["number"]), started_at=started, running_at=_time_in(d.get("runningAt")),
-                         ended_at=_time_in(d.get("endedAt")),
+    return AttemptRecord(number=int(d["number"]), started_at=started, running_at=time_in(d.get("runningAt")),
+                         ended_at=time_in(d.get("endedAt")),
                          outcome=Outcome(d["outcome"]) if d.get("outcome") else None,
                          code=d.get("code"), reason=d.get("reason"))
 
@@ -224,17 +217,17 @@ def _eviction_out(e: EvictionRecord | None) -> dict[str, Any] | None:
     if e is None:
         return None
     return {"attempt": e.attempt, "kind": e.kind.value, "reason": e.reason, "detail": e.detail,
-            "message": e.message, "at": _time_out(e.at), "readmittedAt": _time_out(e.readmitted_at)}
+            "message": e.message, "at": time_out(e.at), "readmittedAt": time_out(e.readmitted_at)}
 
 
 def _eviction_in(d: dict[str, Any] | None) -> EvictionRecord | None:
     if not d:
         return None
-    at = _time_in(d.get("at"))
+    at = time_in(d.get("at"))
     assert at is not None, "an eviction record always has its time"
     return EvictionRecord(attempt=int(d["attempt"]), kind=EvictionKind(d["kind"]), reason=d.get("reason", ""),
                           detail=d.get("detail", ""), message=d.get("message", ""), at=at,
-                          readmitted_at=_time_in(d.get("readmittedAt")))
+                          readmitted_at=time_in(d.get("readmittedAt")))
 
 
 __all__ = ["AttemptRecord", "EvictionRecord", "Outcome", "TaskState"]

@@ -15,7 +15,6 @@ from typing import Any
 
 from gangrun._core.engine import Action, ActionKind
 from gangrun._core.eviction import EvictionKind
-from gangrun._core.phases import Phase
 from gangrun._core.state import TaskState
 
 
