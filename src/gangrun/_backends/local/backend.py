@@ -73,15 +73,16 @@ class LocalBackend:
 
     def _locked(self) -> bool:
         """Whether a daemon holds this home's lock (alive, whether or not it answers)."""
-        try:
-            f = open(self.paths.lock, "rb")  # never created here: a read must leave the home as it is
-        except OSError:
+        if not self.paths.lock.exists():  # never created here: a read must leave the home as it is
             return False
-        with f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
+        try:
+            with open(self.paths.lock, "rb") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return True
+                return False
+        except OSError:
             return False
 
     def _pid(self) -> int | None:
