@@ -75,7 +75,7 @@ def make_tree(root: Path, total: int, rng: random.Random) -> tuple[int, int]:
     return len(sizes), sum(sizes)
 
 
-def timed(fn, *, clean: bool = True) -> float:  # type: ignore[no-untyped-def]
+def timed(fn, *, clean: bool = True) -> float:
     if clean:
         os.sync()  # start clean: no figure pays for the previous one's dirty pages
     t = time.perf_counter()
@@ -287,7 +287,7 @@ def run_torch(work: Path, total: int, repeat: int) -> int:
     first_staging = staging.pop()
     wait()
     for r in range(repeat):
-        rec("blocking", timed(lambda: save_state(state, step=r, blocking=True, checkpoint=ck)))
+        rec("blocking", timed(partial(save_state, state, step=r, blocking=True, checkpoint=ck)))
         rec("held", timed(save_async))
         rec("async_total", timed(wait, clean=False) + res["held"][-1])
         print(f"  torch run {r + 1}/{repeat} done", file=sys.stderr)

@@ -46,7 +46,8 @@ def worker_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def torchrun_argv(env: Mapping[str, str], command: Sequence[str]) -> list[str]:
-    rdzv_id = f"{env.get('GANGRUN_JOBSET') or env.get('GANGRUN_TASK', 'gangrun')}-{env.get('JOBSET_RESTART_ATTEMPT', '0')}"
+    gang = env.get("GANGRUN_JOBSET") or env.get("GANGRUN_TASK", "gangrun")
+    rdzv_id = f"{gang}-{env.get('JOBSET_RESTART_ATTEMPT', '0')}"
     return [sys.executable, "-m", "torch.distributed.run",
             f"--nnodes={env.get('NNODES', '1')}", f"--nproc-per-node={env['NPROC_PER_NODE']}",
             f"--node-rank={env['NODE_RANK']}", f"--master-addr={env.get('MASTER_ADDR', '127.0.0.1')}",

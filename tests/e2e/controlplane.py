@@ -1105,7 +1105,7 @@ def _own_pod_stages(stages_dir: Path) -> list[dict]:
 _FAIL_STATUS_TEMPLATE = """
 {{ $now := Now }}
 {{ $root := . }}
-{{ $exit := or (index (or .metadata.annotations dict) "%s") "1" }}
+{{ $exit := or (index (or .metadata.annotations dict) "EXIT_ANNOTATION") "1" }}
 conditions:
 - lastTransitionTime: {{ $now | Quote }}
   status: "True"
@@ -1133,7 +1133,7 @@ containerStatuses:
       startedAt: {{ $now | Quote }}
 {{ end }}
 phase: Failed
-""" % ANNOTATION_EXIT_CODE
+""".replace("EXIT_ANNOTATION", ANNOTATION_EXIT_CODE)  # not str.format: the Go template is full of braces
 
 
 def _ensure_kueue_metrics_certs(pki: Path) -> None:

@@ -85,10 +85,10 @@ class WorkloadObj(_Builder):
         return self
 
     def evicted(self, reason: str, message: str = "") -> WorkloadObj:
-        return self.cond(kueue.EVICTED, "True", reason, message)  # type: ignore[return-value]
+        return self.cond(kueue.EVICTED, "True", reason, message)
 
     def preempted(self, reason: str = kueue.IN_CLUSTER_QUEUE, message: str = PREEMPTION_MESSAGE) -> WorkloadObj:
-        return self.cond(kueue.PREEMPTED, "True", reason, message)  # type: ignore[return-value]
+        return self.cond(kueue.PREEMPTED, "True", reason, message)
 
     def readmitted(self) -> WorkloadObj:
         """W7: Evicted/Preempted flip to False/QuotaReserved with `Previously: ...`."""
@@ -142,11 +142,11 @@ class JobSetObj(_Builder):
 
     def completed(self) -> JobSetObj:
         self._o.setdefault("status", {})["terminalState"] = "Completed"
-        return self.cond(jobset.COMPLETED, "True", jobset.ALL_JOBS_COMPLETED, jobset.MSG_COMPLETED)  # type: ignore
+        return self.cond(jobset.COMPLETED, "True", jobset.ALL_JOBS_COMPLETED, jobset.MSG_COMPLETED)
 
     def failed(self) -> JobSetObj:
         self._o.setdefault("status", {})["terminalState"] = "Failed"
-        return self.cond(jobset.FAILED, "True", jobset.FAILED_JOBS,  # type: ignore[return-value]
+        return self.cond(jobset.FAILED, "True", jobset.FAILED_JOBS,
                          jobset.failed_jobs_message("train-1-workers-0"))
 
 

@@ -21,6 +21,7 @@ from gangrun._errors import UsageError, WaitTimeout
 
 TERMINAL_PHASES = frozenset(p.value for p in TERMINAL)
 POLL = 0.5
+FORCE_TIMEOUT = 120.0  # delete(force=True): how long the cancelled task's workers may take to stop
 
 
 class TaskRun:
@@ -90,8 +91,24 @@ class TaskRun:
 
     def delete(self, force: bool = False) -> bool:
         """Remove the ended task and its records, so that its name can be used again. A task still running is
-        refused unless `force`, which cancels it first."""
-        return self._backend.delete(self._name, force=force)
+        refused unless `force`, which cancels it first and waits (at most `FORCE_TIMEOUT` seconds) until its
+        workers have stopped."""
+        if not force:
+            return self._backend.delete(self._name)
+        deadline = self._clock() + FORCE_TIMEOUT
+        while True:
+            try:
+                return self._backend.delete(self._name, force=True)
+            except UsageError:
+                # The cancel is under way: a backend refuses while the workers still stop (their grace period).
+                # An unknown task raises from status() instead; anything else past the deadline is final.
+                view = self.status()
+                if self._clock() >= deadline:
+                    raise
+                if view["phase"] not in TERMINAL_PHASES:
+                    self._next(view, 1.0)
+                else:
+                    self._sleep(POLL / 2)
 
     def watch(self, rank: int | None = 0) -> Iterator[Any]:
         """What `gangrun run` shows, as it happens: `gangrun._api.watch.Update`s until the task ends."""

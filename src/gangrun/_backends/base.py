@@ -8,7 +8,7 @@ Protocol, so `get`, `describe`, `events`, `logs`, `cancel` and `delete` read the
 
 from __future__ import annotations
 
-import builtins  # `list` below is a method; the annotations after it need the type
+import builtins  # the `list` method shadows the builtin inside the class body
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 

@@ -117,7 +117,8 @@ def open_save(
                 storage.remove(join(attempt_dir, stale))
         pending = shared_pending(storage, join(attempt_dir, entry_name(seq)), tag=tag, protocol=protocol)
         pending.create()
-        storage.write_bytes(join(attempt_dir, name), json.dumps({"seq": seq}).encode(), sync=False)  # never needed after a crash
+        # sync=False: the claim is never needed after a crash.
+        storage.write_bytes(join(attempt_dir, name), json.dumps({"seq": seq}).encode(), sync=False)
         return ShardSave(storage, attempt_dir, restart, step, seq, pending)
     found: list[int] = []
 
@@ -178,9 +179,11 @@ def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, 
         return bool(failed) or not missing
 
     if not _poll(all_in, timeout=timeout, local=storage.local):
-        raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank(s) {_ranks(missing)} did not finish within {timeout:.0f}s")
+        raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank(s) {_ranks(missing)} "
+                                 f"did not finish within {timeout:.0f}s")
     if failed:
-        raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank(s) {_ranks(failed)} failed to write their part")
+        raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank(s) {_ranks(failed)} "
+                                 "failed to write their part")
     parts: list[Part] = []
     sizes = storage.sizes(save.pending.data_dir)
     for r in range(world_size):
@@ -192,7 +195,8 @@ def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, 
             raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank {r}'s marker names rank {part.rank}")
         for f in part.files:
             if sizes.get(f"{part_name(r)}/{f.path}") != f.size:
-                raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank {r}'s {f.path} is not as its marker says")
+                raise ShardSaveAbandoned(f"sharded save of step {save.step}: "
+                                         f"rank {r}'s {f.path} is not as its marker says")
         parts.append(part)
     return tuple(parts)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from gangrun._core.eviction import Eviction, EvictionKind, classify_eviction, local_queue_missing
+from gangrun._core.eviction import Eviction, EvictionKind, classify_eviction, local_queue_missing, pending_message
 from gangrun._core.observation import Gang, Observation
 from gangrun._core.phases import Phase
 from gangrun._core.policy import (
@@ -158,7 +158,8 @@ def _out_of_time(policy: Policy, state: TaskState, gang: Gang, now: datetime) ->
     since = state.running_at
     if policy.max_runtime is None or since is None or now - since < policy.max_runtime:
         return None
-    detail = f"attempt {state.attempt} ran longer than maxRuntime {format_duration(policy.max_runtime)} (since {since.isoformat()})"
+    detail = (f"attempt {state.attempt} ran longer than maxRuntime {format_duration(policy.max_runtime)} "
+              f"(since {since.isoformat()})")
     message = failure_message(MAX_RUNTIME_EXCEEDED, detail, retries_left=policy.retries_left(state))
     return _end(policy, state, RetryKind.USER, code=MAX_RUNTIME_EXCEEDED, message=message, now=now)
 
@@ -188,9 +189,10 @@ def _taken_back(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now:
         if now - since < policy.suspend_grace:
             waiting = replace(state, unexplained_suspend_since=since)
             return _report(waiting, state.phase, UNEXPLAINED_SUSPEND, wake_at=since + policy.suspend_grace)
-        ev = Eviction(kind=EvictionKind.UNKNOWN, message=f"suspended for {format_duration(now - since)} without an eviction reason")
+        ev = Eviction(kind=EvictionKind.UNKNOWN,
+                      message=f"suspended for {format_duration(now - since)} without an eviction reason")
     if ev.waits_for_readmission and policy.resume_after_preemption:
-        return _report(state, Phase.RUNNING, f"{ev.summary()}; {WAITING_FOR_READMISSION}")
+        return _report(state.with_waiting(), Phase.RUNNING, f"{ev.summary()}; {WAITING_FOR_READMISSION}")
     kind = RetryKind.USER if ev.user_caused else RetryKind.SYSTEM
     message = ev.describe(retries_left=policy.retries_left(state))
     return _end_by_eviction(policy, state, ev, kind=kind, message=message, now=now)
@@ -205,8 +207,9 @@ def _before_start(policy: Policy, state: TaskState, obs: Observation, gang: Gang
                        f"use one of the queues your platform provides")
             return _fail(state, code=QUEUE_NOT_FOUND, message=message, now=now)
         reason = RELEASED_BEFORE_READY if held_phase is Phase.INITIALIZING else WAITING_FOR_ADMISSION
-        if gang.suspended_message:
-            reason += f": {gang.suspended_message}"
+        why = pending_message(obs.workload) or gang.suspended_message  # Kueue's word first: it says why
+        if why:
+            reason += f": {_cap(why)}"
         return _report(state, held_phase, reason)
     if state.eviction is not None:
         state = state.with_readmitted(at=now)
@@ -260,7 +263,8 @@ def _fail(state: TaskState, *, code: str, message: str, now: datetime) -> Decisi
     """A permanent failure: no retry can fix it."""
     failed = state.with_failed(at=now, attempt_code=code, attempt_reason=message, code=code, message=message,
                                reason=f"{code}: {message}")
-    return Decision(state=failed, action=Action(kind=ActionKind.FAIL, attempt=state.attempt, code=code, message=message))
+    return Decision(state=failed,
+                    action=Action(kind=ActionKind.FAIL, attempt=state.attempt, code=code, message=message))
 
 
 def _with_deadline(policy: Policy, decision: Decision) -> Decision:

@@ -15,6 +15,7 @@ from typing import Any
 
 from gangrun._core.eviction import Eviction, EvictionKind
 from gangrun._core.phases import Phase, PhaseInfo
+from gangrun._core.times import time_in, time_out
 
 
 class Outcome(StrEnum):
@@ -55,10 +56,13 @@ class AttemptRecord:
     code: str | None = None
     reason: str | None = None
 
+# A module constant rather than a call in the field default: PhaseInfo is frozen, so one shared value is safe.
+_SUBMITTED = PhaseInfo(phase=Phase.QUEUED, version=0, reason="task submitted")
+
 
 @dataclass(frozen=True, kw_only=True)
 class TaskState:
-    info: PhaseInfo = PhaseInfo(phase=Phase.QUEUED, version=0, reason="task submitted")
+    info: PhaseInfo = _SUBMITTED
     attempt: int = 1
     gang_seen: bool = False  # the gang of this attempt has been observed: a later absence is a deletion
     started: bool = False  # sticky for the attempt: the whole gang has been up once (a hold vs an eviction)
@@ -67,6 +71,7 @@ class TaskState:
     system_retries_used: int = 0
     consecutive_system_failures: int = 0
     eviction: EvictionRecord | None = None  # the eviction in progress, from first sight until readmission
+    waiting: bool = False  # S5: the started gang is suspended and keeps its attempt until Kueue readmits it
     unexplained_suspend_since: datetime | None = None  # S7: suspended, Workload not Evicted yet
     message: str = ""  # the final error on Failed; otherwise empty
     code: str = ""  # the final error code on Failed
@@ -122,7 +127,11 @@ class TaskState:
             return self
         closed = replace(self.eviction, readmitted_at=at)
         evictions = tuple(closed if e == self.eviction else e for e in self.evictions)
-        return replace(self, eviction=None, evictions=evictions, unexplained_suspend_since=None)
+        return replace(self, eviction=None, evictions=evictions, unexplained_suspend_since=None, waiting=False)
+
+    def with_waiting(self) -> TaskState:
+        """S5: the preempted gang keeps its attempt and waits for re-admission."""
+        return self if self.waiting else replace(self, waiting=True, unexplained_suspend_since=None)
 
     def with_attempt_ended(self, outcome: Outcome, *, at: datetime, code: str, reason: str) -> TaskState:
         ended = replace(self.current, ended_at=at, outcome=outcome, code=code or None, reason=reason)
@@ -130,7 +139,7 @@ class TaskState:
         if self.eviction is not None:  # an eviction that ended the attempt is never readmitted
             evictions = tuple(replace(e, readmitted_at=at) if e == self.eviction else e for e in evictions)
         return replace(self, attempts=self.attempts[:-1] + (ended,), eviction=None, evictions=evictions,
-                       unexplained_suspend_since=None)
+                       unexplained_suspend_since=None, waiting=False)
 
     def with_failed(self, *, at: datetime, attempt_code: str, attempt_reason: str, code: str, message: str,
                     reason: str) -> TaskState:
@@ -160,7 +169,8 @@ class TaskState:
             "systemRetriesUsed": self.system_retries_used,
             "consecutiveSystemFailures": self.consecutive_system_failures,
             "eviction": _eviction_out(self.eviction),
-            "unexplainedSuspendSince": _time_out(self.unexplained_suspend_since),
+            "waitingForReadmission": self.waiting,
+            "unexplainedSuspendSince": time_out(self.unexplained_suspend_since),
             "message": self.message,
             "code": self.code,
             "attempts": [_attempt_out(a) for a in self.attempts],
@@ -179,7 +189,8 @@ class TaskState:
             system_retries_used=int(data.get("systemRetriesUsed", 0)),
             consecutive_system_failures=int(data.get("consecutiveSystemFailures", 0)),
             eviction=_eviction_in(data.get("eviction")),
-            unexplained_suspend_since=_time_in(data.get("unexplainedSuspendSince")),
+            waiting=bool(data.get("waitingForReadmission", False)),
+            unexplained_suspend_since=time_in(data.get("unexplainedSuspendSince")),
             message=data.get("message", ""),
             code=data.get("code", ""),
             attempts=tuple(_attempt_in(a) for a in data.get("attempts", [])),
@@ -187,25 +198,17 @@ class TaskState:
         )
 
 
-def _time_out(t: datetime | None) -> str | None:
-    return t.isoformat() if t is not None else None
-
-
-def _time_in(s: str | None) -> datetime | None:
-    return datetime.fromisoformat(s) if s else None
-
-
 def _attempt_out(a: AttemptRecord) -> dict[str, Any]:
-    return {"number": a.number, "startedAt": _time_out(a.started_at), "runningAt": _time_out(a.running_at),
-            "endedAt": _time_out(a.ended_at), "outcome": a.outcome.value if a.outcome else None,
+    return {"number": a.number, "startedAt": time_out(a.started_at), "runningAt": time_out(a.running_at),
+            "endedAt": time_out(a.ended_at), "outcome": a.outcome.value if a.outcome else None,
             "code": a.code, "reason": a.reason}
 
 
 def _attempt_in(d: dict[str, Any]) -> AttemptRecord:
-    started = _time_in(d.get("startedAt"))
+    started = time_in(d.get("startedAt"))
     assert started is not None, "an attempt record always has startedAt"
-    return AttemptRecord(number=int(d["number"]), started_at=started, running_at=_time_in(d.get("runningAt")),
-                         ended_at=_time_in(d.get("endedAt")),
+    return AttemptRecord(number=int(d["number"]), started_at=started, running_at=time_in(d.get("runningAt")),
+                         ended_at=time_in(d.get("endedAt")),
                          outcome=Outcome(d["outcome"]) if d.get("outcome") else None,
                          code=d.get("code"), reason=d.get("reason"))
 
@@ -214,17 +217,17 @@ def _eviction_out(e: EvictionRecord | None) -> dict[str, Any] | None:
     if e is None:
         return None
     return {"attempt": e.attempt, "kind": e.kind.value, "reason": e.reason, "detail": e.detail,
-            "message": e.message, "at": _time_out(e.at), "readmittedAt": _time_out(e.readmitted_at)}
+            "message": e.message, "at": time_out(e.at), "readmittedAt": time_out(e.readmitted_at)}
 
 
 def _eviction_in(d: dict[str, Any] | None) -> EvictionRecord | None:
     if not d:
         return None
-    at = _time_in(d.get("at"))
+    at = time_in(d.get("at"))
     assert at is not None, "an eviction record always has its time"
     return EvictionRecord(attempt=int(d["attempt"]), kind=EvictionKind(d["kind"]), reason=d.get("reason", ""),
                           detail=d.get("detail", ""), message=d.get("message", ""), at=at,
-                          readmitted_at=_time_in(d.get("readmittedAt")))
+                          readmitted_at=time_in(d.get("readmittedAt")))
 
 
 __all__ = ["AttemptRecord", "EvictionRecord", "Outcome", "TaskState"]

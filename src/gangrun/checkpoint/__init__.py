@@ -243,7 +243,8 @@ class Checkpoint:
             if rank == self.rank and self._loaded is not None:
                 self._shard_paths[rank] = self._loaded
             else:
-                self._shard_paths[rank] = transfer.read_part(self._storage, self._loaded_path, manifest, part, self._cache())
+                self._shard_paths[rank] = transfer.read_part(self._storage, self._loaded_path, manifest, part,
+                                                             self._cache())
         return self._shard_paths[rank]
 
     async def aload(self) -> Path | None:

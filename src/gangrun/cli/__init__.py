@@ -18,13 +18,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gangrun._api.backends import BACKENDS, backend_name
 from gangrun._errors import BackendError, GangrunError
 from gangrun.cli import commands
 
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+Command = Callable[[argparse.Namespace], int]  # one function of gangrun.cli.commands: args -> exit code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     _backend_options(common, default=False)  # the same flags after the command name: `gangrun get x --backend ...`
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def cmd(name: str, func, help_: str, *, json_out: bool = True) -> argparse.ArgumentParser:
+    def cmd(name: str, func: Command, help_: str, *, json_out: bool = True) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_, description=help_, parents=[common])
         if json_out:
             sp.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
@@ -79,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--health-port", type=int, default=8081)
     sp.add_argument("--leader-election", action=argparse.BooleanOptionalAction, default=True)
     sp.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gangrun-system"))
-    sp.add_argument("--identity", default=None, help="leader election identity (default: the hostname and a random suffix)")
+    sp.add_argument("--identity", default=None,
+                    help="leader election identity (default: the hostname and a random suffix)")
     sp.add_argument("--all-namespaces", action="store_true", help="watch every namespace (default: --namespace or all)")
     sp.add_argument("--workers", type=_at_least(1), default=8, help="reconciles run at once (default 8)")
 
@@ -87,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                            parents=[common])
     lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
 
-    def lcmd(name: str, func, help_: str) -> argparse.ArgumentParser:
+    def lcmd(name: str, func: Command, help_: str) -> argparse.ArgumentParser:
         sp = lsub.add_parser(name, help=help_, description=help_, parents=[common])
         sp.add_argument("-o", "--output", choices=["text", "json"], default="text")
         sp.set_defaults(func=func)
@@ -109,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _at_least(minimum: int):
+def _at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type for whole numbers >= `minimum`; argparse reports a bad value naming the flag."""
     def parse(text: str) -> int:
         try:
@@ -146,13 +149,14 @@ def _port(text: str) -> int:
 
 def _backend_options(p: argparse.ArgumentParser, *, default: bool) -> None:
     """Backend flags; sub-commands repeat them with suppressed defaults so they never undo the top level."""
-    def d(value):
+    def d(value: str | None) -> str | None:
         return value if default else argparse.SUPPRESS
 
     # The default is resolved in main(), so that a bad $GANGRUN_BACKEND is an error naming the variable.
     p.add_argument("--backend", choices=BACKENDS, default=d(None),
                    help="where tasks run (default: $GANGRUN_BACKEND or local)")
-    p.add_argument("--kubeconfig", default=d(None), help="kubernetes backend: kubeconfig file (default: the usual lookup)")
+    p.add_argument("--kubeconfig", default=d(None),
+                   help="kubernetes backend: kubeconfig file (default: the usual lookup)")
     p.add_argument("--context", default=d(None), help="kubernetes backend: kubeconfig context")
     p.add_argument("-n", "--namespace", default=d(None), help="kubernetes backend: namespace")
 

@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -20,11 +21,15 @@ from gangrun._errors import UsageError
 from gangrun.cli import output
 from gangrun.cli.follow import TERMINAL, follow_run
 
+if TYPE_CHECKING:  # for the annotation only: backends are imported when used, as in backend()
+    from gangrun._backends.local import LocalBackend
+
 
 def backend(args: argparse.Namespace) -> Backend:
     """The backend named by --backend (the kubernetes flags apply to it only); opening it never dials."""
     if args.backend == "kubernetes":
-        return open_backend("kubernetes", kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace)
+        return open_backend("kubernetes", kubeconfig=args.kubeconfig, context=args.context,
+                            namespace=args.namespace)
     return open_backend("local")
 
 
@@ -32,7 +37,7 @@ def _run(args: argparse.Namespace) -> TaskRun:
     return attach(args.name, backend(args))
 
 
-def _local(args: argparse.Namespace):
+def _local(args: argparse.Namespace) -> LocalBackend:
     if args.backend != "local":
         raise UsageError("`gangrun local` commands act on the local backend; drop --backend kubernetes")
     from gangrun._backends.local import LocalBackend
@@ -51,7 +56,8 @@ def validate(args: argparse.Namespace) -> int:
     else:
         s = spec_summary(spec)
         what = repr(spec.name) if spec.name else f"with a name generated from {spec.generate_name!r}"
-        print(f"{args.file}: valid ClusteredTask {what}: {s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
+        print(f"{args.file}: valid ClusteredTask {what}: "
+              f"{s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
               f"retries {s['retries']}, maxRestarts {s['maxRestarts']}, "
               f"resumeAfterPreemption {str(s['resumeAfterPreemption']).lower()}, queue {s['queue']}")
     return 0
@@ -241,7 +247,7 @@ def local_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local_act(args: argparse.Namespace, verb: str, call) -> int:
+def _local_act(args: argparse.Namespace, verb: str, call: Callable[[], object]) -> int:
     call()
     output.emit_json({"name": args.name, "done": verb}) if _json(args) else print(f"{args.name}: {verb}")
     return 0

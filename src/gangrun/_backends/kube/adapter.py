@@ -94,7 +94,8 @@ def conditions(obj: Any) -> tuple[Condition, ...]:
     for c in raw:
         if isinstance(c, dict) and isinstance(c.get("type"), str):
             out.append(Condition(type=c["type"], status=_str(c.get("status")), reason=_str(c.get("reason")),
-                                 message=_str(c.get("message")), last_transition=parse_time(c.get("lastTransitionTime"))))
+                                 message=_str(c.get("message")),
+                                 last_transition=parse_time(c.get("lastTransitionTime"))))
     return tuple(out)
 
 

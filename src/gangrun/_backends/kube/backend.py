@@ -4,7 +4,7 @@ because only the controller writes status)."""
 
 from __future__ import annotations
 
-import builtins  # `list` below is the Backend method; annotations inside the class need the type
+import builtins  # the `list` method shadows the builtin inside the class body
 import os
 import queue
 import re

@@ -48,11 +48,12 @@ def _utcnow() -> datetime:
 
 class Controller:
     def __init__(self, api: KubeApi, *, namespace: str | None, clock: Callable[[], datetime] = _utcnow,
-                 metrics: Metrics | None = None, identity: str = "", queue: WorkQueue | None = None) -> None:
+                 metrics: Metrics | None = None, identity: str = "",
+                 queue: WorkQueue[Key] | None = None) -> None:
         self.api, self.namespace, self.clock = api, namespace, clock
         self.metrics = metrics or Metrics()
         self.identity = identity
-        self.queue = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
+        self.queue: WorkQueue[Key] = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
         self.tasks = Informer(api, TASKS, namespace=namespace, on_change=self._task_changed)
         self.jobsets = Informer(api, JOBSETS, namespace=namespace, label_selector=crd.TASK_LABEL,
                                 on_change=self._owned_changed, indexers=indexes.JOBSET_INDEXERS)
@@ -89,7 +90,7 @@ class Controller:
         if task is None:  # deleted: its JobSets go with it through their ownerReference
             return
         now = self.clock()
-        status = task.get("status") if isinstance(task.get("status"), dict) else {}
+        status = s if isinstance(s := task.get("status"), dict) else {}
         state = load_state(task, now=now)  # the attempt and gangSeen exactly as reconcile reads them
         current = jobset_name(name, state.attempt)
         js = self.jobsets.get((namespace, current))
@@ -129,7 +130,7 @@ class Controller:
 
     def _workloads_for(self, js: dict[str, Any] | None) -> WorkloadLookup:
         uid = adapter.job_uid(js) if js is not None else ""
-        if not uid:
+        if js is None or not uid:
             return WorkloadLookup()
         if adapter.is_suspended(js):
             try:
@@ -183,7 +184,7 @@ class Controller:
 
     def _count(self, before: dict[str, Any], after: dict[str, Any]) -> None:
         """Metrics from what the status write changed: new evictions and newly ended attempts."""
-        old_evictions = before.get("evictions") if isinstance(before.get("evictions"), list) else []
+        old_evictions = e if isinstance(e := before.get("evictions"), list) else []
         for ev in (after.get("evictions") or [])[len(old_evictions):]:
             self.metrics.preemptions.inc(str(ev.get("reason") or ev.get("kind") or "Unknown"))
         ended = {a.get("number") for a in before.get("attempts") or [] if isinstance(a, dict) and a.get("outcome")}

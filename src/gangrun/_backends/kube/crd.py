@@ -114,6 +114,8 @@ def status_schema() -> dict[str, Any]:
             "systemRetriesUsed": {"type": "integer"},
             "consecutiveSystemFailures": {"type": "integer"},
             "eviction": {**record, "description": "the eviction in progress, recorded when first seen"},
+            "waitingForReadmission": {"type": "boolean",
+                                      "description": "a preempted gang keeps its attempt until Kueue readmits it"},
             "unexplainedSuspendSince": {"type": "string"},
             "attempts": {"type": "array", "items": record},
             "evictions": {"type": "array", "items": record},

@@ -43,7 +43,7 @@ class CreateJobSet:
 
     @property
     def name(self) -> str:
-        return self.body["metadata"]["name"]
+        return str(self.body["metadata"]["name"])
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ Action = CreateJobSet | DeleteJobSet | RecordEvent | RequeueAt
 def task_spec(task: dict[str, Any]) -> TaskSpec:
     """The TaskSpec of a ClusteredTask object read from the API, one a JobSet can be rendered from.
     Raises SpecError."""
-    meta = task.get("metadata") if isinstance(task.get("metadata"), dict) else {}
+    meta = m if isinstance(m := task.get("metadata"), dict) else {}
     doc = {"apiVersion": crd.API_VERSION, "kind": crd.KIND, "spec": task.get("spec"),
            "metadata": {k: meta[k] for k in _MANIFEST_METADATA if k in meta}}
     spec = parse_manifest(doc)
@@ -187,14 +187,15 @@ def _invalid(task: dict[str, Any], state: TaskState, problem: str, *,
 def _conditions(state: TaskState, old: Any, *, now: datetime) -> list[dict[str, Any]]:
     conds = [c for c in adapter.conditions({"status": {"conditions": old}})]
     phase = state.phase
-    waiting = state.eviction is not None
+    eviction = state.eviction
+    waiting = eviction is not None
     wanted = [
         Condition(type="Running", status=str(phase is Phase.RUNNING and not waiting),
                   reason="WaitingForReadmission" if phase is Phase.RUNNING and waiting else phase.value,
                   message=state.info.reason),
         Condition(type="Evicted", status=str(waiting),
-                  reason=(state.eviction.reason or state.eviction.kind.value) if waiting else "NotEvicted",
-                  message=state.eviction.message if state.eviction else ""),
+                  reason=(eviction.reason or eviction.kind.value) if eviction is not None else "NotEvicted",
+                  message=eviction.message if eviction is not None else ""),
         Condition(type="Finished", status=str(phase.terminal), reason=phase.value if phase.terminal else "NotFinished",
                   message=(state.message or state.info.reason) if phase.terminal else ""),
     ]
@@ -205,7 +206,7 @@ def _conditions(state: TaskState, old: Any, *, now: datetime) -> list[dict[str, 
 
 
 def _status_patch(task: dict[str, Any], state: TaskState, *, now: datetime) -> dict[str, Any] | None:
-    old = task.get("status") if isinstance(task.get("status"), dict) else {}
+    old = s if isinstance(s := task.get("status"), dict) else {}
     name = (task.get("metadata") or {}).get("name", "")
     new = {**state.for_storage(), "jobSet": jobset_name(name, state.attempt) if name else "",
            "observedGeneration": (task.get("metadata") or {}).get("generation", 0),

@@ -5,6 +5,7 @@
       daemon.sock                      the RPC socket (0600); see `socket_path` for long homes
       daemon.lock / daemon.pid         one daemon per home
       daemon.log                       the daemon's own output
+      .gangrun-home                    marks the directory as a gangrun home
       logs/<task>/attempt-<N>/restart-<R>/rank-<r>.log
       run/<task>/attempt-<N>/          stop notice and checkpoint events of that attempt's gang
       checkpoints/<task>/attempt-<N>/  default checkpoint root (spec.checkpoint.uri overrides it)
@@ -36,6 +37,7 @@ DEFAULT_QUEUES = ("default",)
 DEFAULT_PRIORITY_CLASSES = {"low": 100, "normal": 1000, "high": 10000}
 DEFAULT_PRIORITY_CLASS = "normal"
 SOCKET_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
+MARKER = ".gangrun-home"  # says a directory is a gangrun home
 
 
 def default_home() -> Path:
@@ -76,9 +78,22 @@ class Paths:
     def checkpoint_root(self, task: str, uri: str) -> str:
         return f"{uri.rstrip('/')}/{task}" if uri else str(self.home / "checkpoints" / task)
 
+    @property
+    def marker(self) -> Path:
+        return self.home / MARKER
+
     def ensure(self) -> None:
+        """Create the home (0700), or check that an existing directory is one: gangrun never takes over
+        (and chmods) a directory of someone else's that is not empty."""
+        if self.home.exists() and not self.marker.exists():
+            if not self.home.is_dir():
+                raise UsageError(f"GANGRUN_HOME: {self.home} is not a directory")
+            if any(self.home.iterdir()) and not self.db.exists():
+                raise UsageError(f"GANGRUN_HOME: {self.home} is a directory gangrun did not create and it is not "
+                                 "empty; point GANGRUN_HOME at a new or empty directory")
         self.home.mkdir(parents=True, exist_ok=True)
         os.chmod(self.home, 0o700)
+        self.marker.touch()
 
 
 def socket_path(home: Path) -> Path:
