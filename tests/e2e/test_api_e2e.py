@@ -10,7 +10,9 @@ task and --force cancels it first. kwok runs no containers, so there are no work
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 
 import pytest
 from controlplane import LOCAL_QUEUE, NODE_CPU, ControlPlane
@@ -25,6 +27,7 @@ from test_controller_e2e import (  # the controller process, its CRD fixture and
 )
 
 import gangrun
+from gangrun._ui import start
 
 pytestmark = pytest.mark.e2e
 TIMEOUT = 120.0
@@ -79,6 +82,16 @@ def test_api_submit_generated_name_wait_events_delete_and_reuse_the_name(kube_en
     assert (final["name"], final["phase"], final["attempt"], final["retriesLeft"]) == (run.name, "Succeeded", 1, 0)
     types = [e["type"] for e in run.events()]
     assert types[0] == "Submitted" and "Succeeded" in types
+    page = start(run.backend)  # the web page reads the cluster through the same backend
+    try:
+        with urllib.request.urlopen(f"{page.url}api/tasks/{run.name}", timeout=30) as r:
+            doc = json.loads(r.read())
+        (lane,) = doc["timeline"]["lanes"]
+        assert [s["kind"] for s in lane["segments"]][-1] == "running" and lane["marks"][-1]["label"] == "Succeeded"
+        assert doc["row"]["goodput"] is None  # the controller does not account goodput (docs/ui.md)
+    finally:
+        page.shutdown()
+        page.server_close()
 
     assert run.delete() is True
     with pytest.raises(gangrun.UsageError, match=f"no task named {run.name}"):

@@ -11,13 +11,16 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gangrun._api.backends import open_backend
 from gangrun._api.task import ClusteredTask
 from gangrun._backends.base import Backend, SupportsFollow
 from gangrun._core.phases import TERMINAL
 from gangrun._errors import UsageError, WaitTimeout
+
+if TYPE_CHECKING:
+    from gangrun._api.watch import Update
 
 TERMINAL_PHASES = frozenset(p.value for p in TERMINAL)
 POLL = 0.5
@@ -110,20 +113,15 @@ class TaskRun:
                 else:
                     self._sleep(POLL / 2)
 
-    def watch(self, rank: int | None = 0) -> Iterator[Any]:
-        """What `gangrun run` shows, as it happens: `gangrun._api.watch.Update`s until the task ends."""
+    def watch(self, rank: int | None = 0) -> Iterator[Update]:
+        """What `gangrun run` shows, as it happens: timeline events, worker output of `rank` (None: every
+        rank) and the status, until the task ends (see `gangrun._api.watch`)."""
         from gangrun._api.watch import watch
 
         return watch(self._backend, self._name, rank=rank)
 
     def __repr__(self) -> str:
         return f"TaskRun(name={self._name!r}, backend={getattr(self._backend, 'name', '?')!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TaskRun) and (other._name, other._backend) == (self._name, self._backend)
-
-    def __hash__(self) -> int:
-        return hash(self._name)
 
 
 def submit(task: ClusteredTask | str | os.PathLike[str], backend: str | Backend | None = None, *,
