@@ -12,13 +12,16 @@
 Counters and histograms are fed as things happen (`preemptions.inc(cause)`); the gauges are set from
 the task views at scrape time (`observe_views(views)`), so a process that holds its tasks' views (the
 Kubernetes controller's cache, the local daemon's table) exports the same series from the same
-documents. Each `Metrics` has its own registry: two in one process (tests) never collide.
+documents. Each `Metrics` has its own registry: two in one process (tests) never collide. `serve`
+answers `/metrics` (and health probes) over HTTP from a daemon thread.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter as Tally
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import prometheus_client as prom
@@ -108,3 +111,28 @@ class Metrics:
     def render(self) -> str:
         """The text exposition (Content-Type `CONTENT_TYPE`)."""
         return prom.generate_latest(self.registry).decode()
+
+
+def serve(port: int, routes: dict[str, Callable[[], tuple[int, str]]], *,
+          host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """Serve GET routes (`path -> () -> (status, text)`) on `host`:`port` from a daemon thread."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0]
+            route = routes.get(path)
+            status, text = route() if route else (404, "not found\n")
+            body = text.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", CONTENT_TYPE if path == "/metrics" else "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:  # probes every few seconds would flood the log
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name=f"http-{port}", daemon=True).start()
+    return server
