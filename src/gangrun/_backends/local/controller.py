@@ -133,6 +133,8 @@ class Controller:
             raise UsageError(f'a task named "{name}" exists but cannot be read ({self.broken[name]}); '
                              f"`gangrun delete {name}` removes it")
         existing = self.tasks.get(name)
+        if existing is not None and existing.deleting:
+            raise UsageError(f'task "{name}" is being deleted (its workers are stopping); submit again in a moment')
         if existing is not None:
             if existing.doc == doc:
                 return name  # the same manifest again (a retried submit): the task it made
@@ -177,6 +179,7 @@ class Controller:
     def cancel(self, name: str, now: datetime) -> bool:
         task = self.task(name)
         if task.terminal or task.cancel_requested:
+            self._flush()
             return False
         task.cancel_requested = True
         self._flush()
@@ -191,15 +194,20 @@ class Controller:
             del self.broken[name]
             return True
         task = self.task(name)
-        if not task.terminal:
-            if not force:
-                raise UsageError(f'task "{name}" is {task.state.phase.value}; cancel it first or use --force')
-            self.cancel(name, now)
-        if task.gang is not None and task.gang.live:
-            raise UsageError(f'task "{name}" is stopping its workers; delete it again once they are gone')
-        self.store.delete(name)
-        del self.tasks[name]
-        self.dirty.discard(name)
+        if not task.terminal and not force:
+            raise UsageError(f'task "{name}" is {task.state.phase.value}; cancel it first or use --force')
+        task.deleting = True
+        self.cancel(name, now)
+        self._reap(task)
+        return True
+
+    def _reap(self, task: LocalTask) -> bool:
+        """Remove a task being deleted once it has ended and none of its workers is left."""
+        if not task.deleting or not task.terminal or (task.gang is not None and task.gang.live):
+            return False
+        self.store.delete(task.name)
+        self.tasks.pop(task.name, None)
+        self.dirty.discard(task.name)
         return True
 
     def _live_workload(self, name: str) -> tuple[LocalTask, WorkloadTwin]:
@@ -288,7 +296,9 @@ class Controller:
             touched = self._admit(now)
             changed |= {n for n in touched if self._isolated(n, self._jobs, now)}
             self._flush()
-            todo = changed | touched | self.dirty
+            for n in changed:
+                self._isolated(n, lambda t, _at: self._reap(t), now)
+            todo = (changed | touched | self.dirty) & self.tasks.keys()
             self.dirty = set()
         log.error("gangrun: %d tasks still changing after %d rounds; they go on at the next tick", len(todo),
                   ROUNDS_MAX)
