@@ -80,6 +80,7 @@ class Controller:
         self.broken: dict[str, str] = {}  # rows that no longer read: name → why
         self.dirty: set[str] = set()
         self.last_now: datetime | None = None
+        self.next_tail: datetime | None = None  # when running gangs' checkpoint events are read next
 
     def _now(self, now: datetime) -> datetime:
         """Never go back in time, even if the wall clock does: the timeline stays in order."""
@@ -281,7 +282,10 @@ class Controller:
 
     def tick(self, now: datetime) -> None:
         now = self._now(now)
-        todo = self.dirty | {n for n, t in self.tasks.items() if self._due(t, now)}
+        tail = self.next_tail is None or now >= self.next_tail
+        if tail:
+            self.next_tail = now + TAIL_EVERY
+        todo = self.dirty | {n for n, t in self.tasks.items() if self._due(t, now, tail=tail)}
         self.dirty = set()
         for _ in range(ROUNDS_MAX):
             if not todo:
@@ -375,9 +379,9 @@ class Controller:
         effects = g.stop(StopReason.DELETE, grace=task.spec.termination_grace, now=now, notice=(a.cause, a.message))
         self._apply(task, effects, now)
 
-    def _due(self, task: LocalTask, now: datetime) -> bool:
+    def _due(self, task: LocalTask, now: datetime, *, tail: bool) -> bool:
         g, wl = task.gang, task.workload
-        return bool((task.wake_at is not None and task.wake_at <= now) or (g is not None and g.live)
+        return bool((task.wake_at is not None and task.wake_at <= now) or (tail and g is not None and g.live)
                     or (g is not None and g.kill_at is not None and g.kill_at <= now)
                     or (wl is not None and wl.requeue_at is not None and wl.requeue_at <= now))
 
@@ -387,7 +391,7 @@ class Controller:
             g, wl = task.gang, task.workload
             wakes += [t for t in (task.wake_at, g.kill_at if g else None, wl.requeue_at if wl else None) if t]
             if g is not None and g.live:
-                wakes.append(now + TAIL_EVERY)  # read checkpoint events while workers run
+                wakes.append(self.next_tail or now)  # read checkpoint events while workers run
         return min(wakes) if wakes else None
 
     # -- effects on processes and files --------------------------------------------------------------

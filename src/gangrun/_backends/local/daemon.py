@@ -267,7 +267,8 @@ class Daemon:
             result = ctl.status(now)
         else:
             raise DaemonUnavailable(f"unknown request {op!r}")
-        self._guarded(ctl.tick)  # a reconcile's bug is logged; it must not fail this request too
+        if op not in READS:  # carry the change out now; a reconcile's bug is logged, the request answered
+            self._guarded(ctl.tick)
         return protocol.ok(result)
 
     def _key(self, name: str) -> list[Any]:
