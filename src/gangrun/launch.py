@@ -25,6 +25,8 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from gangrun._core.exit_status import exit_status
+
 DEFAULT_DNS_TIMEOUT = 300.0
 EXIT_DNS = 3
 EXIT_USAGE = 2
@@ -79,8 +81,7 @@ def _run_forwarding(argv: list[str], env: dict[str, str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    code = child.wait()
-    return 128 - code if code < 0 else code  # a child killed by a signal: the shell's convention, 128+N
+    return exit_status(child.wait())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,13 +7,16 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kube_builders import PREEMPTION_MESSAGE, at, jobset_obj, pod_obj, ts, workload_obj
+from kube_builders import PREEMPTION_MESSAGE, T0, at, jobset_obj, pod_obj, ts, workload_obj
 
 from gangrun._backends.kube import adapter
 from gangrun._backends.kube.adapter import WorkloadLookup, newest_workload, observe, to_gang, to_workload
 from gangrun._core import kueue
+from gangrun._core.engine import decide
 from gangrun._core.eviction import EvictionKind, classify_eviction
-from gangrun._core.observation import WorkloadRead
+from gangrun._core.observation import Gang, Observation, WorkloadRead
+from gangrun._core.policy import Policy
+from gangrun._core.state import TaskState
 
 
 def test_suspended_jobset_just_created_is_a_suspended_gang_that_has_not_run() -> None:
@@ -169,7 +172,14 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(m
 @settings(max_examples=200, deadline=None)
 @given(js=json_values, wl=json_values, pod=json_values)
 def test_arbitrary_json_never_raises(js: Any, wl: Any, pod: Any) -> None:
-    observe(js, WorkloadLookup.found([wl]), [pod])
+    obs = observe(js, WorkloadLookup.found([wl]), [pod])
+    # Whatever the API sent, the engine gets well-typed values it can decide on.
+    assert isinstance(obs, Observation) and (obs.gang is None or isinstance(obs.gang, Gang))
+    if obs.gang is not None:
+        assert all(isinstance(getattr(obs.gang, f), int) for f in ("restarts", "scheduled_workers", "ready_workers"))
+        assert all(isinstance(c.type, str) and isinstance(c.message, str) for c in obs.gang.conditions)
+    decision = decide(Policy(), TaskState.new(now=T0), obs, now=T0)
+    assert decision.state.attempt == 1
 
 
 def test_job_uid_label_links_a_workload_to_its_jobset() -> None:

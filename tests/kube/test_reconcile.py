@@ -109,9 +109,8 @@ def test_s4_preemption_ends_the_attempt_deletes_old_and_creates_next_in_one_reco
     assert status["attempts"][0]["outcome"] == "UserRetry"
     assert "gang evicted by kueue (Preempted, InClusterQueue)" in status["attempts"][0]["reason"]
     assert status["evictions"][0]["reason"] == "Preempted"  # recorded: Kueue overwrites it at readmission
-    # timeline.transition_events emits no Preempted event when the eviction ends the attempt in the same
-    # step; the AttemptEnded message carries the eviction summary instead.
-    assert EventType.ATTEMPT_ENDED in events(actions)
+    # The whole story of the step, in order: the eviction, the attempt it ended, the next attempt's gang.
+    assert events(actions) == [EventType.PREEMPTED, EventType.ATTEMPT_ENDED, EventType.GANG_CREATED]
     create = next(a for a in actions if isinstance(a, CreateJobSet))
     env = {e["name"]: e.get("value") for e in
            create.body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}

@@ -116,3 +116,20 @@ def checkpointed(step: int) -> Callable[[dict[str, Any]], bool]:
 
 def event_types(b: LocalBackend, name: str) -> list[str]:
     return [e.type.value for e in b.events(name)]
+
+
+def kill_daemon(b: LocalBackend) -> None:
+    """SIGKILL the home's daemon and wait until it is gone (its lock is free for the next one)."""
+    import signal
+
+    pid = b.status()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            return
+        if state == "Z":
+            return
+        time.sleep(0.05)

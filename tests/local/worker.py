@@ -5,6 +5,8 @@ Behaviour from the environment (set in the test manifests):
   STEP_SECONDS (0.2)    sleep per step
   CRASH_AT_STEP / CRASH_RANK / CRASH_ON_RESTART   exit 3 at that step, on that rank, only in that
                         restart round (JOBSET_RESTART_ATTEMPT), default round 0: a crash that happens once
+  LINGER_SECONDS        on a stop notice, keep going this long before a final save and exit (a worker
+                        that uses its grace period)
 
 It uses only the SDK (`gangrun.context()`, `ctx.checkpoint.load()/save(step=)`): a broken SDK fails
 the scenarios that run it, and the start line says which source the SDK loaded from.
@@ -28,7 +30,9 @@ RESTART = int(os.environ["JOBSET_RESTART_ATTEMPT"])
 
 
 def main() -> int:
-    ckpt = gangrun.context().checkpoint
+    ctx = gangrun.context()
+    ckpt = ctx.checkpoint
+    linger = float(os.environ.get("LINGER_SECONDS", "0"))
     path = ckpt.load()
     step = json.loads(Path(path).read_bytes())["step"] if path else 0
     print(f"start attempt={ATTEMPT} restart={RESTART} rank={RANK} resumed_from={step} "
@@ -38,6 +42,11 @@ def main() -> int:
     crash_rank = int(os.environ.get("CRASH_RANK", "1"))
     crash_round = int(os.environ.get("CRASH_ON_RESTART", "0"))
     while step < STEPS:
+        if linger and ctx.stop_requested:
+            time.sleep(linger)
+            ckpt.save(json.dumps({"step": step}).encode(), step=step)
+            print(f"stopped at step={step}", flush=True)
+            return 0
         time.sleep(STEP_SECONDS)
         step += 1
         if step == crash_at and crash_rank == RANK and crash_round == RESTART:

@@ -56,6 +56,12 @@ class AttemptRecord:
     code: str | None = None
     reason: str | None = None
 
+    def for_storage(self) -> dict[str, Any]:
+        """The attempt as stored and as `get -o json` lists it."""
+        return {"number": self.number, "startedAt": time_out(self.started_at), "runningAt": time_out(self.running_at),
+                "endedAt": time_out(self.ended_at), "outcome": self.outcome.value if self.outcome else None,
+                "code": self.code, "reason": self.reason}
+
 # A module constant rather than a call in the field default: PhaseInfo is frozen, so one shared value is safe.
 _SUBMITTED = PhaseInfo(phase=Phase.QUEUED, version=0, reason="task submitted")
 
@@ -173,7 +179,7 @@ class TaskState:
             "unexplainedSuspendSince": time_out(self.unexplained_suspend_since),
             "message": self.message,
             "code": self.code,
-            "attempts": [_attempt_out(a) for a in self.attempts],
+            "attempts": [a.for_storage() for a in self.attempts],
             "evictions": [_eviction_out(e) for e in self.evictions],
         }
 
@@ -196,12 +202,6 @@ class TaskState:
             attempts=tuple(_attempt_in(a) for a in data.get("attempts", [])),
             evictions=tuple(e for e in (_eviction_in(x) for x in data.get("evictions", [])) if e is not None),
         )
-
-
-def _attempt_out(a: AttemptRecord) -> dict[str, Any]:
-    return {"number": a.number, "startedAt": time_out(a.started_at), "runningAt": time_out(a.running_at),
-            "endedAt": time_out(a.ended_at), "outcome": a.outcome.value if a.outcome else None,
-            "code": a.code, "reason": a.reason}
 
 
 def _attempt_in(d: dict[str, Any]) -> AttemptRecord:

@@ -30,13 +30,7 @@ def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, An
         "userRetriesUsed": state.user_retries_used,
         "systemRetriesUsed": state.system_retries_used,
         "restartAttempt": state.restart_attempt,
-        "attempts": [
-            {"number": a.number, "startedAt": a.started_at.isoformat(),
-             "runningAt": a.running_at.isoformat() if a.running_at else None,
-             "endedAt": a.ended_at.isoformat() if a.ended_at else None,
-             "outcome": a.outcome.value if a.outcome else None, "code": a.code, "reason": a.reason}
-            for a in state.attempts
-        ],
+        "attempts": [a.for_storage() for a in state.attempts],
         "evictionsByCause": counts,
         "waitingForReadmissionSeconds": waited,
         # Each time Kueue took the gang back, with its readmission: the timeline's waits (B5).

@@ -104,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     lcmd("status", commands.local_status, "quota, queue and running gangs")
     sp = lcmd("evict", commands.local_evict, "inject a Kueue eviction into a task's gang")
     sp.add_argument("name")
-    sp.add_argument("--reason", required=True, choices=["Preempted", "PodsReadyTimeout", "NodeFailures"])
+    sp.add_argument("--reason", required=True,
+                    choices=["Preempted", "PodsReadyTimeout", "NodeFailures", "NodeDisruption"],
+                    help="NodeDisruption kills the workers of one node at once, as a drained node does")
     sp = lcmd("deactivate", commands.local_deactivate, "set the task's workload inactive (spec.active=false)")
     sp.add_argument("name")
     sp = lcmd("activate", commands.local_activate, "set the task's workload active again")

@@ -170,8 +170,18 @@ class LocalBackend:
     def cancel(self, name: str) -> bool:
         return bool(self._act("cancel", name))
 
-    def delete(self, name: str, *, force: bool = False) -> bool:
-        return bool(self._act("delete", name, force=force))
+    def delete(self, name: str, *, force: bool = False, timeout: float = 120.0) -> bool:
+        """Remove an ended task and its records; with `force`, cancel a running one first and return
+        once its workers are gone (the name is free again then)."""
+        deleted = bool(self._act("delete", name, force=force))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.get(name)
+            except UsageError:
+                return deleted
+            time.sleep(0.1)
+        raise DaemonUnavailable(f'task "{name}" was cancelled but its workers did not stop within {timeout:.0f}s')
 
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
              follow: bool = False) -> Iterator[str]:

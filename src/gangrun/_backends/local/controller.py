@@ -80,6 +80,7 @@ class Controller:
         self.broken: dict[str, str] = {}  # rows that no longer read: name → why
         self.dirty: set[str] = set()
         self.last_now: datetime | None = None
+        self.next_tail: datetime | None = None  # when running gangs' checkpoint events are read next
 
     def _now(self, now: datetime) -> datetime:
         """Never go back in time, even if the wall clock does: the timeline stays in order."""
@@ -133,6 +134,8 @@ class Controller:
             raise UsageError(f'a task named "{name}" exists but cannot be read ({self.broken[name]}); '
                              f"`gangrun delete {name}` removes it")
         existing = self.tasks.get(name)
+        if existing is not None and existing.deleting:
+            raise UsageError(f'task "{name}" is being deleted (its workers are stopping); submit again in a moment')
         if existing is not None:
             if existing.doc == doc:
                 return name  # the same manifest again (a retried submit): the task it made
@@ -177,6 +180,7 @@ class Controller:
     def cancel(self, name: str, now: datetime) -> bool:
         task = self.task(name)
         if task.terminal or task.cancel_requested:
+            self._flush()
             return False
         task.cancel_requested = True
         self._flush()
@@ -191,15 +195,20 @@ class Controller:
             del self.broken[name]
             return True
         task = self.task(name)
-        if not task.terminal:
-            if not force:
-                raise UsageError(f'task "{name}" is {task.state.phase.value}; cancel it first or use --force')
-            self.cancel(name, now)
-        if task.gang is not None and task.gang.live:
-            raise UsageError(f'task "{name}" is stopping its workers; delete it again once they are gone')
-        self.store.delete(name)
-        del self.tasks[name]
-        self.dirty.discard(name)
+        if not task.terminal and not force:
+            raise UsageError(f'task "{name}" is {task.state.phase.value}; cancel it first or use --force')
+        task.deleting = True
+        self.cancel(name, now)
+        self._reap(task)
+        return True
+
+    def _reap(self, task: LocalTask) -> bool:
+        """Remove a task being deleted once it has ended and none of its workers is left."""
+        if not task.deleting or not task.terminal or (task.gang is not None and task.gang.live):
+            return False
+        self.store.delete(task.name)
+        self.tasks.pop(task.name, None)
+        self.dirty.discard(task.name)
         return True
 
     def _live_workload(self, name: str) -> tuple[LocalTask, WorkloadTwin]:
@@ -273,7 +282,10 @@ class Controller:
 
     def tick(self, now: datetime) -> None:
         now = self._now(now)
-        todo = self.dirty | {n for n, t in self.tasks.items() if self._due(t, now)}
+        tail = self.next_tail is None or now >= self.next_tail
+        if tail:
+            self.next_tail = now + TAIL_EVERY
+        todo = self.dirty | {n for n, t in self.tasks.items() if self._due(t, now, tail=tail)}
         self.dirty = set()
         for _ in range(ROUNDS_MAX):
             if not todo:
@@ -288,7 +300,9 @@ class Controller:
             touched = self._admit(now)
             changed |= {n for n in touched if self._isolated(n, self._jobs, now)}
             self._flush()
-            todo = changed | touched | self.dirty
+            for n in changed:
+                self._isolated(n, lambda t, _at: self._reap(t), now)
+            todo = (changed | touched | self.dirty) & self.tasks.keys()
             self.dirty = set()
         log.error("gangrun: %d tasks still changing after %d rounds; they go on at the next tick", len(todo),
                   ROUNDS_MAX)
@@ -365,9 +379,9 @@ class Controller:
         effects = g.stop(StopReason.DELETE, grace=task.spec.termination_grace, now=now, notice=(a.cause, a.message))
         self._apply(task, effects, now)
 
-    def _due(self, task: LocalTask, now: datetime) -> bool:
+    def _due(self, task: LocalTask, now: datetime, *, tail: bool) -> bool:
         g, wl = task.gang, task.workload
-        return bool((task.wake_at is not None and task.wake_at <= now) or (g is not None and g.live)
+        return bool((task.wake_at is not None and task.wake_at <= now) or (tail and g is not None and g.live)
                     or (g is not None and g.kill_at is not None and g.kill_at <= now)
                     or (wl is not None and wl.requeue_at is not None and wl.requeue_at <= now))
 
@@ -377,7 +391,7 @@ class Controller:
             g, wl = task.gang, task.workload
             wakes += [t for t in (task.wake_at, g.kill_at if g else None, wl.requeue_at if wl else None) if t]
             if g is not None and g.live:
-                wakes.append(now + TAIL_EVERY)  # read checkpoint events while workers run
+                wakes.append(self.next_tail or now)  # read checkpoint events while workers run
         return min(wakes) if wakes else None
 
     # -- effects on processes and files --------------------------------------------------------------

@@ -43,6 +43,7 @@ from gangrun._backends.local.controller import Controller
 from gangrun._backends.local.gang import GangTwin, Worker
 from gangrun._backends.local.render import Launch, log_path
 from gangrun._backends.local.store import Store
+from gangrun._core.exit_status import exit_status
 from gangrun._errors import DaemonUnavailable, GangrunError
 
 log = logging.getLogger("gangrun.local")
@@ -94,7 +95,7 @@ class Daemon:
 
     def _exited(self, task: str, attempt: int, rank: int, p: Popen[bytes], fd: int) -> None:
         launcher.signal_group(p.pid, signal.SIGKILL)  # its leftovers; the zombie leader keeps the pgid ours
-        code = launcher.exit_code(p.wait())
+        code = exit_status(p.wait())
         self.sel.unregister(fd)
         os.close(fd)
         self.ctl.on_exit(task, attempt, rank, code, self.clock())
@@ -267,7 +268,8 @@ class Daemon:
             result = ctl.status(now)
         else:
             raise DaemonUnavailable(f"unknown request {op!r}")
-        self._guarded(ctl.tick)  # a reconcile's bug is logged; it must not fail this request too
+        if op not in READS:  # carry the change out now; a reconcile's bug is logged, the request answered
+            self._guarded(ctl.tick)
         return protocol.ok(result)
 
     def _key(self, name: str) -> list[Any]:

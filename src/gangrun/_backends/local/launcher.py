@@ -109,8 +109,3 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def exit_code(returncode: int) -> int:
-    """Popen's -N (killed by signal N) as a shell and Kubernetes report it: 128 + N."""
-    return 128 - returncode if returncode < 0 else returncode

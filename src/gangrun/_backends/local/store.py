@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ class Store:
                 self.db.executescript(SCHEMA)
                 path.chmod(0o600)
             self.db.execute("PRAGMA busy_timeout=10000")
+            self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # a file that is not SQLite fails here
         except sqlite3.DatabaseError as e:
             raise DaemonUnavailable(f"the local state {path} cannot be read ({e}); move it away to start "
                                     "afresh") from None
@@ -146,9 +148,16 @@ class Store:
         self._put("config", json.dumps(value))
 
     def heartbeat(self) -> str | None:
-        """When the daemon last said it was alive (ISO time), to bound how long it was down."""
+        """When the daemon was last known alive (ISO time): its newest heartbeat or timeline entry."""
         r = self.db.execute("SELECT value FROM config WHERE key='heartbeat'").fetchone()
-        return str(r[0]) if r else None
+        beat = str(r[0]) if r else None
+        last = self.db.execute("SELECT body FROM events ORDER BY id DESC LIMIT 1").fetchone()
+        try:
+            stamp = str(json.loads(last[0])["time"]) if last else None
+        except (ValueError, KeyError, TypeError):
+            stamp = None
+        known = [t for t in (beat, stamp) if t]
+        return max(known, key=datetime.fromisoformat) if known else None
 
     def put_heartbeat(self, at: str) -> None:
         self._put("heartbeat", at)

@@ -36,6 +36,7 @@ class LocalTask:
     workload: WorkloadTwin | None = None
     gang: GangTwin | None = None
     cancel_requested: bool = False  # the user asked; the next reconcile carries it out (as the annotation does)
+    deleting: bool = False  # `delete --force`: removed once its workers are gone
     wake_at: datetime | None = None  # the engine asked to decide again by then
     events: list[Event] = field(default_factory=list)  # recorded, not yet persisted
     saved: tuple[Any, ...] = ()  # fingerprint() as last persisted
@@ -51,12 +52,14 @@ class LocalTask:
                    workload=WorkloadTwin.from_json(row.workload) if row.workload else None,
                    gang=GangTwin.from_json(row.gang) if row.gang else None,
                    cancel_requested=bool(row.acct.get("cancelRequested", False)),
+                   deleting=bool(row.acct.get("deleting", False)),
                    wake_at=time_in(row.acct.get("wakeAt")))
         task.saved = task.fingerprint()
         return task
 
     def to_row(self) -> Row:
         extra = {"accounting": self.acct.for_storage(), "cancelRequested": self.cancel_requested,
+                 "deleting": self.deleting,
                  "wakeAt": time_out(self.wake_at)}
         return Row(name=self.name, seq=self.seq, spec=self.doc, state=self.state.for_storage(),
                    workload=self.workload.for_json() if self.workload else None,
@@ -73,7 +76,7 @@ class LocalTask:
     def fingerprint(self) -> tuple[Any, ...]:
         """Changes whenever something worth persisting changed (the twins count their own changes)."""
         g, wl = self.gang, self.workload
-        return (self.state, self.acct, self.cancel_requested, self.wake_at,
+        return (self.state, self.acct, self.cancel_requested, self.deleting, self.wake_at,
                 (g.attempt, g.generation) if g else None, (wl.attempt, wl.generation) if wl else None)
 
     @property
