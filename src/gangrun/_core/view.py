@@ -33,12 +33,8 @@ def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, An
         "attempts": [a.for_storage() for a in state.attempts],
         "evictionsByCause": counts,
         "waitingForReadmissionSeconds": waited,
-        # Each time Kueue took the gang back, with its readmission: the timeline's waits (B5).
-        "evictions": [
-            {"attempt": e.attempt, "kind": e.kind.value, "reason": e.reason, "detail": e.detail, "message": e.message,
-             "at": e.at.isoformat(), "readmittedAt": e.readmitted_at.isoformat() if e.readmitted_at else None}
-            for e in state.evictions
-        ],
+        # Each time Kueue took the gang back, with its readmission (the timeline's waits, B5), as stored.
+        "evictions": state.for_storage()["evictions"],
     }
     if policy is not None:
         view["retries"], view["maxSystemRetries"] = policy.retries, policy.max_system_retries
