@@ -70,3 +70,14 @@ def test_on_a_terminal_a_waiting_task_shows_its_place_in_the_queue_then_its_outp
         assert "[rank 0]  second done\n" in text and text.endswith("second: Succeeded — all workers succeeded\n")
     finally:
         local.down()
+
+
+def test_describe_says_why_a_task_waits_and_the_retries_left() -> None:
+    from gangrun.cli.output import describe
+
+    doc = {**view("WaitingForResources", WAITING, queuePosition=2, pending="insufficient quota"), "name": "t",
+           "phaseVersion": 0, "restartAttempt": 0, "userRetriesUsed": 1, "systemRetriesUsed": 0, "retriesLeft": 2,
+           "attempts": []}
+    text = describe(doc, [])
+    assert "Waiting:        #2 in queue default: insufficient quota" in text
+    assert "Retries used:   user 1, system 0 (2 user retries left)" in text

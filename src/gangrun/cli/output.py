@@ -65,8 +65,11 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
         f"Phase:          {view['phase']} (version {view['phaseVersion']})",
         f"Reason:         {view['reason']}",
         f"Attempt:        {view['attempt']}   restart attempt {view['restartAttempt']}",
-        f"Retries used:   user {view['userRetriesUsed']}, system {view['systemRetriesUsed']}",
+        f"Retries used:   user {view['userRetriesUsed']}, system {view['systemRetriesUsed']}"
+        + (f" ({view['retriesLeft']} user retries left)" if view.get("retriesLeft") is not None else ""),
     ]
+    if view.get("pending") or view.get("queuePosition"):
+        out.append(f"Waiting:        {waiting_why(view)}")
     for key, label in (("queue", "Queue"), ("priorityClass", "Priority"), ("namespace", "Namespace"),
                        ("checkpointRoot", "Checkpoints")):
         if view.get(key) not in (None, ""):
