@@ -1,4 +1,4 @@
-"""The public surface is a list, and this test keeps it honest (STYLE.md §13)."""
+"""The public surface is a list, and this test keeps it honest: every name in `__all__`, nothing else."""
 
 from __future__ import annotations
 
