@@ -169,3 +169,26 @@ def test_delete_frees_the_name_and_refuses_a_running_task_without_force(backend:
     done = wait_for(backend, "train", phase("Succeeded"))
     assert done["attempt"] == 1 and event_types(backend, "train")[0] == "Submitted"
     assert event_types(backend, "train").count("Submitted") == 1  # none of the old task's timeline
+
+
+def test_the_daemon_serves_prometheus_metrics_with_queue_length_and_goodput(backend: LocalBackend, manifest) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    status = backend.up(metrics_port=port)
+    assert status["metrics"] == f"http://127.0.0.1:{port}/metrics"
+    backend.submit(manifest("train", steps=6, resume=True, priority="low"))
+    wait_for(backend, "train", checkpointed(1))
+    backend.submit(manifest("waiter", nodes=1, steps=1, priority="low"))
+    backend.evict("train", "Preempted")
+    wait_for(backend, "train", phase("Succeeded"))
+    text = urllib.request.urlopen(status["metrics"], timeout=10).read().decode()
+    assert 'gangrun_preemptions_total{cause="Preempted"} 1.0' in text
+    assert 'gangrun_tasks{phase="Succeeded"}' in text
+    assert 'gangrun_task_goodput_ratio{task="train"}' in text
+    assert "gangrun_queue_pending_gangs" in text and "gangrun_reconcile_seconds_count" in text
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/nope", timeout=10)

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 TERMINAL_PHASES = frozenset(p.value for p in TERMINAL)
 POLL = 0.5
-FORCE_TIMEOUT = 120.0  # delete(force=True): how long the cancelled task's workers may take to stop
 
 
 class TaskRun:
@@ -94,24 +93,8 @@ class TaskRun:
 
     def delete(self, force: bool = False) -> bool:
         """Remove the ended task and its records, so that its name can be used again. A task still running is
-        refused unless `force`, which cancels it first and waits (at most `FORCE_TIMEOUT` seconds) until its
-        workers have stopped."""
-        if not force:
-            return self._backend.delete(self._name)
-        deadline = self._clock() + FORCE_TIMEOUT
-        while True:
-            try:
-                return self._backend.delete(self._name, force=True)
-            except UsageError:
-                # The cancel is under way: a backend refuses while the workers still stop (their grace period).
-                # An unknown task raises from status() instead; anything else past the deadline is final.
-                view = self.status()
-                if self._clock() >= deadline:
-                    raise
-                if view["phase"] not in TERMINAL_PHASES:
-                    self._next(view, 1.0)
-                else:
-                    self._sleep(POLL / 2)
+        refused unless `force`, which cancels it first and returns once its workers have stopped."""
+        return self._backend.delete(self._name, force=force)
 
     def watch(self, rank: int | None = 0) -> Iterator[Update]:
         """What `gangrun run` shows, as it happens: timeline events, worker output of `rank` (None: every

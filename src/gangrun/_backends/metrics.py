@@ -26,6 +26,8 @@ from typing import Any
 
 import prometheus_client as prom
 
+from gangrun._core.timeline import Event, EventType
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600)
 CONTENT_TYPE = prom.CONTENT_TYPE_LATEST
@@ -107,6 +109,19 @@ class Metrics:
         self.tasks.set_all(phases)
         self.queue_length.set_all(waiting)
         self.goodput.set_all(goodput)
+
+    def count(self, event: Event) -> None:
+        """Feed the counters from one timeline event as it is recorded: both backends record the same
+        typed events for the same transitions, so they count the same."""
+        kind = event.type
+        if kind in (EventType.PREEMPTED, EventType.EVICTED):
+            self.preemptions.inc(str(event.data.get("reason") or kind.value))
+        elif kind is EventType.READMITTED:
+            self.readmission_wait.observe(float(event.data.get("waitedSeconds") or 0.0))
+        elif kind is EventType.ATTEMPT_ENDED:
+            self.attempts.inc(str(event.data.get("outcome") or "Ended"))
+        elif kind in (EventType.SUCCEEDED, EventType.FAILED, EventType.ABORTED):
+            self.attempts.inc(kind.value)
 
     def render(self) -> str:
         """The text exposition (Content-Type `CONTENT_TYPE`)."""

@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--cpu", default=None, help="CPU quota, e.g. 8 or 500m (default: this machine's cores)")
     sp.add_argument("--memory", default=None, help="memory quota, e.g. 16Gi (default: this machine's memory)")
     sp.add_argument("--gpu", type=int, default=None, help="GPU quota (default: 0)")
+    sp.add_argument("--metrics-port", type=int, default=None,
+                    help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: stop serving them)")
     lcmd("down", commands.local_down, "stop the local control plane and every gang it runs")
     lcmd("status", commands.local_status, "quota, queue and running gangs")
     sp = lcmd("evict", commands.local_evict, "inject a Kueue eviction into a task's gang")

@@ -223,15 +223,22 @@ def _print_status(args: argparse.Namespace, status: dict[str, Any]) -> None:
             print(f"  {res:<7} {show(used.get(res, 0))} of {show(quota[res])} in use")
     if status.get("queues"):
         print(f"  queues: {', '.join(status['queues'])}")
+    if status.get("metrics"):
+        print(f"  metrics: {status['metrics']}")
     gangs = status.get("gangs", [])
     if gangs:
-        rows = [[g.get("task", ""), str(g.get("attempt", "")), g.get("state", ""), str(g.get("priority", ""))]
-                for g in gangs]
-        print(output.table(rows, ["TASK", "ATTEMPT", "WORKLOAD", "PRIORITY"]))
+        rows = [[g.get("task", ""), str(g.get("attempt", "")), g.get("state", ""), str(g.get("priority", "")),
+                 str(g.get("queuePosition") or "")] for g in gangs]
+        print(output.table(rows, ["TASK", "ATTEMPT", "WORKLOAD", "PRIORITY", "QUEUE POSITION"]))
+    for task, why in (status.get("tooBig") or {}).items():
+        print(f"  warning: {task} can never be admitted under this quota: {why}")
+    for task, why in (status.get("unreadable") or {}).items():
+        print(f"  warning: {task}: {why}; `gangrun delete {task}` removes it")
 
 
 def local_up(args: argparse.Namespace) -> int:
-    _print_status(args, _local(args).up(cpu=args.cpu, memory=args.memory, gpu=args.gpu))
+    _print_status(args, _local(args).up(cpu=args.cpu, memory=args.memory, gpu=args.gpu,
+                                        metrics_port=args.metrics_port))
     return 0
 
 

@@ -117,9 +117,11 @@ class LocalBackend:
         raise DaemonUnavailable(f"the local control plane did not start; see {self.paths.log}")
 
     def up(self, *, cpu: str | None = None, memory: str | None = None, gpu: int | None = None,
-           queues: list[str] | None = None, priority_classes: dict[str, int] | None = None) -> dict[str, Any]:
+           queues: list[str] | None = None, priority_classes: dict[str, int] | None = None,
+           metrics_port: int | None = None) -> dict[str, Any]:
         """Start the daemon if needed and set the quota (None keeps the current value). Returns status()."""
-        args = {"cpu": cpu, "memory": memory, "gpu": gpu, "queues": queues, "priorityClasses": priority_classes}
+        args = {"cpu": cpu, "memory": memory, "gpu": gpu, "queues": queues, "priorityClasses": priority_classes,
+                "metricsPort": metrics_port}
         self._call("configure", args, start=True)
         return self.status()
 

@@ -130,6 +130,7 @@ class Config:
     priority_classes: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     default_priority_class: str = DEFAULT_PRIORITY_CLASS
     pods_ready_backoff: float = 1.0  # seconds before requeue number 1 after PodsReadyTimeout (Kueue: 60)
+    metrics_port: int = 0  # 127.0.0.1:<port>/metrics serves the Prometheus series; 0: not served
 
     def priority_of(self, priority_class: str) -> int:
         return self.priority_classes[priority_class or self.default_priority_class]
@@ -144,14 +145,15 @@ class Config:
     def for_json(self) -> dict[str, Any]:
         return {"quota": self.quota.for_json(), "queues": list(self.queues),
                 "priorityClasses": self.priority_classes, "defaultPriorityClass": self.default_priority_class,
-                "podsReadyBackoffSeconds": self.pods_ready_backoff}
+                "podsReadyBackoffSeconds": self.pods_ready_backoff, "metricsPort": self.metrics_port}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Config:
         return cls(quota=Resources.from_json(d["quota"]), queues=tuple(d.get("queues", DEFAULT_QUEUES)),
                    priority_classes=dict(d.get("priorityClasses", DEFAULT_PRIORITY_CLASSES)),
                    default_priority_class=d.get("defaultPriorityClass", DEFAULT_PRIORITY_CLASS),
-                   pods_ready_backoff=float(d.get("podsReadyBackoffSeconds", 1.0)))
+                   pods_ready_backoff=float(d.get("podsReadyBackoffSeconds", 1.0)),
+                   metrics_port=int(d.get("metricsPort", 0)))
 
     @classmethod
     def default(cls) -> Config:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -39,9 +40,10 @@ from gangrun._backends.local.render import Launch, launch, worker_env
 from gangrun._backends.local.store import Store
 from gangrun._backends.local.task import LocalTask, view
 from gangrun._backends.local.workload import WorkloadTwin
+from gangrun._backends.metrics import Metrics
 from gangrun._core import kueue
 from gangrun._core.actions import RecordEvent, RequeueAt
-from gangrun._core.spec import TaskSpec, parse_manifest
+from gangrun._core.spec import GENERATED_SUFFIX_LEN, TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
 from gangrun._errors import GangrunError, SpecError, UsageError
@@ -55,6 +57,7 @@ DISRUPTION_REASON = "EvictionByEvictionAPI"  # the DisruptionTarget reason of a 
 CQ_PATH = f"/{CLUSTER_QUEUE}"
 ROUNDS_MAX = 50  # rounds of one tick; more means something keeps changing: the rest waits for the next tick
 TAIL_EVERY = timedelta(seconds=0.5)  # how often the checkpoint events of running gangs are read
+_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's alphabet for generated names: no vowels
 
 
 class Processes(Protocol):
@@ -70,8 +73,11 @@ class Processes(Protocol):
 
 
 class Controller:
-    def __init__(self, paths: Paths, store: Store, processes: Processes) -> None:
+    def __init__(self, paths: Paths, store: Store, processes: Processes, *,
+                 rng: random.Random | None = None) -> None:
         self.paths, self.store, self.procs = paths, store, processes
+        self.rng = rng or random.Random()  # the suffixes of generated names
+        self.metrics = Metrics()
         stored = store.config()
         self.config = Config.from_json(stored) if stored else Config.default()
         if stored is None:
@@ -129,6 +135,8 @@ class Controller:
     def submit(self, doc: dict[str, Any], now: datetime) -> str:
         now = self._now(now)
         spec = parse_manifest(doc["manifest"], source=doc.get("source", ""))
+        if not spec.name:
+            spec = replace(spec, name=self._generate(spec.generate_name))
         name = spec.name
         if name in self.broken:
             raise UsageError(f'a task named "{name}" exists but cannot be read ({self.broken[name]}); '
@@ -152,6 +160,13 @@ class Controller:
         self.tasks[name] = task
         self.dirty.add(name)
         return name
+
+    def _generate(self, prefix: str) -> str:
+        """`metadata.generateName`: the prefix and 5 random characters, as the API server makes a name."""
+        while True:
+            name = prefix + "".join(self.rng.choices(_SUFFIX_CHARS, k=GENERATED_SUFFIX_LEN))
+            if name not in self.tasks and name not in self.broken:
+                return name
 
     def _check_admissible(self, spec: TaskSpec) -> None:
         cfg = self.config
@@ -256,8 +271,13 @@ class Controller:
         self.dirty.add(name)
 
     def configure(self, *, cpu: str | None, memory: str | None, gpu: int | None,
-                  queues: list[str] | None = None, priority_classes: dict[str, int] | None = None) -> None:
+                  queues: list[str] | None = None, priority_classes: dict[str, int] | None = None,
+                  metrics_port: int | None = None) -> None:
         cfg = self.config.with_quota(cpu=cpu, memory=memory, gpu=gpu)
+        if metrics_port is not None:
+            if not 0 <= metrics_port <= 65535:
+                raise UsageError(f"--metrics-port: must be a TCP port from 1 to 65535 (0: off), got {metrics_port}")
+            cfg = replace(cfg, metrics_port=metrics_port)
         if queues or priority_classes:
             cfg = replace(cfg, queues=tuple(queues or cfg.queues),
                           priority_classes=dict(priority_classes or cfg.priority_classes))
@@ -320,6 +340,7 @@ class Controller:
         try:
             return fn(task, now)
         except Exception:
+            self.metrics.errors.inc()
             log.exception("gangrun: reconciling task %s failed; the other tasks go on", name)
             return None
 
@@ -358,6 +379,8 @@ class Controller:
         dirty = [t for t in self.tasks.values() if t.dirty]
         self.store.save([(t.to_row(), t.events) for t in dirty])
         for t in dirty:
+            for e in t.events:
+                self.metrics.count(e)
             t.events, t.saved = [], t.fingerprint()
 
     def _create(self, task: LocalTask, attempt: int, now: datetime) -> None:
@@ -569,7 +592,8 @@ class Controller:
                 "defaultPriorityClass": self.config.default_priority_class, "gangs": gangs,
                 "admitted": [g["task"] for g in gangs if g["state"] in ("Admitted", "Evicted")],
                 "pending": [g["task"] for g in gangs if g["state"] in ("Pending", "Inactive")],
-                "tooBig": self.too_big(), "unreadable": dict(self.broken)}
+                "tooBig": self.too_big(), "unreadable": dict(self.broken),
+                "metrics": f"http://127.0.0.1:{self.config.metrics_port}/metrics" if self.config.metrics_port else None}
 
     def too_big(self) -> dict[str, str]:
         """Waiting tasks that can never be admitted under the current quota, and why."""
@@ -581,6 +605,11 @@ class Controller:
             if why is not None:
                 out[t.name] = why[1]
         return out
+
+    def render_metrics(self, now: datetime) -> str:
+        """The Prometheus exposition: the counters as they ran, the gauges from the tasks' views now."""
+        self.metrics.observe_views(self.views(now))
+        return self.metrics.render()
 
     def live_workers(self) -> int:
         return sum(len(t.gang.live) for t in self.tasks.values() if t.gang is not None)

@@ -27,6 +27,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from gangrun._backends.local.controller import Controller
 from gangrun._backends.local.gang import GangTwin, Worker
 from gangrun._backends.local.render import Launch, log_path
 from gangrun._backends.local.store import Store
+from gangrun._backends.metrics import CONTENT_TYPE
 from gangrun._core.exit_status import exit_status
 from gangrun._errors import DaemonUnavailable, GangrunError
 
@@ -71,6 +73,8 @@ class Daemon:
         self.stopping = False
         self.server: socket.socket | None = None
         self.socket_id: tuple[int, int] | None = None
+        self.http: socket.socket | None = None  # 127.0.0.1:<metrics port>, when one is configured
+        self.http_port = 0
         self.next_heartbeat = self.clock()
 
     # -- Processes (what the controller may do to workers) ----------------------------------------------
@@ -112,10 +116,13 @@ class Daemon:
         signal.signal(signal.SIGINT, lambda *_: None)
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
         self.ctl.load(self.clock(), kill_leftovers=launcher.kill_leftovers)
+        self._serve_metrics()
         log.info("gangrun local control plane: pid %s, %d tasks", os.getpid(), len(self.ctl.tasks))
         try:
             while True:
+                started = time.perf_counter()
                 self._guarded(self.ctl.tick if not self.stopping else self.ctl.kill_overdue)
+                self.ctl.metrics.reconcile.observe(time.perf_counter() - started)
                 if self.stopping and self.ctl.live_workers() == 0:
                     break
                 self._housekeeping()
@@ -147,6 +154,53 @@ class Daemon:
         self.server = server
         st = sock_path.stat()
         self.socket_id = (st.st_dev, st.st_ino)
+
+    def _serve_metrics(self) -> None:
+        """Listen for Prometheus on 127.0.0.1:<metrics port> (in this thread's selector: no HTTP thread, since
+        the workers are started with a preexec_fn, which threads would make unsafe)."""
+        port = self.ctl.config.metrics_port
+        if port == self.http_port:
+            return
+        if self.http is not None:
+            self.sel.unregister(self.http)
+            self.http.close()
+            self.http, self.http_port = None, 0
+        if not port:
+            return
+        http = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        http.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            http.bind(("127.0.0.1", port))
+        except OSError as e:
+            http.close()
+            log.error("gangrun local control plane: cannot serve metrics on 127.0.0.1:%d: %s", port, e)
+            return
+        http.listen(16)
+        http.setblocking(False)
+        self.sel.register(http, selectors.EVENT_READ, ("http",))
+        self.http, self.http_port = http, port
+
+    def _answer_http(self, conn: socket.socket, buf: bytearray) -> None:
+        try:
+            chunk = conn.recv(1 << 14)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        buf += chunk
+        if chunk and b"\r\n\r\n" not in buf and len(buf) < 1 << 16:
+            return
+        self.sel.unregister(conn)
+        line = bytes(buf).split(b"\r\n", 1)[0].split()
+        path = line[1].split(b"?")[0] if len(line) > 1 else b""
+        if path == b"/metrics":
+            status, ctype, body = "200 OK", CONTENT_TYPE, self.ctl.render_metrics(self.clock()).encode()
+        else:
+            status, ctype, body = "404 Not Found", "text/plain; charset=utf-8", b"not found\n"
+        head = f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        conn.setblocking(True)
+        conn.settimeout(5)
+        _reply(conn, head + body)
 
     def _housekeeping(self) -> None:
         """Every HEARTBEAT: say we are alive, and bring our socket back if someone removed it."""
@@ -188,6 +242,12 @@ class Daemon:
             self.sel.register(conn, selectors.EVENT_READ, ("conn", conn, bytearray()))
         elif kind == "conn":
             self._read(key.data[1], key.data[2])
+        elif kind == "http" and self.http is not None:
+            conn, _ = self.http.accept()
+            conn.setblocking(False)
+            self.sel.register(conn, selectors.EVENT_READ, ("httpconn", conn, bytearray()))
+        elif kind == "httpconn":
+            self._answer_http(key.data[1], key.data[2])
         elif kind == "signal":
             try:
                 key.data[1].recv(64)
@@ -262,7 +322,8 @@ class Daemon:
             ctl.set_active(a["name"], True, now)
         elif op == "configure":
             ctl.configure(cpu=a.get("cpu"), memory=a.get("memory"), gpu=a.get("gpu"), queues=a.get("queues"),
-                          priority_classes=a.get("priorityClasses"))
+                          priority_classes=a.get("priorityClasses"), metrics_port=a.get("metricsPort"))
+            self._serve_metrics()
             result = ctl.status(now)
         elif op == "status":
             result = ctl.status(now)

@@ -8,7 +8,7 @@ is added, and the one place the accounting changes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,8 @@ class LocalTask:
         if row.error:
             raise ValueError(row.error)
         spec = parse_manifest(row.spec["manifest"], source=row.spec.get("source", ""))
+        if not spec.name:  # submitted with metadata.generateName: the row holds the name it was given
+            spec = replace(spec, name=row.name)
         task = cls(name=row.name, seq=row.seq, doc=row.spec, spec=spec, state=TaskState.from_storage(row.state),
                    acct=Accounting.from_storage(row.acct.get("accounting")),
                    workload=WorkloadTwin.from_json(row.workload) if row.workload else None,
@@ -110,7 +112,7 @@ def view(task: LocalTask, config: Config, paths: Paths, *, now: datetime,
         "accounting": {**task.acct.view(now=now), "preemptionsByCause": causes,
                        "waitingForReadmissionSeconds": waited},
     }
-    return task_view(task.name, task.state, now=now, extra=extra)
+    return task_view(task.name, task.state, now=now, extra=extra, policy=spec.policy())
 
 
 def pending_message(task: LocalTask) -> str | None:
