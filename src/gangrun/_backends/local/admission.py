@@ -23,9 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from gangrun._core.spec import TaskSpec
 from gangrun._core.units import format_bytes
+from gangrun._errors import SpecError
+
+if TYPE_CHECKING:  # config.py builds on Resources, defined here
+    from gangrun._backends.local.config import Config
 
 RESOURCE_NAMES = ("cpu", "memory", "gpu")
 
@@ -67,6 +72,22 @@ def gang_request(spec: TaskSpec) -> tuple[Resources, Resources]:
     """(per node, whole gang): what submit checks against the quota is what the Workload asks for."""
     per_node = Resources(cpu=spec.resources.cpu, memory=spec.resources.memory, gpu=Decimal(spec.resources.gpu))
     return per_node, per_node.scaled(spec.nodes)
+
+
+def check_submit(spec: TaskSpec, config: Config) -> None:
+    """Refuse at submit what could never be admitted: an unknown queue or priority class, a gang larger
+    than the whole quota. Raises SpecError naming the field."""
+    if spec.queue not in config.queues:
+        raise SpecError("spec.queue", f'unknown queue "{spec.queue}"; the local control plane has: '
+                                      f"{', '.join(config.queues)}")
+    pc = spec.priority_class or config.default_priority_class
+    if pc not in config.priority_classes:
+        known = ", ".join(f"{k} ({v})" for k, v in sorted(config.priority_classes.items(), key=lambda kv: kv[1]))
+        raise SpecError("spec.priorityClass", f'unknown priority class "{pc}"; known: {known}')
+    big = too_big(spec, config.quota)
+    if big is not None:
+        raise SpecError(f"spec.resources.{big[0]}",
+                        f"{big[1]}; lower it or raise the quota with `gangrun local up --{big[0]} ...`")
 
 
 def too_big(spec: TaskSpec, quota: Resources) -> tuple[str, str] | None:

@@ -32,6 +32,7 @@ from gangrun._core.units import parse_quantity
 from gangrun._errors import UsageError
 
 CLUSTER_QUEUE = "local"
+CQ_PATH = f"/{CLUSTER_QUEUE}"  # how Kueue names a ClusterQueue in its preemption messages
 NAMESPACE = "local"
 DEFAULT_QUEUES = ("default",)
 DEFAULT_PRIORITY_CLASSES = {"low": 100, "normal": 1000, "high": 10000}
