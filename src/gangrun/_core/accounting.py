@@ -12,7 +12,8 @@ What the events mean here, in order of a task's life:
     GangStarted | Readmitted |       the whole gang runs from here ("gang up"); a restart while up
       GangRestarted                  is a stop and a start
     Preempted | Evicted |            the gang stops: work since the newest checkpoint of this attempt
-      WorkerExited | AttemptEnded |  (or since the gang came up, if later) is lost
+      WorkerDisrupted |              (or since the gang came up, if later) is lost
+      WorkerExited | AttemptEnded |
       Failed | Aborted
     CheckpointCommitted              the newest checkpoint; one committed during a stop (the final save
                                      in the grace period) shrinks that stop's loss
@@ -33,8 +34,8 @@ from gangrun._core.timeline import Event, EventType
 from gangrun._core.times import time_in, time_out
 
 _UP = frozenset({EventType.GANG_STARTED, EventType.READMITTED, EventType.RESTARTED})
-_STOPS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.WORKER_EXITED, EventType.ATTEMPT_ENDED,
-                    EventType.FAILED, EventType.ABORTED})
+_STOPS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.DISRUPTED, EventType.WORKER_EXITED,
+                    EventType.ATTEMPT_ENDED, EventType.FAILED, EventType.ABORTED})
 _ENDS = frozenset({EventType.SUCCEEDED, EventType.FAILED, EventType.ABORTED})
 
 

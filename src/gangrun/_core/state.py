@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from gangrun._core.eviction import Eviction, EvictionKind
+from gangrun._core.observation import Disruption
 from gangrun._core.phases import Phase, PhaseInfo
 from gangrun._core.times import time_in, time_out
 
@@ -47,6 +48,28 @@ class EvictionRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DisruptionRecord:
+    """One whole-gang restart for a worker lost to a node disruption (charged to no budget)."""
+
+    attempt: int
+    restart_attempt: int  # the gang's restart round it started
+    reason: str
+    message: str
+    worker: str
+    at: datetime
+
+    @classmethod
+    def of(cls, d: Disruption, *, attempt: int, restart_attempt: int, at: datetime) -> DisruptionRecord:
+        return cls(attempt=attempt, restart_attempt=restart_attempt, reason=d.reason, message=d.message,
+                   worker=d.worker, at=at)
+
+    def describe(self) -> str:
+        """`worker lost to node disruption (<reason>): <message> (<worker>)`."""
+        text = f"worker lost to node disruption ({self.reason}): {self.message}"
+        return text + (f" ({self.worker})" if self.worker else "")
+
+
+@dataclass(frozen=True, kw_only=True)
 class AttemptRecord:
     number: int
     started_at: datetime  # when gangrun created its gang
@@ -76,6 +99,8 @@ class TaskState:
     user_retries_used: int = 0
     system_retries_used: int = 0
     consecutive_system_failures: int = 0
+    disruption_restarts: int = 0  # the gang's uncounted (disruption) restarts already seen, this attempt
+    disruptions_in_a_row: int = 0  # disruption restarts since the gang was last fully up
     eviction: EvictionRecord | None = None  # the eviction in progress, from first sight until readmission
     waiting: bool = False  # S5: the started gang is suspended and keeps its attempt until Kueue readmits it
     unexplained_suspend_since: datetime | None = None  # S7: suspended, Workload not Evicted yet
@@ -83,6 +108,7 @@ class TaskState:
     code: str = ""  # the final error code on Failed
     attempts: tuple[AttemptRecord, ...] = ()
     evictions: tuple[EvictionRecord, ...] = ()  # every closed or open eviction, for accounting (B5)
+    disruptions: tuple[DisruptionRecord, ...] = ()  # every restart for a node disruption, for accounting
 
     @classmethod
     def new(cls, *, now: datetime) -> TaskState:
@@ -114,11 +140,25 @@ class TaskState:
     def with_running(self, *, at: datetime, restart_attempt: int) -> TaskState:
         """The whole gang is up: started becomes sticky, maxRuntime starts counting once per attempt."""
         if (self.started and self.restart_attempt == restart_attempt and self.consecutive_system_failures == 0
-                and self.unexplained_suspend_since is None and self.current.running_at is not None):
+                and self.disruptions_in_a_row == 0 and self.unexplained_suspend_since is None
+                and self.current.running_at is not None):
             return self  # the steady state: most observations change nothing
         current = self.current if self.current.running_at else replace(self.current, running_at=at)
         return replace(self, started=True, restart_attempt=restart_attempt, consecutive_system_failures=0,
-                       attempts=self.attempts[:-1] + (current,), unexplained_suspend_since=None)
+                       disruptions_in_a_row=0, attempts=self.attempts[:-1] + (current,),
+                       unexplained_suspend_since=None)
+
+    def with_disruption(self, d: Disruption, *, restarts_not_counted: int, restart_attempt: int,
+                        at: datetime) -> TaskState:
+        """The gang restarted (uncounted) into round `restart_attempt` for a worker lost to a node
+        disruption; `restarts_not_counted` is the gang's total of such restarts. Returns the same state
+        if none is new."""
+        new = restarts_not_counted - self.disruption_restarts
+        if new <= 0:
+            return self
+        record = DisruptionRecord.of(d, attempt=self.attempt, restart_attempt=restart_attempt, at=at)
+        return replace(self, disruption_restarts=restarts_not_counted,
+                       disruptions_in_a_row=self.disruptions_in_a_row + new, disruptions=self.disruptions + (record,))
 
     def with_eviction_seen(self, ev: Eviction, *, at: datetime) -> TaskState:
         """Record an eviction the first time it is seen. Returns the same state if one is already open."""
@@ -158,6 +198,7 @@ class TaskState:
         """A fresh attempt: a new gang, nothing sticky carried over; budgets are kept."""
         number = self.attempt + 1
         return replace(self, attempt=number, gang_seen=False, started=False, restart_attempt=0,
+                       disruption_restarts=0, disruptions_in_a_row=0,
                        attempts=self.attempts + (AttemptRecord(number=number, started_at=at),))
 
     # -- storage ------------------------------------------------------------------------------------
@@ -174,6 +215,8 @@ class TaskState:
             "userRetriesUsed": self.user_retries_used,
             "systemRetriesUsed": self.system_retries_used,
             "consecutiveSystemFailures": self.consecutive_system_failures,
+            "disruptionRestarts": self.disruption_restarts,
+            "disruptionsInARow": self.disruptions_in_a_row,
             "eviction": _eviction_out(self.eviction),
             "waitingForReadmission": self.waiting,
             "unexplainedSuspendSince": time_out(self.unexplained_suspend_since),
@@ -181,6 +224,7 @@ class TaskState:
             "code": self.code,
             "attempts": [a.for_storage() for a in self.attempts],
             "evictions": [_eviction_out(e) for e in self.evictions],
+            "disruptions": [_disruption_out(d) for d in self.disruptions],
         }
 
     @classmethod
@@ -194,6 +238,8 @@ class TaskState:
             user_retries_used=int(data.get("userRetriesUsed", 0)),
             system_retries_used=int(data.get("systemRetriesUsed", 0)),
             consecutive_system_failures=int(data.get("consecutiveSystemFailures", 0)),
+            disruption_restarts=int(data.get("disruptionRestarts", 0)),
+            disruptions_in_a_row=int(data.get("disruptionsInARow", 0)),
             eviction=_eviction_in(data.get("eviction")),
             waiting=bool(data.get("waitingForReadmission", False)),
             unexplained_suspend_since=time_in(data.get("unexplainedSuspendSince")),
@@ -201,6 +247,7 @@ class TaskState:
             code=data.get("code", ""),
             attempts=tuple(_attempt_in(a) for a in data.get("attempts", [])),
             evictions=tuple(e for e in (_eviction_in(x) for x in data.get("evictions", [])) if e is not None),
+            disruptions=tuple(_disruption_in(d) for d in data.get("disruptions", [])),
         )
 
 
@@ -230,4 +277,17 @@ def _eviction_in(d: dict[str, Any] | None) -> EvictionRecord | None:
                           readmitted_at=time_in(d.get("readmittedAt")))
 
 
-__all__ = ["AttemptRecord", "EvictionRecord", "Outcome", "TaskState"]
+def _disruption_out(d: DisruptionRecord) -> dict[str, Any]:
+    return {"attempt": d.attempt, "restartAttempt": d.restart_attempt, "reason": d.reason, "message": d.message,
+            "worker": d.worker, "at": time_out(d.at)}
+
+
+def _disruption_in(d: dict[str, Any]) -> DisruptionRecord:
+    at = time_in(d.get("at"))
+    assert at is not None, "a disruption record always has its time"
+    return DisruptionRecord(attempt=int(d["attempt"]), restart_attempt=int(d.get("restartAttempt", 0)),
+                            reason=d.get("reason", ""), message=d.get("message", ""), worker=d.get("worker", ""),
+                            at=at)
+
+
+__all__ = ["AttemptRecord", "DisruptionRecord", "EvictionRecord", "Outcome", "TaskState"]

@@ -31,6 +31,7 @@ class EventType(StrEnum):
     READMITTED = "Readmitted"
     CHECKPOINT = "CheckpointCommitted"
     RESTARTED = "GangRestarted"
+    DISRUPTED = "WorkerDisrupted"  # a worker lost to a node disruption: the gang restarts, charged to no budget
     ATTEMPT_ENDED = "AttemptEnded"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
@@ -68,6 +69,9 @@ def transition_events(before: TaskState, after: TaskState, action: Action, *, no
     for ev in after.evictions[len(before.evictions):]:  # the history only grows: new entries are new evictions
         type_ = EventType.PREEMPTED if ev.kind is EvictionKind.PREEMPTED else EventType.EVICTED
         add(type_, ev.as_eviction().summary(), reason=ev.reason, detail=ev.detail)
+    for d in after.disruptions[len(before.disruptions):]:
+        add(EventType.DISRUPTED, f"{d.describe()}; restarting the gang (not counted)", attempt=d.attempt,
+            reason=d.reason, restartAttempt=d.restart_attempt)
     # The eviction that this step saw end by readmission, if any.
     readmission_of = before.eviction if after.eviction is None and action.kind is ActionKind.NONE else None
     readmitted = readmission_of is not None

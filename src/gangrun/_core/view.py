@@ -11,8 +11,10 @@ from gangrun._core.state import TaskState
 
 
 def eviction_accounting(state: TaskState, *, now: datetime) -> tuple[dict[str, int], float]:
-    """Evictions by Kueue reason, and the seconds spent waiting for re-admission (B5)."""
+    """Stops by cause (B5): evictions by Kueue's Evicted reason, node disruptions by their own reason
+    (EvictionByEvictionAPI, TerminationByKubelet, ...); and the seconds spent waiting for re-admission."""
     counts = Counter(e.reason or e.kind.value for e in state.evictions)
+    counts.update(d.reason for d in state.disruptions)
     return dict(counts), round(state.waiting_for_readmission(now=now).total_seconds(), 3)
 
 
