@@ -10,10 +10,12 @@ v0.11–v0.12 `jobset.x-k8s.io/v1alpha2`), e.g.
 from __future__ import annotations
 
 import copy
+import json
 from datetime import datetime
 from typing import Any
 
 from builders import PREEMPTION_MESSAGE, T0, at  # noqa: F401 - re-exported for the kube tests
+from gangrun import _checkpoint_report
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.render import render_jobset
 from gangrun._core import jobset, kueue
@@ -182,3 +184,35 @@ def pod_obj(jobset_name: str, index: int, *, task: str = "train", attempt: int =
                                             "message": "0/3 nodes are available: 3 Insufficient cpu."})
     pod["status"]["conditions"].append({"type": "Ready", "status": "True" if ready else "False"})
     return pod
+
+
+def disrupted(pod: dict[str, Any], reason: str = jobset.DISRUPTION_EVICTION_API,
+              message: str = jobset.MSG_EVICTION_API, *, failed: bool = True, t: datetime = T0) -> dict[str, Any]:
+    """The pod as a drain leaves it: DisruptionTarget=True, then Failed once the kubelet stopped it (exit 143)."""
+    pod = copy.deepcopy(pod)
+    pod["status"]["conditions"].append({"type": jobset.DISRUPTION_TARGET, "status": "True", "reason": reason,
+                                        "message": message, "lastTransitionTime": ts(t)})
+    if failed:
+        pod["status"]["phase"] = "Failed"
+        pod["status"]["containerStatuses"] = [{"name": "worker", "state": {"terminated": {
+            "exitCode": 143, "reason": "Error", "finishedAt": ts(t)}}}]
+    return pod
+
+
+def terminated(pod: dict[str, Any], *, code: int = 0, message: str = "", t: datetime = T0) -> dict[str, Any]:
+    """The pod after its worker container exited, leaving `message` as its termination message."""
+    pod = copy.deepcopy(pod)
+    pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+    term: dict[str, Any] = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": ts(t)}
+    if message:
+        term["message"] = message
+    pod["status"]["containerStatuses"] = [{"name": "worker", "state": {"terminated": term}}]
+    return pod
+
+
+def commit_report(*, step: int, t: datetime, attempt: int = 1, rank: int = 0, seq: int | None = None) -> str:
+    """A termination message as gangrun.launch writes it for a worker whose newest commit was `step`."""
+    line = {"type": "checkpoint_committed", "task": "train", "attempt": attempt, "rank": rank,
+            "seq": step if seq is None else seq, "step": step, "uri": f"s3://b/train/attempt-{attempt}/step-{step}",
+            "time": t.timestamp()}
+    return _checkpoint_report.report([json.dumps(line)])

@@ -28,14 +28,14 @@ from gangrun._backends.kube.client import (
     connect,
 )
 from gangrun._backends.kube.pending import pending_message, queue_position
-from gangrun._backends.kube.reconcile import load_state, task_spec
-from gangrun._backends.kube.render import CONTAINER, check_renderable
+from gangrun._backends.kube.reconcile import load_accounting, load_state, task_spec
+from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB, check_renderable, render_jobset
 from gangrun._core import jobset, kueue
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event
-from gangrun._core.view import task_view
+from gangrun._core.view import eviction_accounting, task_view
 from gangrun._errors import ApiError, BackendError, Conflict, NotFound, SpecError, UsageError
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -78,6 +78,7 @@ class KubeBackend:
         check_renderable(spec)  # refuses what the cluster would refuse later (no image), naming the field
         ns = spec.namespace or self.namespace
         self._check_queue(ns, spec.queue)
+        self._check_pod(ns, spec)
         body = {k: v for k, v in (spec.raw or {}).items() if k != "status"}
         meta = {k: v for k, v in (body.get("metadata") or {}).items()
                 if k in ("name", "labels", "annotations")}
@@ -251,7 +252,8 @@ class KubeBackend:
         extra = {"backend": self.name, "namespace": md.get("namespace", self._namespace),
                  "queue": spec.get("queue", "default"), "priorityClass": spec.get("priorityClass", ""),
                  "nodes": spec.get("nodes"), "nprocPerNode": spec.get("nprocPerNode", 1),
-                 "jobSet": (task.get("status") or {}).get("jobSet", ""), **self._pending(task, state)}
+                 "jobSet": (task.get("status") or {}).get("jobSet", ""), **self._pending(task, state),
+                 "accounting": _accounting(task, state)}
         try:
             policy = task_spec(task).policy()
         except SpecError:  # an invalid spec reads as Failed (the controller says why); it has no budgets to show
@@ -316,6 +318,25 @@ class KubeBackend:
                     pass
         except ApiError:
             pass  # best effort: see delete()
+
+    def _check_pod(self, namespace: str, spec: TaskSpec) -> None:
+        """Ask the API server to validate one worker pod (a dry run): a podTemplate it would refuse is a
+        manifest error now, not a gang that never starts because its Job cannot create pods."""
+        if not spec.pod_template:
+            return
+        js = render_jobset(spec, attempt=1)
+        template = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        name = js["metadata"]["name"]
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {**template["metadata"], "name": f"{name}-{REPLICATED_JOB}-0-0", "namespace": namespace},
+               "spec": {**template["spec"], "hostname": f"{name}-{REPLICATED_JOB}-0-0"}}
+        try:
+            self.api.create(PODS, namespace, pod, dry_run=True)
+        except ApiError as e:
+            if e.status in (400, 422):
+                raise SpecError("spec.podTemplate", f"the API server refuses the worker pod: {e.message}") from None
+            # Forbidden (no right to create pods, or a namespace quota), unreachable: the controller's
+            # own create reports it later; a check must not stop a submit the cluster would take.
 
     def _check_queue(self, namespace: str, queue_name: str) -> None:
         try:
@@ -400,6 +421,13 @@ def _grace_seconds(task: dict[str, Any]) -> float:
         return task_spec(task).termination_grace.total_seconds()
     except SpecError:
         return 30.0
+
+
+def _accounting(task: dict[str, Any], state: TaskState) -> dict[str, Any]:
+    """The accounting of `get -o json`, the same fields as on the local backend."""
+    now = _now()
+    causes, waited = eviction_accounting(state, now=now)
+    return {**load_accounting(task).view(now=now), "preemptionsByCause": causes, "waitingForReadmissionSeconds": waited}
 
 
 def _check_kubeconfig(path: str | None) -> None:

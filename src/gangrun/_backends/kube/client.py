@@ -67,7 +67,8 @@ class KubeApi(Protocol):
             subresource: str | None = None) -> dict[str, Any]: ...
     def list(self, res: Resource, namespace: str | None, *, label_selector: str = "",
              field_selector: str = "") -> dict[str, Any]: ...
-    def create(self, res: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]: ...
+    def create(self, res: Resource, namespace: str | None, body: dict[str, Any], *,
+               dry_run: bool = False) -> dict[str, Any]: ...
     def replace(self, res: Resource, namespace: str | None, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
     def patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any], *,
               subresource: str | None = None) -> dict[str, Any]: ...
@@ -125,8 +126,10 @@ class Api:
         return self._object("GET", res.path(namespace),
                             query={"labelSelector": label_selector, "fieldSelector": field_selector})
 
-    def create(self, res: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
-        return self._object("POST", res.path(namespace), body=body)
+    def create(self, res: Resource, namespace: str | None, body: dict[str, Any], *,
+               dry_run: bool = False) -> dict[str, Any]:
+        """Create `body`; `dry_run`: validated and admitted by the server, never stored."""
+        return self._object("POST", res.path(namespace), body=body, query={"dryRun": "All"} if dry_run else None)
 
     def replace(self, res: Resource, namespace: str | None, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._object("PUT", res.path(namespace, name), body=body)

@@ -9,6 +9,11 @@ the pure `reconcile`.
                                                                then create/delete JobSets, record Events
 
 A sync that raises is retried with per-key backoff; one that asks for `wake_at` is queued again then.
+Pods that go away carrying something a sync still needs (a worker's newest checkpoint in its
+termination message, a DisruptionTarget condition) are kept from their DELETED event until a sync
+has written what they said into the status. Stop notices go onto pods as one-annotation patches,
+before the deletes the same sync asks for.
+
 Reads come from the informer caches, except where a stale cache could cost an attempt:
 * a JobSet missing from the cache after it was seen is read from the API server before the engine
   may call it deleted;
@@ -30,14 +35,16 @@ from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
 from gangrun._backends.kube.metrics import Metrics
-from gangrun._backends.kube.reconcile import CreateJobSet, DeleteJobSet, RecordEvent, RequeueAt, load_state, reconcile
+from gangrun._backends.kube.reconcile import AnnotatePods, CreateJobSet, DeleteJobSet, event_type, load_state, reconcile
 from gangrun._backends.kube.render import jobset_name
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
+from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.timeline import EventType
 from gangrun._errors import ApiError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
+REJECTED_EVENT = "the API server rejected the event"
 RBAC_HINT = ("the controller may not read Kueue Workloads (403); evictions of started gangs will be "
              "system retries. Grant get/list/watch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 
@@ -49,20 +56,23 @@ def _utcnow() -> datetime:
 class Controller:
     def __init__(self, api: KubeApi, *, namespace: str | None, clock: Callable[[], datetime] = _utcnow,
                  metrics: Metrics | None = None, identity: str = "",
-                 queue: WorkQueue[Key] | None = None) -> None:
+                 queue: WorkQueue[Key] | None = None, strict_events: bool = False) -> None:
         self.api, self.namespace, self.clock = api, namespace, clock
         self.metrics = metrics or Metrics()
         self.identity = identity
+        self.strict_events = strict_events  # tests: an Event the API server rejects fails the sync
         self.queue: WorkQueue[Key] = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
         self.tasks = Informer(api, TASKS, namespace=namespace, on_change=self._task_changed)
         self.jobsets = Informer(api, JOBSETS, namespace=namespace, label_selector=crd.TASK_LABEL,
                                 on_change=self._owned_changed, indexers=indexes.JOBSET_INDEXERS)
         self.pods = Informer(api, PODS, namespace=namespace, label_selector=crd.TASK_LABEL,
-                             on_change=self._owned_changed, indexers=indexes.POD_INDEXERS)
+                             on_change=self._pod_changed, indexers=indexes.POD_INDEXERS)
         self.workloads = Informer(api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
                                   indexers=indexes.WORKLOAD_INDEXERS)
         self.informers = (self.tasks, self.jobsets, self.pods, self.workloads)
         self._hinted = False
+        self._tomb_lock = threading.Lock()
+        self._tombstones: dict[Key, dict[str, dict[str, Any]]] = {}  # task -> pod name -> its last state
 
     # -- event routing --------------------------------------------------------------------------------
 
@@ -73,6 +83,13 @@ class Controller:
         task = adapter.labels(obj).get(crd.TASK_LABEL)
         if task:
             self.queue.add((key_of(obj)[0], task))
+
+    def _pod_changed(self, obj: dict[str, Any]) -> None:
+        task = adapter.labels(obj).get(crd.TASK_LABEL)
+        if task and self.pods.get(key_of(obj)) is None and _worth_keeping(obj):
+            with self._tomb_lock:
+                self._tombstones.setdefault((key_of(obj)[0], task), {})[key_of(obj)[1]] = obj
+        self._owned_changed(obj)
 
     def _workload_changed(self, obj: dict[str, Any]) -> None:
         uid = adapter.workload_job_uid(obj)
@@ -97,7 +114,12 @@ class Controller:
         if js is None and state.gang_seen:
             js = self._live_jobset(namespace, current)
         owned = self.jobsets.by_index(indexes.BY_TASK, key)
-        pods = [p for p in self.pods.by_index(indexes.BY_TASK, key) if adapter.attempt_of(p) == state.attempt]
+        with self._tomb_lock:
+            gone = dict(self._tombstones.get(key, {}))
+        live = self.pods.by_index(indexes.BY_TASK, key)
+        names = {(p.get("metadata") or {}).get("name") for p in live}
+        pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
+                if adapter.attempt_of(p) == state.attempt]
         new_status, actions = reconcile(task, js, self._workloads_for(js), pods, now=now, owned_jobsets=owned)
         if new_status is not None:
             rv = (task.get("metadata") or {}).get("resourceVersion")
@@ -108,9 +130,12 @@ class Controller:
                 self.tasks.upsert(updated)
                 task = updated
             self._count(status, new_status)
+        self._forget_tombstones(key, gone)  # what they said is in the status now
         index = 0
         for action in actions:
-            if isinstance(action, CreateJobSet):
+            if isinstance(action, AnnotatePods):
+                self._annotate(namespace, action)
+            elif isinstance(action, CreateJobSet):
                 self._create_jobset(namespace, action.body)
             elif isinstance(action, DeleteJobSet):
                 self._delete_jobset(namespace, action.name)
@@ -119,6 +144,22 @@ class Controller:
                 index += 1
             elif isinstance(action, RequeueAt):
                 self.queue.add_after(key, max((action.at - now).total_seconds(), 0.0))
+
+    def _forget_tombstones(self, key: Key, seen: dict[str, dict[str, Any]]) -> None:
+        with self._tomb_lock:
+            kept = {n: p for n, p in self._tombstones.get(key, {}).items() if seen.get(n) is not p}
+            if kept:
+                self._tombstones[key] = kept
+            else:
+                self._tombstones.pop(key, None)
+
+    def _annotate(self, namespace: str, action: AnnotatePods) -> None:
+        """The stop notice on each pod; a pod already gone needs none."""
+        for name in action.names:
+            try:
+                self.api.patch(PODS, namespace, name, {"metadata": {"annotations": action.annotations}})
+            except NotFound:
+                pass
 
     def _live_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -174,12 +215,18 @@ class Controller:
         ev = action.event
         if ev.type is EventType.READMITTED:
             self.metrics.readmission_wait.observe(float(ev.data.get("waitedSeconds") or 0.0))
-        body = events.to_k8s(task, ev, type_=action.type, index=index, instance=self.identity)
+        body = events.to_k8s(task, ev, type_=event_type(ev), index=index, instance=self.identity)
         try:
             self.api.create(EVENTS, key_of(task)[0], body)
         except Conflict:
             pass
-        except ApiError as e:  # an Event is worth a log line, never a retry of the whole reconcile
+        except ApiError as e:
+            if e.status in (400, 422):  # the API server refused what gangrun built: a bug, never the cluster's
+                log.error("%s %s on %s: %s", REJECTED_EVENT, ev.type.value, key_of(task), e)
+                if self.strict_events:
+                    raise
+                return
+            # Unreachable, throttled, forbidden: an Event is worth a log line, never a retry of the reconcile.
             log.warning("could not record event %s on %s: %s", ev.type.value, key_of(task), e)
 
     def _count(self, before: dict[str, Any], after: dict[str, Any]) -> None:
@@ -246,3 +293,8 @@ class Controller:
         self.queue.shutdown()
         for t in workers_:
             t.join(timeout=10)
+
+
+def _worth_keeping(pod: dict[str, Any]) -> bool:
+    """Whether a deleted pod still says something a sync needs: a checkpoint, or a node disruption."""
+    return bool(adapter.checkpoints([pod])) or adapter.disruption({}, [pod]) is not None
