@@ -193,7 +193,9 @@ def test_a_pod_template_reaches_every_worker_pod_merged_with_gangrun_s_own_field
 def test_shm_size_mounts_a_memory_backed_dev_shm() -> None:
     pod = _pod(render_jobset(task_spec(shmSize="8Gi")))["spec"]
     (shm,) = [v for v in pod["volumes"] if v["name"] == "gangrun-shm"]
-    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": str(8 * 2**30)}
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+    (odd,) = [v for v in _pod(render_jobset(task_spec(shmSize="1536Mi")))["spec"]["volumes"] if v["name"] == "gangrun-shm"]
+    assert odd["emptyDir"]["sizeLimit"] == "1536Mi"
     assert {"name": "gangrun-shm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
     assert "gangrun-shm" not in {v["name"] for v in _pod(render_jobset(task_spec()))["spec"]["volumes"]}
 

@@ -12,7 +12,7 @@ A sync that raises is retried with per-key backoff; one that asks for `wake_at` 
 Pods that go away carrying something a sync still needs (a worker's newest checkpoint in its
 termination message, a DisruptionTarget condition) are kept from their DELETED event until a sync
 has written what they said into the status. Stop notices go onto pods as one-annotation patches,
-before the deletes the same sync asks for.
+first of all: before the status write and the deletes the same sync asks for.
 
 Reads come from the informer caches, except where a stale cache could cost an attempt:
 * a JobSet missing from the cache after it was seen is read from the API server before the engine
@@ -45,6 +45,7 @@ from gangrun._errors import ApiError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
 REJECTED_EVENT = "the API server rejected the event"
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Aborted"})
 RBAC_HINT = ("the controller may not read Kueue Workloads (403); evictions of started gangs will be "
              "system retries. Grant get/list/watch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 
@@ -121,6 +122,11 @@ class Controller:
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
                 if adapter.attempt_of(p) == state.attempt]
         new_status, actions = reconcile(task, js, self._workloads_for(js), pods, now=now, owned_jobsets=owned)
+        for action in actions:
+            # Before the status write: a notice is no part of the task's state (writing it twice is
+            # harmless), and for a stop Kueue starts every millisecond counts against its suspend.
+            if isinstance(action, AnnotatePods):
+                self._annotate(namespace, action)
         if new_status is not None:
             rv = (task.get("metadata") or {}).get("resourceVersion")
             patch = {"metadata": {"resourceVersion": rv}, "status": new_status}
@@ -130,12 +136,10 @@ class Controller:
                 self.tasks.upsert(updated)
                 task = updated
             self._count(status, new_status)
-        self._forget_tombstones(key, gone)  # what they said is in the status now
+        self._forget_tombstones(key, task)
         index = 0
         for action in actions:
-            if isinstance(action, AnnotatePods):
-                self._annotate(namespace, action)
-            elif isinstance(action, CreateJobSet):
+            if isinstance(action, CreateJobSet):
                 self._create_jobset(namespace, action.body)
             elif isinstance(action, DeleteJobSet):
                 self._delete_jobset(namespace, action.name)
@@ -145,9 +149,11 @@ class Controller:
             elif isinstance(action, RequeueAt):
                 self.queue.add_after(key, max((action.at - now).total_seconds(), 0.0))
 
-    def _forget_tombstones(self, key: Key, seen: dict[str, dict[str, Any]]) -> None:
+    def _forget_tombstones(self, key: Key, task: dict[str, Any]) -> None:
+        """Drop the pods whose news the task's status now holds, and those of attempts it has left."""
+        status = s if isinstance(s := task.get("status"), dict) else {}
         with self._tomb_lock:
-            kept = {n: p for n, p in self._tombstones.get(key, {}).items() if seen.get(n) is not p}
+            kept = {n: p for n, p in self._tombstones.get(key, {}).items() if not _told(p, status)}
             if kept:
                 self._tombstones[key] = kept
             else:
@@ -298,3 +304,20 @@ class Controller:
 def _worth_keeping(pod: dict[str, Any]) -> bool:
     """Whether a deleted pod still says something a sync needs: a checkpoint, or a node disruption."""
     return bool(adapter.checkpoints([pod])) or adapter.disruption({}, [pod]) is not None
+
+
+def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
+    """Whether the status already holds what a deleted pod said (or the task has left its attempt).
+
+    A disruption is in the status only once the gang restarted for it, which may be several syncs
+    after its pod went; a checkpoint once the accounting has it (or a newer one).
+    """
+    if adapter.attempt_of(pod) != status.get("attempt", 1) or status.get("phase") in TERMINAL_PHASES:
+        return True
+    d = adapter.disruption({}, [pod])
+    if d is not None and not any(isinstance(r, dict) and r.get("worker") == d.worker
+                                 for r in status.get("disruptions") or []):
+        return False
+    commits = adapter.checkpoints([pod])
+    newest = adapter.parse_time(((status.get("accounting") or {}).get("lastCheckpoint") or {}).get("at"))
+    return not commits or (newest is not None and all(c.at <= newest for c in commits))

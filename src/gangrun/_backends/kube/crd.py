@@ -110,18 +110,21 @@ def spec_schema() -> dict[str, Any]:
 # kept only by x-kubernetes-preserve-unknown-fields).
 _OWNED_POD_TYPES = {"restartPolicy": "string", "terminationGracePeriodSeconds": "integer", "hostname": "string",
                     "subdomain": "string", "hostnameOverride": "string", "nodeName": "string", "resources": "object",
-                    "ephemeralContainers": "array"}
-_OWNED_WORKER_TYPES = {"image": "string", "command": "array", "args": "array", "workingDir": "string",
+                    "ephemeralContainers": "objects"}
+_OWNED_WORKER_TYPES = {"image": "string", "command": "strings", "args": "strings", "workingDir": "string",
                        "resources": "object", "terminationMessagePath": "string", "terminationMessagePolicy": "string",
-                       "restartPolicy": "string", "restartPolicyRules": "array"}
+                       "restartPolicy": "string", "restartPolicyRules": "objects"}
 CONTAINERS_MAX = 64
 
 
 def _any(type_: str) -> dict[str, Any]:
+    """A structural schema for a field CEL must see: a scalar, an object kept as given, or a list of either."""
     if type_ == "object":
         return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    if type_ == "array":
-        return {"type": "array", "items": {"x-kubernetes-preserve-unknown-fields": True}}
+    if type_ == "strings":
+        return {"type": "array", "items": {"type": "string"}}
+    if type_ == "objects":
+        return {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
     return {"type": type_}
 
 

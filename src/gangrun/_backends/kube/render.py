@@ -145,7 +145,7 @@ def _volumes(spec: TaskSpec) -> list[dict[str, Any]]:
     notice = {"name": NOTICE_VOLUME, "downwardAPI": {"items": [item]}}
     volumes = [notice, {"name": RUN_VOLUME, "emptyDir": {}}]
     if spec.shm_size is not None:
-        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(spec.shm_size)}})
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": _bytes(spec.shm_size)}})
     return volumes
 
 
@@ -211,6 +211,14 @@ def _resources(spec: TaskSpec) -> dict[str, Any]:
     if r.gpu:
         requests[spec.gpu_resource] = limits[spec.gpu_resource] = str(r.gpu)
     return {"requests": requests, "limits": limits}
+
+
+def _bytes(v: Decimal) -> str:
+    """A byte count as people write it when it is a whole number of a binary unit (8Gi), else exactly."""
+    for suffix, unit in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if v >= unit and v % unit == 0:
+            return f"{int(v // unit)}{suffix}"
+    return _quantity(v)
 
 
 def _quantity(v: Decimal) -> str:
