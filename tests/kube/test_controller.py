@@ -448,6 +448,8 @@ def test_a_pod_that_is_gone_before_a_sync_saw_it_still_counts_its_checkpoint_and
     for inf in c.ctl.informers:  # the watch delivered the update...
         inf.relist()
     c.api.remove(PODS, "ml", "train-1-workers-0-1-abcde")  # ...and the delete, before any sync ran
+    c.settle()  # syncs while JobSet has not restarted yet: the disruption is not in the status yet
+    assert c.ctl._tombstones and not c.status().get("disruptions")
     js = c.js()
     js["status"].update(restarts=1, restartsCountTowardsMax=0, conditions=[
         {"type": "RestartingJobSet", "status": "True", "reason": "FailurePolicy_restartOnDisruption",

@@ -342,7 +342,7 @@ def merge_pod_template(template: Mapping[str, Any], *, labels: Mapping[str, str]
         out_meta["annotations"] = merged_annotations
     theirs = worker_container(tpl) or {}
     own_worker = dict(worker)
-    container = {**theirs, **own_worker}
+    container = {**own_worker, **{k: v for k, v in theirs.items() if k not in own_worker}}
     container["env"] = merge_named(theirs.get("env") or [], own_worker.get("env") or [], "name", ours_first=True)
     container["ports"] = merge_named(theirs.get("ports") or [], own_worker.get("ports") or [], "name",
                                      "containerPort")

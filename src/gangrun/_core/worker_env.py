@@ -86,14 +86,13 @@ def gang_env(spec: TaskSpec, *, attempt: int, gang: str, master_addr: str, maste
         LOCAL_WORLD_SIZE: str(spec.nproc_per_node),
         WORLD_SIZE: str(spec.world_size),
         MASTER_ADDR: master_addr,
+        **({MASTER_PORT: str(master_port)} if master_port is not None else {}),
         CHECKPOINT_PATH: checkpoint_path,
         PREV_CHECKPOINT_PATH: prev_checkpoint_path,
         STOP_FILE: stop_file,
         EVENTS_FILE: events_file,
         GRACE_PERIOD: grace_seconds(spec),
     }
-    if master_port is not None:
-        env[MASTER_PORT] = str(master_port)
     return env
 
 

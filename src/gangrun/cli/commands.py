@@ -15,6 +15,7 @@ import yaml
 from gangrun._api import ClusteredTask, TaskRun, attach, open_backend
 from gangrun._api import submit as submit_task
 from gangrun._backends.base import Backend
+from gangrun._core.pod_template import local_ignored
 from gangrun._core.spec import TaskSpec
 from gangrun._core.units import format_bytes
 from gangrun._errors import UsageError
@@ -59,7 +60,10 @@ def validate(args: argparse.Namespace) -> int:
         print(f"{args.file}: valid ClusteredTask {what}: "
               f"{s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
               f"retries {s['retries']}, maxRestarts {s['maxRestarts']}, "
-              f"resumeAfterPreemption {str(s['resumeAfterPreemption']).lower()}, queue {s['queue']}")
+              f"resumeAfterPreemption {str(s['resumeAfterPreemption']).lower()}, "
+              f"restartOnDisruption {str(s['restartOnDisruption']).lower()}, queue {s['queue']}")
+        for line in output.pod_template_lines(s):
+            print(f"  {line}")
     return 0
 
 
@@ -72,7 +76,10 @@ def spec_summary(spec: TaskSpec) -> dict[str, Any]:
             "maxRuntime": spec.max_runtime.total_seconds() if spec.max_runtime else None,
             "maxRestarts": spec.failure_policy.max_restarts,
             "resumeAfterPreemption": spec.failure_policy.resume_after_preemption,
-            "queue": spec.queue, "priorityClass": spec.priority_class, "checkpointUri": spec.checkpoint_uri}
+            "restartOnDisruption": spec.failure_policy.restart_on_disruption,
+            "queue": spec.queue, "priorityClass": spec.priority_class, "checkpointUri": spec.checkpoint_uri,
+            "shmSize": str(spec.shm_size) if spec.shm_size is not None else None, "gpuResource": spec.gpu_resource,
+            "podTemplate": spec.pod_template or None, "ignoredLocally": local_ignored(spec.pod_template)}
 
 
 def submit(args: argparse.Namespace) -> int:

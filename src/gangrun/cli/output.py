@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from gangrun._core.timeline import Event
+from gangrun._core.units import format_bytes
 
 
 def emit_json(doc: Any) -> None:
@@ -130,3 +131,26 @@ def _clock(t: datetime) -> str:
 
 def _clock_s(iso: str | None) -> str:
     return _clock(datetime.fromisoformat(iso)) if iso else "-"
+
+
+def pod_template_lines(summary: dict[str, Any]) -> list[str]:
+    """What `validate` adds about the Kubernetes-side fields: /dev/shm, GPUs, the pod template, and
+    which of its fields a local run ignores."""
+    out = []
+    if summary.get("shmSize"):
+        out.append(f"shmSize {format_bytes(summary['shmSize'])} on /dev/shm (kubernetes)")
+    gpus = (summary.get("resources") or {}).get("gpu")
+    if gpus:
+        out.append(f"{gpus} GPU(s) per node, requested as {summary.get('gpuResource')} on kubernetes")
+    template = summary.get("podTemplate") or {}
+    fields = [f"metadata.{k}" for k, v in (template.get("metadata") or {}).items() if v]
+    for key, value in (template.get("spec") or {}).items():
+        if key == "containers":
+            fields.append("containers " + ", ".join(str(c.get("name")) for c in value))
+        elif value not in (None, [], {}):
+            fields.append(key)
+    if fields:
+        out.append("podTemplate (kubernetes): " + "; ".join(fields))
+    if summary.get("ignoredLocally"):
+        out.append("ignored by the local backend: " + ", ".join(summary["ignoredLocally"]))
+    return out
