@@ -323,6 +323,7 @@ _CORE = {
 }
 _GROUPED = {
     ("batch", "Job"): ("jobs", True),
+    ("apps", "Deployment"): ("deployments", True),
     ("jobset.x-k8s.io", "JobSet"): ("jobsets", True),
     ("kueue.x-k8s.io", "Workload"): ("workloads", True),
     ("kueue.x-k8s.io", "LocalQueue"): ("localqueues", True),
@@ -344,7 +345,7 @@ _GROUPED = {
 }
 # Versions used when a caller names only the kind.
 DEFAULT_API_VERSION = {
-    "Job": "batch/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "Workload": "kueue.x-k8s.io/v1beta2",
+    "Job": "batch/v1", "Deployment": "apps/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "Workload": "kueue.x-k8s.io/v1beta2",
     "LocalQueue": "kueue.x-k8s.io/v1beta2", "ClusterQueue": "kueue.x-k8s.io/v1beta2",
     "ResourceFlavor": "kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass": "kueue.x-k8s.io/v1beta2",
     "Cohort": "kueue.x-k8s.io/v1beta2",

@@ -393,3 +393,35 @@ def test_the_cli_submits_follows_and_cancels_a_task_through_the_real_api_server(
     wait_status(cp.kube, ns, "train", lambda s: s.get("phase") == "Aborted", "Aborted", ctl)
     r = gangrun(cp, "get", "-n", ns)
     assert r.returncode == 0 and "Aborted" in r.stdout.splitlines()[1], r.stdout
+
+
+def _server_side_dry_run(kube: Kube, doc: dict) -> None:
+    md = doc["metadata"]
+    path = kube.path(doc["kind"], md["name"], md.get("namespace"), doc.get("apiVersion"))
+    kube.request("PATCH", path, body=doc, content_type="application/apply-patch+yaml",
+                 query={"fieldManager": "e2e-walkthrough", "force": "true", "dryRun": "All"})
+
+
+def test_the_deploy_kustomization_and_the_walkthrough_s_manifests_are_what_the_api_server_accepts(crd_installed):
+    """Every object docs/kubernetes.md tells a user to apply, validated by the real API server (a dry run:
+    the session's cluster keeps its own controller and queues)."""
+    kube = crd_installed.kube
+    deploy = REPO / "deploy"
+    kustomization = yaml.safe_load((deploy / "kustomization.yaml").read_text())
+    (image,) = kustomization["images"]
+    docs = [d for name in kustomization["resources"] for d in yaml.safe_load_all((deploy / name).read_text()) if d]
+    kube.apply(next(d for d in docs if d["kind"] == "Namespace"))  # namespaced dry runs need it to exist
+    for doc in docs:
+        if doc["kind"] == "Deployment":
+            for c in doc["spec"]["template"]["spec"]["containers"]:  # what kustomize's `images:` does
+                if c["image"].split(":")[0] == image["name"]:
+                    c["image"] = f"{image['newName']}:{image['newTag']}"
+            assert doc["spec"]["template"]["spec"]["containers"][0]["image"] == "gangrun:0.1.0"
+        _server_side_dry_run(kube, doc)
+    for path in sorted((deploy / "examples" / "setup").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            _server_side_dry_run(kube, doc)
+    for path in sorted((deploy / "examples").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        doc["metadata"]["namespace"] = "default"
+        kube.request("POST", task_path("default"), body=doc, query={"dryRun": "All"})
