@@ -108,6 +108,8 @@ def test_a_real_gpu_pod_template_is_accepted_as_given() -> None:
                  id="bad-service-account"),
     pytest.param({"kind": "Pod"}, "spec.podTemplate.kind", "unknown field", id="not-a-template"),
     pytest.param("containers: []", "spec.podTemplate", "must be a mapping", id="a-string"),
+    pytest.param({"spec": {"containers": [{"name": f"c{i}"} for i in range(65)]}}, "spec.podTemplate.spec.containers",
+                 "must have at most 64 entries", id="too-many-containers"),
 ])
 def test_a_pod_template_that_sets_what_gangrun_owns_is_refused_naming_the_field(template: Any, field: str, says: str) -> None:
     with pytest.raises(SpecError) as e:

@@ -92,6 +92,7 @@ _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 ANNOTATIONS_MAX_BYTES = 256 * 1024  # the API server's limit on all annotations of an object
+CONTAINERS_MAX = 64  # per list; the CRD schema admits as many (its CEL rules' cost budget needs a bound)
 
 
 # -- reading ----------------------------------------------------------------------------------------
@@ -201,7 +202,10 @@ def parse_pod_template(v: Any, path: str, *, reserved_env: frozenset[str], spec_
             raise _owned(f"{path}.spec.{key}", why)
     names: dict[str, str] = {}
     for key in ("initContainers", "containers"):
-        containers = _named(_list(pod.get(key, []), f"{path}.spec.{key}"), f"{path}.spec.{key}", seen=names)
+        listed = _list(pod.get(key, []), f"{path}.spec.{key}")
+        if len(listed) > CONTAINERS_MAX:
+            raise SpecError(f"{path}.spec.{key}", f"must have at most {CONTAINERS_MAX} entries, got {len(listed)}")
+        containers = _named(listed, f"{path}.spec.{key}", seen=names)
         for c in containers:
             where = f"{path}.spec.{key}[{c['name']}]"
             _known(c, where, CONTAINER_FIELDS)

@@ -114,7 +114,7 @@ _OWNED_POD_TYPES = {"restartPolicy": "string", "terminationGracePeriodSeconds": 
 _OWNED_WORKER_TYPES = {"image": "string", "command": "strings", "args": "strings", "workingDir": "string",
                        "resources": "object", "terminationMessagePath": "string", "terminationMessagePolicy": "string",
                        "restartPolicy": "string", "restartPolicyRules": "objects"}
-CONTAINERS_MAX = 64
+CONTAINERS_MAX = pod_template.CONTAINERS_MAX
 
 
 def _any(type_: str) -> dict[str, Any]:
