@@ -271,3 +271,12 @@ def test_get_shows_the_accounting_from_the_status() -> None:
     b.submit(parse_manifest(manifest()))
     acct = b.get("train")["accounting"]
     assert acct["goodput"] == 0.0 and acct["workLost"] == [] and acct["preemptionsByCause"] == {}
+
+
+def test_a_pod_template_of_a_task_named_by_generate_name_is_checked_too() -> None:
+    api, b = backend()
+    doc = manifest(podTemplate=TEMPLATE)
+    doc["metadata"] = {"generateName": "train-", "namespace": "ml"}
+    b.submit(parse_manifest(doc))
+    ((_, pod),) = api.dry_runs
+    assert pod["metadata"]["name"].startswith("train-") and pod["metadata"]["name"].endswith("-workers-0-0")

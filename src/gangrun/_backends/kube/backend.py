@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -324,6 +325,8 @@ class KubeBackend:
         manifest error now, not a gang that never starts because its Job cannot create pods."""
         if not spec.pod_template:
             return
+        if not spec.name:  # generateName: the API server names the task later; any name of that shape will do
+            spec = replace(spec, name=f"{spec.generate_name}xxxxx")
         js = render_jobset(spec, attempt=1)
         template = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
         name = js["metadata"]["name"]
