@@ -477,3 +477,16 @@ def test_an_event_the_api_server_rejects_is_an_error_and_fails_a_strict_sync(cap
         inf.relist()
     with pytest.raises(ApiError):
         strict.sync(("ml", "train"))  # a status change records events: the rejection surfaces
+
+
+def test_the_controller_exports_each_task_s_goodput_from_its_accounting() -> None:
+    c = Cluster()
+    c.submit()
+    c.settle()
+    c.admit()
+    c.settle()
+    c.clock.advance(60)
+    c.ctl.refresh_gauges()
+    page = c.ctl.metrics.render()
+    (line,) = [x for x in page.splitlines() if x.startswith('gangrun_task_goodput_ratio{task="train"}')]
+    assert 0 < float(line.split()[-1]) <= 1  # the gang has been up for most of the minute

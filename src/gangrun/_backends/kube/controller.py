@@ -35,7 +35,15 @@ from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
 from gangrun._backends.kube.metrics import Metrics
-from gangrun._backends.kube.reconcile import AnnotatePods, CreateJobSet, DeleteJobSet, event_type, load_state, reconcile
+from gangrun._backends.kube.reconcile import (
+    AnnotatePods,
+    CreateJobSet,
+    DeleteJobSet,
+    event_type,
+    load_accounting,
+    load_state,
+    reconcile,
+)
 from gangrun._backends.kube.render import jobset_name
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
@@ -268,10 +276,12 @@ class Controller:
         return True
 
     def refresh_gauges(self) -> None:
-        """The gauges from the cached tasks: their phases, and the gangs waiting in each queue."""
+        """The gauges from the cached tasks: their phases, the gangs waiting in each queue, their goodput."""
+        now = self.clock()
         self.metrics.observe_views(
             {"name": (t.get("metadata") or {}).get("name"), "phase": (t.get("status") or {}).get("phase"),
-             "queue": (t.get("spec") or {}).get("queue"), "eviction": (t.get("status") or {}).get("eviction")}
+             "queue": (t.get("spec") or {}).get("queue"), "eviction": (t.get("status") or {}).get("eviction"),
+             "accounting": {"goodput": load_accounting(t).goodput(now=now)} if _status_written(t) else None}
             for t in self.tasks.items())
 
     @property
@@ -299,6 +309,12 @@ class Controller:
         self.queue.shutdown()
         for t in workers_:
             t.join(timeout=10)
+
+
+def _status_written(task: dict[str, Any]) -> bool:
+    """Whether the controller has written the task's status yet (before that it has no accounting)."""
+    status = task.get("status")
+    return isinstance(status, dict) and bool(status.get("phase"))
 
 
 def _worth_keeping(pod: dict[str, Any]) -> bool:
