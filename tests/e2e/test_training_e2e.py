@@ -316,7 +316,7 @@ def test_a_kueue_preemption_reaches_the_workers_as_a_stop_notice_with_its_cause(
     for name in names:
         noticed, stopped = pods_seen.first(name, has_notice), pods_seen.first(name, deleting)
         # A pod gets the notice only while it is not yet being deleted: this fails if the controller lost
-        # the race with Kueue's suspend (it won by 60-140 ms on a loaded 2-core machine; docs/kubernetes.md).
+        # the race with Kueue's suspend (it won by 60-320 ms on a loaded 2-core machine; docs/kubernetes.md).
         assert noticed is not None, f"{name} never got the stop notice"
         pod = next(o for _rv, n, o in pods_seen.changes if n == name and has_notice(o))
         notice = json.loads(pod["metadata"]["annotations"][NOTICE])

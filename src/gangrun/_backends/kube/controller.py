@@ -12,7 +12,7 @@ A sync that raises is retried with per-key backoff; one that asks for `wake_at` 
 Pods that go away carrying something a sync still needs (a worker's newest checkpoint in its
 termination message, a DisruptionTarget condition) are kept from their DELETED event until a sync
 has written what they said into the status. Stop notices go onto pods as one-annotation patches,
-first of all: before the status write and the deletes the same sync asks for.
+all at once and alongside the status write, and are done before the deletes the same sync asks for.
 
 Reads come from the informer caches, except where a stale cache could cost an attempt:
 * a JobSet missing from the cache after it was seen is read from the API server before the engine
@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +55,7 @@ from gangrun._errors import ApiError, Conflict, NotFound
 log = logging.getLogger(__name__)
 REJECTED_EVENT = "the API server rejected the event"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Aborted"})
+NOTICE_FANOUT = 16  # pod patches of stop notices in flight at once
 RBAC_HINT = ("the controller may not read Kueue Workloads (403); evictions of started gangs will be "
              "system retries. Grant get/list/watch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 
@@ -80,6 +82,7 @@ class Controller:
                                   indexers=indexes.WORKLOAD_INDEXERS)
         self.informers = (self.tasks, self.jobsets, self.pods, self.workloads)
         self._hinted = False
+        self._notices = ThreadPoolExecutor(max_workers=NOTICE_FANOUT, thread_name_prefix="stop-notice")
         self._tomb_lock = threading.Lock()
         self._tombstones: dict[Key, dict[str, dict[str, Any]]] = {}  # task -> pod name -> its last state
 
@@ -130,11 +133,9 @@ class Controller:
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
                 if adapter.attempt_of(p) == state.attempt]
         new_status, actions = reconcile(task, js, self._workloads_for(js), pods, now=now, owned_jobsets=owned)
-        for action in actions:
-            # Before the status write: a notice is no part of the task's state (writing it twice is
-            # harmless), and for a stop Kueue starts every millisecond counts against its suspend.
-            if isinstance(action, AnnotatePods):
-                self._annotate(namespace, action)
+        # Alongside the status write, not after it: a notice is no part of the task's state (writing it
+        # twice is harmless), and for a stop Kueue starts every millisecond counts against its suspend.
+        notices = self._annotate(namespace, actions)
         if new_status is not None:
             rv = (task.get("metadata") or {}).get("resourceVersion")
             patch = {"metadata": {"resourceVersion": rv}, "status": new_status}
@@ -144,6 +145,8 @@ class Controller:
                 self.tasks.upsert(updated)
                 task = updated
             self._count(status, new_status)
+        for done in notices:  # every notice is on its pod before any delete below
+            done.result()
         self._forget_tombstones(key, task)
         index = 0
         for action in actions:
@@ -167,13 +170,17 @@ class Controller:
             else:
                 self._tombstones.pop(key, None)
 
-    def _annotate(self, namespace: str, action: AnnotatePods) -> None:
-        """The stop notice on each pod; a pod already gone needs none."""
-        for name in action.names:
+    def _annotate(self, namespace: str, actions: list[Any]) -> list[Future[None]]:
+        """Start writing the stop notices, every pod at once; the caller waits on the result before any
+        delete. A pod already gone needs none; any other error surfaces from the future (a retried sync)."""
+        def one(name: str, annotations: dict[str, str]) -> None:
             try:
-                self.api.patch(PODS, namespace, name, {"metadata": {"annotations": action.annotations}})
+                self.api.patch(PODS, namespace, name, {"metadata": {"annotations": annotations}})
             except NotFound:
                 pass
+
+        return [self._notices.submit(one, name, a.annotations)
+                for a in actions if isinstance(a, AnnotatePods) for name in a.names]
 
     def _live_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -309,6 +316,7 @@ class Controller:
         self.queue.shutdown()
         for t in workers_:
             t.join(timeout=10)
+        self._notices.shutdown(wait=False)
 
 
 def _status_written(task: dict[str, Any]) -> bool:
