@@ -381,3 +381,13 @@ def test_the_get_view_shows_the_same_accounting_fields_as_the_local_backend() ->
     view = _accounting(task.obj, load_state(task.obj, now=at(10)))
     assert set(view) == {"queuedSeconds", "gangUpSeconds", "workLost", "workLostSeconds", "goodput", "lastCheckpoint",
                          "preemptionsByCause", "waitingForReadmissionSeconds"}
+
+
+def test_a_preemption_that_ends_the_attempt_tells_the_workers_it_was_a_preemption() -> None:
+    task = Task(retries=1)
+    running(task)
+    suspended = jobset_obj(task.spec).suspended().obj()  # the Workload's Evicted and the suspend seen at once
+    _, actions = task.step(suspended, PREEMPTED, PODS, t=30)  # resumeAfterPreemption off: the attempt ends
+    (a,) = notices(actions)
+    assert json.loads(a.notice)["cause"] == "Preempted"  # Kueue's reason, as the local backend says it
+    assert kinds(actions) == ["AnnotatePods", "DeleteJobSet", "CreateJobSet"]

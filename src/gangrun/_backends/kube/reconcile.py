@@ -43,6 +43,7 @@ from gangrun._core.conditions import Condition, find_condition, set_condition
 from gangrun._core.engine import ActionKind, Decision, cancel, decide
 from gangrun._core.observation import Gang, Observation
 from gangrun._core.phases import Phase
+from gangrun._core.policy import GANG_EVICTED
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType, transition_events
@@ -234,6 +235,9 @@ def stop_cause(spec: TaskSpec, d: Decision, gang: Gang | None, *, now: datetime)
     if kind is ActionKind.ABORT:
         return ABORTED, d.action.message, now + grace
     if kind in (ActionKind.RETRY, ActionKind.FAIL):
+        last = d.state.evictions[-1] if d.state.evictions else None
+        if d.action.code == GANG_EVICTED and last is not None and last.attempt == d.action.attempt:
+            return last.reason or last.kind.value, d.action.message, now + grace  # Kueue's word, as locally
         return d.action.code or ATTEMPT_ENDED, d.action.message, now + grace
     if kind is not ActionKind.NONE:
         return None
@@ -264,7 +268,7 @@ def _stop_notice(spec: TaskSpec, d: Decision, gang: Gang | None, pods: Sequence[
             old = json.loads((md.get("annotations") or {}).get(crd.STOP_NOTICE_ANNOTATION) or "{}")
         except ValueError:
             old = {}
-        if isinstance(old, dict) and (old.get("cause"), old.get("message")) == (cause, message):
+        if isinstance(old, dict) and old.get("cause") == cause:
             continue  # told already; a new deadline for the same stop would only move it later
         names.append(md["name"])
     return [AnnotatePods(names=tuple(sorted(names)), notice=notice)] if names else []
