@@ -1,6 +1,7 @@
 """JobSet's API strings: the only module that spells them.
 
-Source: ../shared reference brief "kueue-jobset.md" §5–§7 (JobSet v0.11–v0.12, `jobset.x-k8s.io/v1alpha2`).
+Source: kubernetes-sigs/jobset v0.11–v0.12 (`jobset.x-k8s.io/v1alpha2`): `api/jobset/v1alpha2`,
+`pkg/constants` and `pkg/controllers`.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def _quantity(description: str) -> dict[str, Any]:
 
 
 def spec_schema() -> dict[str, Any]:
-    """The OpenAPI v3 schema of `.spec` (INTERFACE.md's manifest)."""
+    """The OpenAPI v3 schema of `.spec`: the manifest gangrun.dev/v1alpha1 defines."""
     reserved = sorted(core_spec.RESERVED_ENV)
     return {
         "type": "object",
