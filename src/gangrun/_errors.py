@@ -104,3 +104,7 @@ class TemporaryError(GangrunError):
     def __init__(self, message: str, *, delay: float = 60.0) -> None:
         self.delay = delay
         super().__init__(message)
+
+
+class IgnoredLocally(UserWarning):
+    """A manifest field that only a cluster can apply (most of spec.podTemplate) was ignored locally."""

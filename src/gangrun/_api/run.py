@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,8 @@ from gangrun._api.backends import open_backend
 from gangrun._api.task import ClusteredTask
 from gangrun._backends.base import Backend, SupportsFollow
 from gangrun._core.phases import TERMINAL
-from gangrun._errors import UsageError, WaitTimeout
+from gangrun._core.pod_template import local_ignored
+from gangrun._errors import IgnoredLocally, UsageError, WaitTimeout
 
 if TYPE_CHECKING:
     from gangrun._api.watch import Update
@@ -120,7 +122,12 @@ def submit(task: ClusteredTask | str | os.PathLike[str], backend: str | Backend 
     if not isinstance(task, ClusteredTask):
         raise UsageError(f"task: must be a gangrun.ClusteredTask or a manifest file, got {type(task).__name__}")
     be = open_backend(backend, namespace=namespace, kubeconfig=kubeconfig, context=context, home=home)
-    return TaskRun(be.submit(task.spec), be)
+    run = TaskRun(be.submit(task.spec), be)
+    ignored = local_ignored(task.spec.pod_template) if be.name == "local" else []
+    if ignored:  # said once, at submit: nothing the user wrote is dropped silently
+        warnings.warn(IgnoredLocally(f"{run.name}: the local backend runs processes, not pods, and ignores "
+                                     f"{', '.join(ignored)}"), stacklevel=2)
+    return run
 
 
 def attach(name: str, backend: str | Backend | None = None, *, namespace: str | None = None,

@@ -190,7 +190,7 @@ class Accounting:
 def _cause(e: Event) -> str:
     """What a stop is called in `workLost`: the Kueue reason of an eviction, else the event's code or type."""
     if e.type is EventType.WORKER_EXITED:
-        return "WorkerFailed"
+        return str(e.data.get("cause") or "WorkerFailed")
     return str(e.data.get("reason") or e.data.get("code") or e.type.value)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 
 from gangrun._api.backends import BACKENDS, backend_name
@@ -175,7 +176,14 @@ def error_line(exc: BaseException) -> str:
     return "gangrun: error: " + (" ".join(str(exc).split()) or type(exc).__name__)
 
 
+def _warn(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: object = None,
+          line: str | None = None) -> None:
+    """A warning is one line on stderr, like an error (`gangrun: warning: ...`)."""
+    print(f"gangrun: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.showwarning = _warn
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "backend", None) is None:

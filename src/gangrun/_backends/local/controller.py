@@ -27,7 +27,7 @@ from typing import Any
 from gangrun._backends.local import admission, jobs, recovery
 from gangrun._backends.local.config import Config, Paths
 from gangrun._backends.local.effects import Effects, Processes
-from gangrun._backends.local.gang import GangTwin, StopReason
+from gangrun._backends.local.gang import NODE_DISRUPTION, GangTwin, StopReason
 from gangrun._backends.local.inject import inject
 from gangrun._backends.local.reconcile import Action, CreateJobSet, DeleteJobSet, reconcile
 from gangrun._backends.local.scheduler import schedule
@@ -37,6 +37,7 @@ from gangrun._backends.local.task import LocalTask, view
 from gangrun._backends.local.workload import WorkloadTwin
 from gangrun._backends.metrics import Metrics
 from gangrun._core.actions import RecordEvent, RequeueAt
+from gangrun._core.pod_template import local_ignored
 from gangrun._core.spec import GENERATED_SUFFIX_LEN, parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
@@ -106,9 +107,11 @@ class Controller:
         admission.check_submit(spec, self.config)
         task = LocalTask(name=name, seq=self.store.next_seq(), doc=doc, spec=spec, state=TaskState.new(now=now))
         pc = spec.priority_class or self.config.default_priority_class
-        task.record(Event(time=now, type=EventType.SUBMITTED, attempt=1,
+        ignored = local_ignored(spec.pod_template)
+        task.record(Event(time=now, type=EventType.SUBMITTED, attempt=1, data={"ignoredLocally": ignored},
                           message=f"submitted to queue {spec.queue} (priority class {pc} = "
-                                  f"{self.config.priority_of(pc)})"))
+                                  f"{self.config.priority_of(pc)})" + (
+                                      f"; ignored locally: {', '.join(ignored)}" if ignored else "")))
         self.store.insert(task.to_row(), task.events)
         task.events, task.saved = [], task.fingerprint()
         self.tasks[name] = task
@@ -213,9 +216,11 @@ class Controller:
         if task is None or g is None or g.attempt != attempt:
             return
         if code != 0 and g.stopping is None:
+            lost = g.lost_with_its_node(rank)
             task.record(Event(time=now, type=EventType.WORKER_EXITED, attempt=attempt,
-                              message=f"worker rank {rank} exited with code {code}",
-                              data={"rank": rank, "code": code}))
+                              message=f"worker rank {rank} " + ("was lost with its node" if lost else "exited") +
+                                      f" (exit code {code})",
+                              data={"rank": rank, "code": code, **({"cause": NODE_DISRUPTION} if lost else {})}))
         self.effects.apply(task, g.exited(rank, code, grace=task.spec.termination_grace, now=now), now)
         self.dirty.add(name)
 
@@ -311,7 +316,8 @@ class Controller:
         spec = task.spec
         pc = spec.priority_class or self.config.default_priority_class
         task.gang = GangTwin(task=task.name, attempt=attempt, nodes=spec.nodes, nproc=spec.nproc_per_node,
-                             max_restarts=spec.failure_policy.max_restarts)
+                             max_restarts=spec.failure_policy.max_restarts,
+                             restart_on_disruption=spec.failure_policy.restart_on_disruption)
         task.workload = WorkloadTwin(task=task.name, attempt=attempt, queue=spec.queue,
                                      priority=self.config.priority_of(pc), priority_class=pc,
                                      resources=admission.gang_request(spec)[1].for_json(), order=task.seq)

@@ -11,7 +11,8 @@ replicated job `workers` whose pods are the nodes. The rules, as JobSet applies 
   `Failed=True/ReachedMaxRestarts`;
 - a worker lost to its node (`disrupt()`, as a drained or reclaimed node kills its pods) restarts the
   gang without counting towards maxRestarts (`restarts_count_towards_max` stays), as JobSet's
-  `RestartJobSetAndIgnoreMaxRestarts` does for a Job failed by a DisruptionTarget pod;
+  `RestartJobSetAndIgnoreMaxRestarts` does for a Job failed by a DisruptionTarget pod; its peers get
+  a stop notice with cause `NodeDisruption` (with `restartOnDisruption: false` it is a plain failure);
 - `Completed=True/AllJobsCompleted` when every worker exited 0.
 
 The twin is a plain value persisted as JSON. It never touches a process or reads a clock: every
@@ -29,7 +30,7 @@ from typing import Any
 
 from gangrun._core import jobset
 from gangrun._core.conditions import FALSE, TRUE, Condition, find_condition, set_condition
-from gangrun._core.observation import Gang
+from gangrun._core.observation import Disruption, Gang
 from gangrun._core.times import time_in, time_out
 
 
@@ -63,6 +64,12 @@ class WriteNotice:
 
 
 Effect = StartRound | Signal | WriteNotice
+NODE_DISRUPTION = "NodeDisruption"  # the stop notice's cause for the peers of a worker lost to its node
+
+
+def gang_name(task: str, attempt: int) -> str:
+    """The gang of attempt N is `<task>-a<N>` (the JobSet of attempt N is named alike on Kubernetes)."""
+    return f"{task}-a{attempt}"
 
 
 @dataclass(kw_only=True)
@@ -83,6 +90,7 @@ class GangTwin:
     nodes: int
     nproc: int
     max_restarts: int = 0
+    restart_on_disruption: bool = True  # failurePolicy.restartOnDisruption: a lost node's restart is not counted
     suspended: bool = True
     conditions: list[Condition] = field(default_factory=list)
     restarts: int = 0
@@ -93,7 +101,8 @@ class GangTwin:
     port: int = 0
     first_failure: str = ""
     pending_failure: str = ""
-    disruption: str = ""  # "<reason>: <message>" of the node loss that is restarting the gang
+    disruption: Disruption | None = None  # the newest worker lost to its node, and the round it was in
+    disrupted_node: int = -1  # the node it ran on
     lost: bool = False  # its workers vanished with an earlier daemon
     events_offset: int = 0  # how far the SDK's checkpoint events file of this attempt has been read
     generation: int = field(default=0, compare=False)  # bumped by every change: the shell persists on a bump
@@ -108,7 +117,7 @@ class GangTwin:
 
     @property
     def name(self) -> str:
-        return f"{self.task}-a{self.attempt}"
+        return gang_name(self.task, self.attempt)
 
     @property
     def live(self) -> list[Worker]:
@@ -218,8 +227,19 @@ class GangTwin:
         if not victims or self.stopping is not None:
             return []
         self.touch()
-        self.disruption = f"{reason}: {message}"
+        self.disruption = Disruption(reason=reason, message=message, restart_attempt=self.restarts,
+                                     worker=f"rank {victims[0].rank} (node {node})")
+        self.disrupted_node = node
         return [Signal(tuple(w.pid for w in victims), signal.SIGKILL)]
+
+    def lost_with_its_node(self, rank: int) -> bool:
+        """Whether worker `rank` of this round is one a node disruption killed."""
+        return self._disrupted and self.workers[rank].node == self.disrupted_node
+
+    @property
+    def _disrupted(self) -> bool:
+        """A worker of this round was lost to its node (and the restart for it has not happened yet)."""
+        return self.disruption is not None and self.disruption.restart_attempt >= self.restarts
 
     def exited(self, rank: int, code: int, *, grace: timedelta, now: datetime) -> list[Effect]:
         """One worker exited with `code`: JobSet's failure policy, or the end of a stop."""
@@ -233,10 +253,14 @@ class GangTwin:
         if code != 0:
             job = self.job_name(w.node)
             self.first_failure = f"worker rank {w.rank} (node {w.node}) exited with code {code}"
-            if self.disruption:  # not the application's failure: restart, not counted
+            if self._disrupted and self.restart_on_disruption:  # not the application's fault: not counted
+                assert self.disruption is not None
                 self.restarts += 1
                 self._set(jobset.RESTARTING, TRUE, jobset.DEFAULT_FAILURE_POLICY, jobset.restarting_message(job), now)
-                effects = self.stop(StopReason.RESTART, grace=grace, now=now)
+                d = self.disruption
+                notice = (NODE_DISRUPTION, f"worker lost to node disruption ({d.reason}): {d.message}; "
+                                           "restarting the gang")
+                effects = self.stop(StopReason.RESTART, grace=grace, now=now, notice=notice)
             elif self.restarts_count_towards_max < self.max_restarts:
                 self.restarts += 1  # JobSet counts the restart when it decides it
                 self.restarts_count_towards_max += 1
@@ -259,7 +283,6 @@ class GangTwin:
             return []  # stays deleted
         self.stopping = None
         if why is StopReason.RESTART and not self.suspended:
-            self.disruption = ""
             self._set(jobset.RESTARTING, FALSE, jobset.JOBS_READY, jobset.MSG_JOBS_READY, now)
             return self._new_round()
         return []
@@ -297,14 +320,16 @@ class GangTwin:
             ready_workers=0 if self.suspended else running + sum(1 for w in self.workers if w.exit_code == 0),
             jobs_ready=1 if self.up else 0,
             jobs_succeeded=1 if self.completed else 0,
-            jobs_failed=1 if round_failed and not self.disruption else 0,
+            jobs_failed=1 if round_failed and not (self._disrupted and self.restart_on_disruption) else 0,
             first_failure=self.first_failure,
             pending_failure=self.pending_failure,
+            disruption=self.disruption,
         )
 
     def for_json(self) -> dict[str, Any]:
         return {"task": self.task, "attempt": self.attempt, "nodes": self.nodes, "nproc": self.nproc,
-                "maxRestarts": self.max_restarts, "suspended": self.suspended,
+                "maxRestarts": self.max_restarts, "restartOnDisruption": self.restart_on_disruption,
+                "suspended": self.suspended,
                 "conditions": [c.for_json() for c in self.conditions], "restarts": self.restarts,
                 "restartsCountTowardsMax": self.restarts_count_towards_max,
                 "workers": [{"rank": w.rank, "node": w.node, "localRank": w.local_rank, "pid": w.pid,
@@ -312,12 +337,17 @@ class GangTwin:
                             for w in self.workers],
                 "stopping": self.stopping.value if self.stopping else None, "killAt": time_out(self.kill_at),
                 "port": self.port, "firstFailure": self.first_failure, "pendingFailure": self.pending_failure,
-                "disruption": self.disruption, "lost": self.lost, "eventsOffset": self.events_offset}
+                "disruption": None if self.disruption is None else {
+                    "reason": self.disruption.reason, "message": self.disruption.message,
+                    "worker": self.disruption.worker, "restartAttempt": self.disruption.restart_attempt,
+                    "node": self.disrupted_node},
+                "lost": self.lost, "eventsOffset": self.events_offset}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> GangTwin:
         return cls(task=d["task"], attempt=int(d["attempt"]), nodes=int(d["nodes"]), nproc=int(d["nproc"]),
-                   max_restarts=int(d.get("maxRestarts", 0)), suspended=bool(d["suspended"]),
+                   max_restarts=int(d.get("maxRestarts", 0)),
+                   restart_on_disruption=bool(d.get("restartOnDisruption", True)), suspended=bool(d["suspended"]),
                    conditions=[Condition.from_json(c) for c in d.get("conditions", [])],
                    restarts=int(d.get("restarts", 0)),
                    restarts_count_towards_max=int(d.get("restartsCountTowardsMax", d.get("restarts", 0))),
@@ -328,5 +358,13 @@ class GangTwin:
                    stopping=StopReason(d["stopping"]) if d.get("stopping") else None,
                    kill_at=time_in(d.get("killAt")), port=int(d.get("port", 0)),
                    first_failure=d.get("firstFailure", ""), pending_failure=d.get("pendingFailure", ""),
-                   disruption=d.get("disruption", ""), lost=bool(d.get("lost", False)),
+                   disruption=_disruption_in(d.get("disruption")), lost=bool(d.get("lost", False)),
+                   disrupted_node=int((d.get("disruption") or {}).get("node", -1)),
                    events_offset=int(d.get("eventsOffset", 0)))
+
+
+def _disruption_in(d: dict[str, Any] | None) -> Disruption | None:
+    if not d:
+        return None
+    return Disruption(reason=str(d["reason"]), message=str(d["message"]), worker=str(d.get("worker", "")),
+                      restart_attempt=int(d.get("restartAttempt", 0)))

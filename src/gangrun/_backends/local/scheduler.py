@@ -10,14 +10,14 @@ reservation for every admitted gang, and for every gang left waiting the reason 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from datetime import datetime
 
 from gangrun._backends.local import admission
 from gangrun._backends.local.admission import Request, Resources
 from gangrun._backends.local.config import CLUSTER_QUEUE, CQ_PATH
 from gangrun._backends.local.task import LocalTask
-from gangrun._core import kueue
+from gangrun._core import gpus, kueue
 from gangrun._core.timeline import Event, EventType
 
 
@@ -35,11 +35,15 @@ def schedule(tasks: Mapping[str, LocalTask], quota: Resources, *, now: datetime)
         wl.evict(kueue.EVICTED_BY_PREEMPTION, msg, now=now, preempted_reason=kueue.IN_CLUSTER_QUEUE,
                  preemptor=preemptor)
         touched.add(victim)
+    held: dict[Hashable, gpus.Assignment] = {
+        n: t.workload.gpus for n, t in tasks.items() if t.workload is not None and t.workload.reserved}
     for name in plan.admit:
         t = tasks[name]
         wl = t.workload
         assert wl is not None, "admitted from its pending Workload"
-        wl.reserve(now=now)
+        # Admission kept the gang within the GPU quota, so its GPUs are free (disjoint from every holder's).
+        held[name] = gpus.allocate(int(quota.gpu), held, nodes=t.spec.nodes, per_node=t.spec.resources.gpu)
+        wl.reserve(now=now, gpus=held[name] if t.spec.resources.gpu else ())
         t.record(Event(time=now, type=EventType.ADMITTED, attempt=wl.attempt,
                        message=f"admitted by ClusterQueue {CLUSTER_QUEUE} (queue {wl.queue}, "
                                f"priority {wl.priority_class} = {wl.priority})"))

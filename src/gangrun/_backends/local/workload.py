@@ -55,6 +55,7 @@ class WorkloadTwin:
     preempted_by: str = ""  # the task whose admission evicted this one (for the timeline)
     evictions: dict[str, int] = field(default_factory=dict)  # schedulingStats.evictions by reason
     finished: bool = False  # Finished=True: the gang is done or deleted; it never competes again
+    gpus: tuple[tuple[int, ...], ...] = ()  # per node, the GPU indices its quota reservation holds
     generation: int = field(default=0, compare=False)  # bumped by every change: the shell persists on a bump
 
     @property
@@ -87,9 +88,10 @@ class WorkloadTwin:
 
     # -- transitions ---------------------------------------------------------------------------------
 
-    def reserve(self, *, now: datetime) -> bool:
-        """W7 (and first admission): quota reserved and admitted; old eviction flips to 'Previously'."""
-        self.admitted_at = now
+    def reserve(self, *, now: datetime, gpus: tuple[tuple[int, ...], ...] = ()) -> bool:
+        """W7 (and first admission): quota reserved and admitted; old eviction flips to 'Previously'.
+        `gpus`: the GPUs of the machine its nodes may use (`gangrun._core.gpus`)."""
+        self.admitted_at, self.gpus = now, gpus
         for type_ in (kueue.EVICTED, kueue.PREEMPTED):
             old = find_condition(self.conditions, type_)
             if old is not None and old.is_true:
@@ -123,7 +125,7 @@ class WorkloadTwin:
         self._set(kueue.QUOTA_RESERVED, FALSE, kueue.PENDING, ev.message, now)
         self._set(kueue.ADMITTED, FALSE, kueue.NO_RESERVATION, kueue.MSG_NO_RESERVATION, now)
         self._set(kueue.PODS_READY, FALSE, kueue.PODS_READY_WAIT_FOR_START, kueue.MSG_PODS_NOT_READY, now)
-        self.admitted_at = None
+        self.admitted_at, self.gpus = None, ()
         if ev.reason == kueue.EVICTED_BY_PODS_READY_TIMEOUT:
             self.requeue_count += 1
             self.requeue_at = now + min(BACKOFF_MAX, backoff_base * 2 ** (self.requeue_count - 1))
@@ -162,7 +164,7 @@ class WorkloadTwin:
         """Finished=True (the gang ended or was deleted): the quota goes back, it never competes again."""
         if self.finished:
             return False
-        self.finished, self.admitted_at, self.requeue_at = True, None, None
+        self.finished, self.admitted_at, self.requeue_at, self.gpus = True, None, None, ()
         reason = kueue.FINISHED_SUCCEEDED if succeeded else kueue.FINISHED_FAILED
         self._set(kueue.FINISHED, TRUE, reason, message, now)
         return True
@@ -198,7 +200,8 @@ class WorkloadTwin:
                 "priorityClass": self.priority_class, "resources": self.resources, "order": self.order,
                 "active": self.active, "admittedAt": time_out(self.admitted_at), "requeueAt": time_out(self.requeue_at),
                 "requeueCount": self.requeue_count, "preemptedBy": self.preempted_by, "evictions": self.evictions,
-                "finished": self.finished, "conditions": [c.for_json() for c in self.conditions]}
+                "finished": self.finished, "gpus": [list(n) for n in self.gpus],
+                "conditions": [c.for_json() for c in self.conditions]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> WorkloadTwin:
@@ -207,6 +210,7 @@ class WorkloadTwin:
                    active=d["active"], admitted_at=time_in(d.get("admittedAt")), requeue_at=time_in(d.get("requeueAt")),
                    requeue_count=d.get("requeueCount", 0), preempted_by=d.get("preemptedBy", ""),
                    evictions=d.get("evictions", {}), finished=d.get("finished", False),
+                   gpus=tuple(tuple(int(g) for g in n) for n in d.get("gpus", [])),
                    conditions=[Condition.from_json(c) for c in d.get("conditions", [])])
 
     def summary(self) -> dict[str, Any]:
