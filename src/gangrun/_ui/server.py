@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
@@ -25,6 +23,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from gangrun._api.watch import world_size
 from gangrun._backends.base import Backend
+from gangrun._backends.clock import Clock, system_clock
 from gangrun._core.lanes import task_row, timeline
 from gangrun._errors import BackendError, GangrunError, UsageError
 
@@ -34,14 +33,10 @@ LOG_LINES_MAX = 5000  # the newest lines of one rank and attempt: enough to read
 EVENTS_MAX = 500
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class Pages:
     """The JSON documents, read from one backend; no HTTP here."""
 
-    def __init__(self, backend: Backend, *, clock: Callable[[], datetime] = _now) -> None:
+    def __init__(self, backend: Backend, *, clock: Clock = system_clock) -> None:
         self.backend, self.clock = backend, clock
         self._lock = threading.Lock()
 

@@ -13,9 +13,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
+from gangrun._backends.clock import system_clock
 from gangrun._backends.kube import adapter, crd, events
 from gangrun._backends.kube.client import (
     EVENTS,
@@ -45,10 +45,6 @@ VISIBLE_QUEUES = Resource(kueue.VISIBILITY_GROUP, kueue.VISIBILITY_VERSION, kueu
 WAITING_PHASES = frozenset({Phase.QUEUED, Phase.WAITING_FOR_RESOURCES})
 DELETE_TIMEOUT = 60.0  # how long `delete` waits for the objects to be gone, so that the name can be used again
 FORCE_CANCEL_SLACK = 15.0  # beyond the task's grace period, how long `delete --force` waits for the controller
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class KubeBackend:
@@ -138,7 +134,7 @@ class KubeBackend:
         if rank is not None:  # one pod per node runs ranks node*nproc .. node*nproc + nproc - 1
             pods = [(r, p) for r, p in pods if r == rank // nproc]
         if not pods:
-            state = load_state(task, now=_now())
+            state = load_state(task, now=system_clock())
             # An open eviction of a Running task is a preempted gang kept for re-admission (S5).
             if n == current and state.eviction is not None and state.phase is Phase.RUNNING:
                 raise UsageError(f"task {name} was preempted and its workers are stopped until Kueue admits it "
@@ -163,7 +159,7 @@ class KubeBackend:
         while True:
             task = self._task(name)
             current = int((task.get("status") or {}).get("attempt") or 1)
-            ended = load_state(task, now=_now()).phase.terminal or current > attempt
+            ended = load_state(task, now=system_clock()).phase.terminal or current > attempt
             with self._calling("read the worker pods of"):
                 pods = [(r, p) for r, p in self._worker_pods(name, attempt, running=True)
                         if p not in streamed and (rank is None or r == rank // nproc)]
@@ -183,7 +179,7 @@ class KubeBackend:
         """Delete an ended task, its JobSets and its Events. `force` first asks the controller to cancel a
         running one (its workers get their grace period) and waits a bounded time for that."""
         task = self._task(name)
-        state = load_state(task, now=_now())
+        state = load_state(task, now=system_clock())
         if not state.phase.terminal:
             if not force:
                 raise UsageError(f"task {name} is {state.phase.value}, not ended: cancel it first, or delete it with "
@@ -207,9 +203,9 @@ class KubeBackend:
 
     def cancel(self, name: str) -> bool:
         task = self._task(name)
-        if load_state(task, now=_now()).phase.terminal:
+        if load_state(task, now=system_clock()).phase.terminal:
             return False
-        patch = {"metadata": {"annotations": {crd.CANCEL_ANNOTATION: _now().isoformat()}}}
+        patch = {"metadata": {"annotations": {crd.CANCEL_ANNOTATION: system_clock().isoformat()}}}
         with self._calling("cancel"):
             self.api.patch(TASKS, self.namespace, name, patch)
         return True
@@ -248,7 +244,7 @@ class KubeBackend:
     def _view(self, task: dict[str, Any]) -> dict[str, Any]:
         md = task.get("metadata") or {}
         spec = task.get("spec") or {}
-        created = adapter.parse_time(md.get("creationTimestamp")) or _now()
+        created = adapter.parse_time(md.get("creationTimestamp")) or system_clock()
         state = load_state(task, now=created)
         extra = {"backend": self.name, "namespace": md.get("namespace", self._namespace),
                  "queue": spec.get("queue", "default"), "priorityClass": spec.get("priorityClass", ""),
@@ -259,7 +255,7 @@ class KubeBackend:
             policy = task_spec(task).policy()
         except SpecError:  # an invalid spec reads as Failed (the controller says why); it has no budgets to show
             policy = None
-        return task_view(md.get("name", ""), state, now=_now(), extra=extra, policy=policy)
+        return task_view(md.get("name", ""), state, now=system_clock(), extra=extra, policy=policy)
 
     def _pending(self, task: dict[str, Any], state: TaskState) -> dict[str, Any]:
         """`pending` (Kueue's message) and `queuePosition` (1-based, in the LocalQueue) while the gang waits
@@ -292,7 +288,7 @@ class KubeBackend:
 
     def _wait_ended(self, name: str, *, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not load_state(self._task(name), now=_now()).phase.terminal:
+        while time.monotonic() < deadline and not load_state(self._task(name), now=system_clock()).phase.terminal:
             time.sleep(FOLLOW_POLL)
 
     def _wait_gone(self, name: str) -> None:
@@ -428,7 +424,7 @@ def _grace_seconds(task: dict[str, Any]) -> float:
 
 def _accounting(task: dict[str, Any], state: TaskState) -> dict[str, Any]:
     """The accounting of `get -o json`, the same fields as on the local backend."""
-    now = _now()
+    now = system_clock()
     causes, waited = eviction_accounting(state, now=now)
     return {**load_accounting(task).view(now=now), "preemptionsByCause": causes, "waitingForReadmissionSeconds": waited}
 

@@ -26,11 +26,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
 
+from gangrun._backends.clock import Clock, system_clock
 from gangrun._backends.kube import adapter, crd, events, indexes
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
@@ -49,7 +48,6 @@ from gangrun._backends.kube.render import jobset_name
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
 from gangrun._core.actions import RecordEvent, RequeueAt
-from gangrun._core.timeline import EventType
 from gangrun._errors import ApiError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
@@ -60,12 +58,8 @@ RBAC_HINT = ("the controller may not read Kueue Workloads (403); evictions of st
              "system retries. Grant get/list/watch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class Controller:
-    def __init__(self, api: KubeApi, *, namespace: str | None, clock: Callable[[], datetime] = _utcnow,
+    def __init__(self, api: KubeApi, *, namespace: str | None, clock: Clock = system_clock,
                  metrics: Metrics | None = None, identity: str = "",
                  queue: WorkQueue[Key] | None = None, strict_events: bool = False) -> None:
         self.api, self.namespace, self.clock = api, namespace, clock
@@ -119,7 +113,6 @@ class Controller:
         if task is None:  # deleted: its JobSets go with it through their ownerReference
             return
         now = self.clock()
-        status = s if isinstance(s := task.get("status"), dict) else {}
         state = load_state(task, now=now)  # the attempt and gangSeen exactly as reconcile reads them
         current = jobset_name(name, state.attempt)
         js = self.jobsets.get((namespace, current))
@@ -144,7 +137,9 @@ class Controller:
                 updated.setdefault("kind", crd.KIND)
                 self.tasks.upsert(updated)
                 task = updated
-            self._count(status, new_status)
+            for action in actions:  # counted once the status holds what they describe
+                if isinstance(action, RecordEvent):
+                    self.metrics.count(action.event)
         for done in notices:  # every notice is on its pod before any delete below
             done.result()
         self._forget_tombstones(key, task)
@@ -234,8 +229,6 @@ class Controller:
 
     def _record(self, task: dict[str, Any], action: RecordEvent, index: int) -> None:
         ev = action.event
-        if ev.type is EventType.READMITTED:
-            self.metrics.readmission_wait.observe(float(ev.data.get("waitedSeconds") or 0.0))
         body = events.to_k8s(task, ev, type_=event_type(ev), index=index, instance=self.identity)
         try:
             self.api.create(EVENTS, key_of(task)[0], body)
@@ -249,16 +242,6 @@ class Controller:
                 return
             # Unreachable, throttled, forbidden: an Event is worth a log line, never a retry of the reconcile.
             log.warning("could not record event %s on %s: %s", ev.type.value, key_of(task), e)
-
-    def _count(self, before: dict[str, Any], after: dict[str, Any]) -> None:
-        """Metrics from what the status write changed: new evictions and newly ended attempts."""
-        old_evictions = e if isinstance(e := before.get("evictions"), list) else []
-        for ev in (after.get("evictions") or [])[len(old_evictions):]:
-            self.metrics.preemptions.inc(str(ev.get("reason") or ev.get("kind") or "Unknown"))
-        ended = {a.get("number") for a in before.get("attempts") or [] if isinstance(a, dict) and a.get("outcome")}
-        for a in after.get("attempts") or []:
-            if a.get("outcome") and a.get("number") not in ended:
-                self.metrics.attempts.inc(str(a["outcome"]))
 
     # -- loops ----------------------------------------------------------------------------------------
 
