@@ -471,7 +471,7 @@ def scenario_rbac(env, kill_at: frozenset[str] = frozenset()) -> None:
 # ------------------------------------------------------------------------------- tests
 
 
-def test_preempted_task_waits_on_its_attempt_and_resumes_after_readmission(env) -> None:
+def test_s11_preempted_task_waits_on_its_attempt_and_resumes_after_readmission(env) -> None:
     scenario_resume(env)
 
 
@@ -479,7 +479,7 @@ def test_preemption_without_resume_is_a_user_retry_with_a_fresh_jobset(env) -> N
     scenario_no_resume(env)
 
 
-def test_deactivation_while_waiting_for_readmission_is_a_system_retry(env) -> None:
+def test_s11_deactivation_while_waiting_for_readmission_is_a_system_retry(env) -> None:
     scenario_deactivated(env)
 
 

@@ -1,7 +1,7 @@
 """Builders of real-shaped API objects (dicts) for the Kubernetes backend tests.
 
-Shapes follow the reference brief (Kueue v0.17–v0.19 `kueue.x-k8s.io/v1beta2` Workloads, JobSet
-v0.11–v0.12 `jobset.x-k8s.io/v1alpha2`), e.g.
+Shapes follow Kueue v0.17–v0.19 `kueue.x-k8s.io/v1beta2` Workloads and JobSet v0.11–v0.12
+`jobset.x-k8s.io/v1alpha2` (as captured from the real controllers in tests/fixtures/kube), e.g.
 
     workload_obj("js-uid").admitted().evicted("Preempted", PREEMPTION_MESSAGE).preempted("InClusterQueue").obj()
     jobset_obj(spec, attempt=1).admitted().running(ready=1).obj()

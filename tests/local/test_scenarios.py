@@ -1,4 +1,4 @@
-"""End to end on the local backend with real processes: the behaviours of DESIGN.md, by name."""
+"""End to end on the local backend with real processes: the behaviours of docs/behaviours.md, by name."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def test_cancel_stops_every_worker_and_frees_the_quota(backend: LocalBackend, ma
 
 
 @pytest.mark.parametrize("reason", ["NodeFailures", "PodsReadyTimeout"])
-def test_injected_eviction_after_start_is_a_system_retry_that_resumes(backend: LocalBackend, manifest,
+def test_b6_injected_eviction_after_start_is_a_system_retry_that_resumes(backend: LocalBackend, manifest,
                                                                        reason: str) -> None:
     backend.submit(manifest("train", steps=12, resume=True))
     wait_for(backend, "train", checkpointed(2))
@@ -153,7 +153,7 @@ def test_injected_eviction_after_start_is_a_system_retry_that_resumes(backend: L
     assert starts[0][3] == "previous" and starts[0][2] >= 2
 
 
-def test_injected_preemption_with_room_left_is_readmitted_in_the_same_attempt(backend: LocalBackend,
+def test_b6_injected_preemption_with_room_left_is_readmitted_in_the_same_attempt(backend: LocalBackend,
                                                                                 manifest) -> None:
     backend.submit(manifest("train", steps=12, resume=True))
     wait_for(backend, "train", checkpointed(2))

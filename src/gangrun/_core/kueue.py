@@ -1,6 +1,7 @@
 """Kueue's API strings: the only module that spells them.
 
-Source: ../shared reference brief "kueue-jobset.md" §1 (Kueue v0.17–v0.19, API `kueue.x-k8s.io/v1beta2`).
+Source: Kueue v0.17–v0.19 (API `kueue.x-k8s.io/v1beta2`), its `pkg/workload` and `apis/kueue` packages;
+the strings were checked against real Workloads captured in tests/fixtures/kube.
 Everything else compares against these names, never against string literals.
 """
 

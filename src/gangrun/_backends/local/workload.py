@@ -1,7 +1,7 @@
 """The Workload twin: one per attempt's gang, with Kueue's conditions written in Kueue's order.
 
 Only `gangrun._core.kueue` spells the strings; this module only sequences them. One preemption, as
-the daemon carries it out (reference brief kueue-jobset.md §3.3):
+the daemon carries it out (Kueue's own order, from its jobframework reconciler):
 
     W1  evict()          Evicted=True/Preempted + Preempted=True/InClusterQueue; quota still reserved
     W2  (gang.suspend)   the gang twin is suspended and its workers get SIGTERM
@@ -11,7 +11,7 @@ the daemon carries it out (reference brief kueue-jobset.md §3.3):
                          "Previously: ...", Admitted=True
     W8  (gang.resume)    the same attempt's workers start again, same restartAttempt
 
-Every transition takes `now` and returns whether it changed anything (STYLE.md §2).
+Every transition takes `now` and returns whether it changed anything.
 """
 
 from __future__ import annotations
