@@ -140,8 +140,12 @@ class Controller:
             for action in actions:  # counted once the status holds what they describe
                 if isinstance(action, RecordEvent):
                     self.metrics.count(action.event)
-        for done in notices:  # every notice is on its pod before any delete below
-            done.result()
+        if any(isinstance(a, DeleteJobSet) for a in actions):
+            for done in notices:  # every notice is on its pod before any delete below
+                done.result()
+        else:  # Kueue stops this gang, not us: nothing to order after the notices, so the worker moves on
+            for done in notices:
+                done.add_done_callback(_log_failed_notice)
         self._forget_tombstones(key, task)
         index = 0
         for action in actions:
@@ -328,3 +332,10 @@ def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
     commits = adapter.checkpoints([pod])
     newest = adapter.parse_time(((status.get("accounting") or {}).get("lastCheckpoint") or {}).get("at"))
     return not commits or (newest is not None and all(c.at <= newest for c in commits))
+
+
+def _log_failed_notice(done: Future[None]) -> None:
+    """A notice not written is a worker told no cause (it still gets SIGTERM and its grace): worth a line."""
+    e = done.exception()
+    if e is not None:
+        log.warning("could not write a stop notice: %s", e)
