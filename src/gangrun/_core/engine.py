@@ -28,7 +28,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from gangrun._core.eviction import Eviction, EvictionKind, classify_eviction, local_queue_missing, pending_message
+from gangrun._core.eviction import (
+    NO_EVICTION,
+    Eviction,
+    EvictionKind,
+    classify_eviction,
+    local_queue_missing,
+    pending_message,
+)
 from gangrun._core.observation import Disruption, Gang, Observation
 from gangrun._core.phases import Phase
 from gangrun._core.policy import (
@@ -57,7 +64,6 @@ NOT_COUNTED = "restarting the gang (not counted)"
 # An uncounted restart whose disrupted pod was gone before anything observed it.
 UNSEEN_DISRUPTION = Disruption(reason="DisruptionTarget", message="a worker was lost to a node disruption")
 DETAIL_LIMIT = 200
-_NO_EVICTION = frozenset({EvictionKind.NOT_YET, EvictionKind.UNKNOWN})
 
 
 class ActionKind(StrEnum):
@@ -96,7 +102,7 @@ def decide(policy: Policy, state: TaskState, obs: Observation, *, now: datetime)
     if gang is None:
         return _gang_missing(policy, state, now=now)
     ev = classify_eviction(obs.workload, obs.workload_read)
-    if ev.kind not in _NO_EVICTION:  # recorded the first time it shows: readmission overwrites it
+    if ev.kind not in NO_EVICTION:  # recorded the first time it shows: readmission overwrites it
         state = state.with_eviction_seen(ev, at=now)
     if not state.gang_seen:
         state = replace(state, gang_seen=True)
@@ -214,7 +220,7 @@ def _disruption_reason(policy: Policy, state: TaskState, gang: Gang) -> str:
 def _after_start(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now: datetime) -> Decision:
     if gang.suspended:
         return _taken_back(policy, state, gang, ev, now)
-    if state.eviction is not None and ev.kind in _NO_EVICTION:
+    if state.eviction is not None and ev.kind in NO_EVICTION:
         state = state.with_readmitted(at=now)
     if state.eviction is None:  # B4: failures inside an eviction window are not the application's
         fatal = _fatal(policy, state, gang, now)

@@ -37,6 +37,7 @@ class EvictionKind(StrEnum):
 
 USER_CAUSED = frozenset({EvictionKind.PREEMPTED, EvictionKind.MAX_EXECUTION_TIME})
 WAITS_FOR_READMISSION = frozenset({EvictionKind.PREEMPTED})  # only a preemption keeps the attempt (S5)
+NO_EVICTION = frozenset({EvictionKind.NOT_YET, EvictionKind.UNKNOWN})  # nothing (yet) says Kueue took it back
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -48,6 +48,7 @@ from gangrun._backends.kube.render import jobset_name
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
 from gangrun._core.actions import RecordEvent, RequeueAt
+from gangrun._core.eviction import NO_EVICTION, classify_eviction
 from gangrun._errors import ApiError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,8 @@ class Controller:
         uid = adapter.job_uid(js) if js is not None else ""
         if js is None or not uid:
             return WorkloadLookup()
-        if adapter.is_suspended(js):
+        cached = self.workloads.by_index(indexes.BY_JOB_UID, uid)
+        if adapter.is_suspended(js) and not self._explains_suspension(cached):
             try:
                 doc = self.api.list(WORKLOADS, key_of(js)[0], label_selector=f"{kueue.JOB_UID_LABEL}={uid}")
             except ApiError as e:
@@ -207,7 +209,14 @@ class Controller:
         if self.workloads.forbidden:
             self._rbac_hint()
             return WorkloadLookup.unreadable("forbidden to list workloads")
-        return WorkloadLookup.found(self.workloads.by_index(indexes.BY_JOB_UID, uid))
+        return WorkloadLookup.found(cached)
+
+    def _explains_suspension(self, cached: list[dict[str, Any]]) -> bool:
+        """Whether the cached Workload already says why its JobSet is suspended (an eviction, or not
+        active): then the cache is as good as a fresh read. Otherwise the JobSet's stream may simply
+        be ahead of the Workload's, and the API server is asked (S7)."""
+        wl = adapter.to_workload(adapter.newest_workload(cached))
+        return wl is not None and (not wl.active or classify_eviction(wl).kind not in NO_EVICTION)
 
     def _rbac_hint(self) -> None:
         if not self._hinted:
