@@ -25,6 +25,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from gangrun._ckpt import pool
+from gangrun._ckpt.layout import join
 from gangrun._ckpt.manifest import CHECKSUM, Crc
 
 # 1 MiB: the chunk stays in the CPU cache between the CRC and the write. 8 MiB measured half as
@@ -85,6 +86,10 @@ class Storage:
         raise NotImplementedError
 
     def rename(self, src: str, dst: str) -> None:
+        raise NotImplementedError
+
+    def move_tree(self, src: str, dst: str) -> None:
+        """Move the tree `src` to `dst`, whose parent exists and which does not."""
         raise NotImplementedError
 
     def sync_tree(self, path: str) -> None:
@@ -244,6 +249,9 @@ class LocalStorage(Storage):
     def rename(self, src: str, dst: str) -> None:
         os.rename(src, dst)
 
+    def move_tree(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
     def sync_tree(self, path: str) -> None:
         # Files first, then directories: new directory entries are durable only once their
         # directory is fsynced, and a rename must not become durable before the data it names.
@@ -322,6 +330,13 @@ class FsspecStorage(Storage):
         except FileNotFoundError:
             pass
         self._fresh(path)
+
+    def move_tree(self, src: str, dst: str) -> None:
+        # No rename on object stores: a copy of every object (server-side where the store can),
+        # then the originals are removed.
+        for rel in self.sizes(src):  # one by one: fsspec's recursive copy names targets by its own rules
+            self.fs.copy(join(src, rel), join(dst, rel))
+        self.remove(src)
 
 
 def open_storage(uri: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, str]:

@@ -310,24 +310,49 @@ class Checkpoint:
             raise UsageError("a sharded save needs step= (the same on every rank)")
         if self.world_size is None:
             raise UsageError("a sharded save needs the gang's world_size (gangrun.context() sets it)")
-        src = transfer.source_of(data)
+        try:
+            src: transfer.Source | None = transfer.source_of(data)
+            bad: Exception | None = None
+        except (TypeError, UsageError) as e:
+            # Raised below, once the save is open: the other ranks are told that this rank has no
+            # part, so they give up at once instead of waiting for it until the timeout.
+            src, bad = None, e
         with self._lock:
             self._bg.wait()
             if self._last_shard_step is not None and step <= self._last_shard_step:
                 raise UsageError(f"sharded save steps must grow: step {step} after step {self._last_shard_step}")
             self._last_shard_step = step
-            save = shards.open_save(
-                self._storage, self._attempt_path, rank=self.rank, restart=self.restart_attempt, step=step,
-                seq_floor=self._last_seq + 1, timeout=self.shard_timeout, protocol=self._protocol,
-            )  # fmt: skip
+            try:
+                save = shards.open_save(
+                    self._storage, self._attempt_path, rank=self.rank, restart=self.restart_attempt, step=step,
+                    seq_floor=self._last_seq + 1, timeout=self.shard_timeout, protocol=self._protocol,
+                )  # fmt: skip
+            except CommitFailed:
+                if bad is not None:  # this rank's own mistake is what it must report
+                    raise bad from None
+                raise
             self._last_seq = save.seq
             info = SaveInfo(save.seq, self.attempt, step, self._uri_of(self.attempt, save.seq))
-            if blocking:
-                self._run_blocking(lambda: self._commit_shard(save, src), info)
-            else:
-                staged = transfer.snapshot(src, self._staging(save.seq)) if snapshot else src
-                self._bg.submit(lambda: self._commit_shard(save, staged))
-        return info
+            try:
+                if bad is not None:
+                    raise bad
+                assert src is not None
+                staged = transfer.snapshot(src, self._staging(save.seq)) if snapshot and not blocking else src
+            except BaseException as e:
+                shards.give_up(save, self.rank, e)
+                raise
+            if not blocking:
+                # In the rare case that this rank joined a killed gang's leftover save (shards.py),
+                # the commit has a higher seq than `info` says; a blocking save returns the right one.
+                def commit() -> None:
+                    self._commit_shard(save, staged)
+
+                self._bg.submit(commit)
+                return info
+            committed: list[shards.ShardSave] = []
+            self._run_blocking(lambda: committed.append(self._commit_shard(save, staged)), info)
+            done = committed[0]
+            return SaveInfo(done.seq, self.attempt, step, self._uri_of(self.attempt, done.seq))
 
     def _run_blocking(self, job: Callable[[], None], info: SaveInfo) -> None:
         writer_mod.ACTIVE.enter()
@@ -376,16 +401,18 @@ class Checkpoint:
             src.discard()
         self._committed(seq, step)
 
-    def _commit_shard(self, save: shards.ShardSave, src: transfer.Source) -> None:
+    def _commit_shard(self, save: shards.ShardSave, src: transfer.Source) -> shards.ShardSave:
+        """Write this rank's part and see the save committed (rank 0 commits it); returns the save
+        that committed, which on a rank other than 0 may be a newer one than `save` (shards.py)."""
         try:
-            part = shards.write_part(save, self.rank, src)
             if self.rank != 0:
-                shards.wait_committed(save, timeout=self.shard_timeout)
-                return
+                part = shards.write_part(save, self.rank, src)
+                return shards.wait_committed(save, part, timeout=self.shard_timeout)
             try:
+                mine = shards.write_part(save, 0, src)
                 assert self.world_size is not None  # checked by save()
                 parts = shards.collect(save, self.world_size, timeout=self.shard_timeout)
-                parts = tuple(part if p.rank == 0 else p for p in parts)
+                parts = (mine, *parts[1:])
                 manifest = Manifest(
                     kind="sharded", name="", seq=save.seq, attempt=self.attempt, task=self.task, rank=0,
                     step=save.step, created=time.time(), world_size=self.world_size, parts=parts,
@@ -398,6 +425,7 @@ class Checkpoint:
             src.discard()
         shards.finish(save)
         self._committed(save.seq, save.step)
+        return save
 
     def _committed(self, seq: int, step: int | None) -> None:
         uri = self._uri_of(self.attempt, seq)
