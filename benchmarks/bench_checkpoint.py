@@ -191,6 +191,8 @@ def _rank_main(work: str, rank: int, world: int, size: int, jobs: mp.Queue, done
         if kind == "shard":
             step += 1
             ckpt.save(part, step=step, shard=True)
+            end = time.time()
+            ckpt.wait()  # keep_last's removal of the previous one runs after the save: done before the next figure
         else:
             path = f"{work}/plain-{rank}.bin"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -200,7 +202,8 @@ def _rank_main(work: str, rank: int, world: int, size: int, jobs: mp.Queue, done
             if kind == "plain_fsync":
                 os.fsync(fd)
             os.close(fd)
-        done.put(time.time())  # the figure is the gang's: until the last rank is done
+            end = time.time()
+        done.put(end)  # the figure is the gang's: until the last rank is done
 
 
 def run_shards(work: Path, total: int, ranks: int, repeat: int) -> None:

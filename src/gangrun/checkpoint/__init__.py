@@ -298,9 +298,15 @@ class Checkpoint:
             info = SaveInfo(seq, self.attempt, step, self._uri_of(self.attempt, seq))
             if blocking:
                 self._run_blocking(lambda: self._commit(src, seq, step), info)
+                self._bg.submit(lambda: self._retain(seq))
             else:
                 staged = transfer.snapshot(src, self._staging(seq)) if snapshot else src
-                self._bg.submit(lambda: self._commit(staged, seq, step))
+
+                def job() -> None:
+                    self._commit(staged, seq, step)
+                    self._retain(seq)
+
+                self._bg.submit(job)
         return info
 
     def _save_shard(
@@ -344,13 +350,17 @@ class Checkpoint:
             if not blocking:
                 # In the rare case that this rank joined a killed gang's leftover save (shards.py),
                 # the commit has a higher seq than `info` says; a blocking save returns the right one.
-                def commit() -> None:
+                def job() -> None:
                     self._commit_shard(save, staged)
+                    if self.rank == 0:  # who commits, prunes
+                        self._retain(save.seq)
 
-                self._bg.submit(commit)
+                self._bg.submit(job)
                 return info
             committed: list[shards.ShardSave] = []
             self._run_blocking(lambda: committed.append(self._commit_shard(save, staged)), info)
+            if self.rank == 0:
+                self._bg.submit(lambda: self._retain(save.seq))
             done = committed[0]
             return SaveInfo(done.seq, self.attempt, step, self._uri_of(self.attempt, done.seq))
 
@@ -433,6 +443,12 @@ class Checkpoint:
         events.checkpoint_committed(
             self._events_file, task=self.task, attempt=self.attempt, rank=self.rank, seq=seq, step=step, uri=uri
         )
+
+    def _retain(self, seq: int) -> None:
+        """After the commit of `seq`: remove what `keep_last` no longer keeps. Run by the background
+        writer, also after a blocking save: removing a checkpoint as large as the one just written
+        takes a sizeable part of a save (a fifth of a sharded 1 GiB save here), and nobody waits for
+        it, except `wait()`, the next save and the exit flush."""
         try:
             catalog.apply_retention(
                 self._storage, self._root_path, attempt=self.attempt, committed_seq=seq, keep_last=self.keep_last
