@@ -97,7 +97,8 @@ def main() -> None:
     while step < STEPS:
         if ctx.should_stop():  # the same answer on every rank: all make the final save together
             save_state(state(model, optim), step=step, blocking=True)
-            say(f"step {step} saved, eval loss {eval_loss(model):.6f} (stopping: {ctx.stop_notice and ctx.stop_notice.cause})")
+            cause = ctx.stop_notice and ctx.stop_notice.cause
+            say(f"step {step} saved, eval loss {eval_loss(model):.6f} (stopping: {cause})")
             break
         step += 1
         x, y = batch(seed=step * world + rank)  # each rank its own slice of the step's data

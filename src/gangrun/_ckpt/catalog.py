@@ -66,7 +66,9 @@ def next_seq(storage: Storage, attempt_dir: str) -> int:
     return (found[0].seq + 1) if found else 1
 
 
-def apply_retention(storage: Storage, root: str, *, attempt: int, committed_seq: int, keep_last: int | None) -> list[str]:
+def apply_retention(
+    storage: Storage, root: str, *, attempt: int, committed_seq: int, keep_last: int | None
+) -> list[str]:
     """After a commit: keep the newest `keep_last` committed saves of the task, remove the rest and
     the leftovers of unfinished saves. Returns the removed paths.
 

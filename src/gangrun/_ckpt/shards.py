@@ -158,12 +158,14 @@ def open_save(
     """
     name = rendezvous_name(restart, step)
     if rank == 0:
-        save = ShardSave(storage, attempt_dir, restart, step, max(catalog.next_seq(storage, attempt_dir), seq_floor), protocol)
+        seq = max(catalog.next_seq(storage, attempt_dir), seq_floor)
+        save = ShardSave(storage, attempt_dir, restart, step, seq, protocol)
         save.pending.create()  # first: the new seq is above every leftover before any rank can read it
         for stale in storage.list_names(attempt_dir):  # one sharded save at a time: others are leftovers
             if is_rendezvous(stale):
                 storage.remove(join(attempt_dir, stale))
-        storage.write_bytes(join(attempt_dir, name), json.dumps({"seq": save.seq}).encode(), sync=False)  # never needed after a crash
+        # No fsync: a rendezvous is never needed after a crash.
+        storage.write_bytes(join(attempt_dir, name), json.dumps({"seq": save.seq}).encode(), sync=False)
         return save
     found: _Rendezvous | None = None
     for _ in _Polls(timeout=timeout, local=storage.local):
@@ -189,8 +191,20 @@ def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
         _write_marker(save, part)
         return part
     except BaseException as e:
+        why = _abandoned(save) if rank != 0 else None
+        if why is not None:  # rank 0 gave up and removed the folder this rank was writing into
+            raise ShardSaveAbandoned(f"sharded save of step {save.step} was abandoned by rank 0: {why}") from e
         report_failure(save, rank, e)
         raise
+
+
+def _abandoned(save: ShardSave) -> str | None:
+    """Why rank 0 abandoned this save (or the one that replaced it), if it did."""
+    try:
+        news = _read_rendezvous(save.storage, save.rendezvous)
+    except Exception:  # the store is failing too: the caller reports its own error
+        return None
+    return news.abandoned if news is not None and news.seq >= save.seq else None
 
 
 def _write_marker(save: ShardSave, part: Part) -> None:
@@ -225,10 +239,11 @@ def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, 
         missing = [r for n, r in wanted.items() if n not in names]
         if failed or not missing:
             break
+    what = f"sharded save of step {save.step}"
     if failed:
-        raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank(s) {_ranks(failed)} failed to write their part")
+        raise ShardSaveAbandoned(f"{what}: rank(s) {_ranks(failed)} failed to write their part")
     if missing:
-        raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank(s) {_ranks(missing)} did not finish within {timeout:.0f}s")
+        raise ShardSaveAbandoned(f"{what}: rank(s) {_ranks(missing)} did not finish within {timeout:.0f}s")
     parts: list[Part] = []
     sizes = storage.sizes(save.pending.data_dir)
     for r in range(world_size):
@@ -240,7 +255,7 @@ def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, 
             raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank {r}'s marker names rank {part.rank}")
         for f in part.files:
             if sizes.get(f"{part_name(r)}/{f.path}") != f.size:
-                raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank {r}'s {f.path} is not as its marker says")
+                raise ShardSaveAbandoned(f"{what}: rank {r}'s {f.path} is not as its marker says")
         parts.append(part)
     return tuple(parts)
 

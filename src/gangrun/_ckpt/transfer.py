@@ -85,7 +85,7 @@ def snapshot(src: Source, staging: str) -> Source:
         for d in src.dirs:
             makedirs_private(os.path.join(staging, d))
         out.files = [(rel, os.path.join(staging, rel)) for rel, _ in src.files]
-        jobs = _largest_first([(path, dst) for (_, path), (_, dst) in zip(src.files, out.files)], key=0)
+        jobs = _largest_first([(path, dst) for (_, path), (_, dst) in zip(src.files, out.files, strict=True)], key=0)
         pool.run_all(lambda job: kernel_copy(*job), jobs)
         return out
     except BaseException:
@@ -150,7 +150,8 @@ def read_checkpoint(storage: Storage, path: str, manifest: Manifest, cache: Path
 def read_part(storage: Storage, path: str, manifest: Manifest, part: Part, cache: Path) -> Path:
     """`read_checkpoint` for one rank's part of a committed sharded checkpoint."""
     final = cache / f"attempt-{manifest.attempt}-seq-{manifest.seq}-{part_name(part.rank)}"
-    return _restore(storage, join(path, DATA, part_name(part.rank)), part.kind, part.files, part.dirs, final, manifest.checksum)
+    data = join(path, DATA, part_name(part.rank))
+    return _restore(storage, data, part.kind, part.files, part.dirs, final, manifest.checksum)
 
 
 def check_parts(storage: Storage, path: str, manifest: Manifest) -> None:
@@ -167,7 +168,15 @@ def check_parts(storage: Storage, path: str, manifest: Manifest) -> None:
                 raise CorruptCheckpoint(f"rank {part.rank}'s {f.path} has {size} bytes, manifest says {f.size}")
 
 
-def _restore(storage: Storage, data_src: str, kind: Kind, files: tuple[FileEntry, ...], dirs: tuple[str, ...], final: Path, checksum: str) -> Path:
+def _restore(
+    storage: Storage,
+    data_src: str,
+    kind: Kind,
+    files: tuple[FileEntry, ...],
+    dirs: tuple[str, ...],
+    final: Path,
+    checksum: str,
+) -> Path:
     work = final.parent / f".{final.name}.part-{uuid.uuid4().hex[:8]}"
     data = work / DATA
     try:

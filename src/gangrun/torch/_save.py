@@ -56,7 +56,9 @@ log = logging.getLogger("gangrun")
 
 # DCP warns on every save without a process group; gangrun saves as a gang of one on purpose there
 # (see gangrun.torch), and a warning per checkpoint would bury the worker log.
-warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized", category=UserWarning)
+warnings.filterwarnings(
+    "ignore", message="torch.distributed is disabled, unavailable or uninitialized", category=UserWarning
+)
 
 #: Written by rank 0 into every torch checkpoint: what a loader needs to know before DCP reads it.
 INFO = "gangrun-torch.json"
@@ -163,7 +165,13 @@ class Saver:
         return staged
 
     def _write(
-        self, state_dict: dict[str, Any], seq: int, step: int | None, location: str, pending: PendingCheckpoint | None, group: Any
+        self,
+        state_dict: dict[str, Any],
+        seq: int,
+        step: int | None,
+        location: str,
+        pending: PendingCheckpoint | None,
+        group: Any,
     ) -> None:
         """Steps 2-4, on every rank."""
         t = self.target
@@ -199,7 +207,7 @@ class Saver:
             files += [_files.entry(t.storage, data_dir, n) for n in (_dcp.METADATA, INFO)]
             manifest = Manifest(
                 kind="dir", name="", seq=seq, attempt=t.attempt, task=t.task, rank=0, step=step,
-                created=time.time(), files=tuple(sorted({f.path: f for f in files}.values(), key=lambda f: f.path)), dirs=(),
+                created=time.time(), files=tuple(sorted({f.path: f for f in files}.values(), key=_path)), dirs=(),
             )  # fmt: skip
             pending.finalize(manifest.to_bytes())
         except Exception as e:
@@ -229,6 +237,10 @@ class Saver:
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
 
 
+def _path(f: FileEntry) -> str:
+    return f.path
+
+
 def _same_layout(staged: Any, state: Any) -> bool:
     """Whether `staged` has the keys, tensor shapes and dtypes of `state` (so it can be copied into)."""
     if isinstance(state, torch.Tensor):
@@ -239,7 +251,7 @@ def _same_layout(staged: Any, state: Any) -> bool:
         )
     if isinstance(state, (list, tuple)):
         return isinstance(staged, (list, tuple)) and len(staged) == len(state) and all(
-            _same_layout(a, b) for a, b in zip(staged, state)
+            _same_layout(a, b) for a, b in zip(staged, state, strict=True)
         )
     return True
 

@@ -54,7 +54,8 @@ def resolve(checkpoint: Checkpoint | None, storage_options: dict[str, Any] | Non
         checkpoint = context().checkpoint
         if checkpoint is None:
             raise UsageError(
-                "no checkpoint location: run inside a gangrun task (GANGRUN_CHECKPOINT_PATH) or pass checkpoint=Checkpoint(...)"
+                "no checkpoint location: run inside a gangrun task (GANGRUN_CHECKPOINT_PATH) "
+                "or pass checkpoint=Checkpoint(...)"
             )
     storage, root_path = open_storage(checkpoint.root, storage_options)
     return Target(
