@@ -1,4 +1,4 @@
-"""Who and where a worker is: `gangrun.context()`, read from the worker environment (INTERFACE.md).
+"""Who and where a worker is: `gangrun.context()`, read from the worker environment a backend sets.
 
 Inside a gang the backend sets ``GANGRUN_TASK``, ``GANGRUN_ATTEMPT``, ``JOBSET_RESTART_ATTEMPT``,
 ``NNODES``, ``NODE_RANK``, ``NPROC_PER_NODE``, ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,

@@ -1,4 +1,4 @@
-"""The stop notice (DESIGN.md B3): SIGTERM turned into a flag, hooks, a cause and a deadline.
+"""The stop notice: SIGTERM turned into a flag, hooks, a cause and a deadline.
 
 Contract with the backends: before it sends SIGTERM, a backend may write
 ``{"cause": "Preempted", "message": "...", "deadline": <unix seconds>}`` atomically to the file named

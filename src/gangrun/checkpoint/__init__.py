@@ -6,7 +6,7 @@
     ckpt.save("state/", step=140, blocking=False)   # snapshot now, upload in the background
     ckpt.wait()                               # flush; a background failure is raised here, once
 
-Load order (DESIGN.md S10, B1): this attempt's saves newest first, then each earlier attempt's, newest
+Load order: this attempt's saves newest first, then each earlier attempt's, newest
 first. A save that cannot be read (missing data, size or checksum mismatch, bad manifest) is skipped
 with a log line and the next one is tried. `JOBSET_RESTART_ATTEMPT` plays no part: a readmission or a
 JobSet restart re-runs the same attempt, whose own saves are the newest state.
