@@ -85,7 +85,7 @@ def make_tree(root: Path, total: int, rng: random.Random) -> tuple[int, int]:
     return len(sizes), sum(sizes)
 
 
-def timed(fn, *, clean: bool = True) -> float:  # type: ignore[no-untyped-def]
+def timed(fn, *, clean: bool = True) -> float:
     if clean:
         os.sync()  # start clean: no figure pays for the previous one's dirty pages
     t = time.perf_counter()

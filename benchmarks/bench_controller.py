@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
@@ -51,8 +53,8 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 # machine makes Ready late; such system retries are not what this benchmark measures.
 os.environ.setdefault("GANGRUN_E2E_PODS_READY_TIMEOUT", "30m")
 
+# After the sys.path and environment setup above: the harness reads both when imported.
 import controlplane  # noqa: E402
-import yaml  # noqa: E402
 from controlplane import LOCAL_QUEUE, NODE_CPU, NODE_MEMORY_GI, ControlPlane, has_condition  # noqa: E402
 
 GROUP, VERSION, PLURAL = "gangrun.dev", "v1alpha1", "clusteredtasks"

@@ -146,11 +146,11 @@ def main(n: int, *, json_out: bool) -> None:
         b.down()
     med = statistics.median
     print(f"{'measure':<58} {'gangrun':>10} {'baseline':>10}")
-    print(f"{'submit -> 8-process gang running (median of %d)' % ROUNDS:<58} {med(start) * 1000:>8.0f}ms "
+    print(f"{f'submit -> 8-process gang running (median of {ROUNDS})':<58} {med(start) * 1000:>8.0f}ms "
           f"{med(base_start) * 1000:>8.0f}ms  (spawn 8 bare processes)")
     print(f"{'preemption -> readmitted gang running again (median)':<58} {med(restart) * 1000:>8.0f}ms "
           f"{med(base_restart) * 1000:>8.0f}ms  (stop 8 + spawn 8 bare)")
-    print(f"{'daemon CPU idle, %d queued + 1 running' % n:<58} {many['idle_queued'] * 100:>9.2f}% "
+    print(f"{f'daemon CPU idle, {n} queued + 1 running':<58} {many['idle_queued'] * 100:>9.2f}% "
           f"{idle_empty * 100:>9.2f}%  (same daemon, no task)")
     row = "{:<58} {:>8.1f}ms {:>8.1f}ms  ({})"
     k = min(50, n)

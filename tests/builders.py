@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from gangrun._core import jobset, kueue
 from gangrun._core.conditions import Condition
-from gangrun._core.observation import Gang, Workload
+from gangrun._core.observation import Disruption, Gang, Workload
 from gangrun._core.phases import Phase, PhaseInfo
 from gangrun._core.state import TaskState
 
@@ -95,6 +95,21 @@ class GangBuilder:
     def restarting(self) -> GangBuilder:
         return self._with(Condition(type=jobset.RESTARTING, reason=jobset.DEFAULT_FAILURE_POLICY,
                                     message=jobset.restarting_message("train-workers-0")))
+
+    def disrupted(self, reason: str = jobset.DISRUPTION_EVICTION_API, message: str = jobset.MSG_EVICTION_API,
+                  worker: str = "pod train-1-workers-0-1-abcde", *, restart_attempt: int | None = None) -> GangBuilder:
+        """A worker of round `restart_attempt` (default: the current one) lost to a node disruption."""
+        r = self._g.restarts if restart_attempt is None else restart_attempt
+        self._g = replace(self._g, disruption=Disruption(reason=reason, message=message, worker=worker,
+                                                         restart_attempt=r))
+        return self
+
+    def restarting_for_disruption(self) -> GangBuilder:
+        """JobSet restarts the gang by gangrun's disruption rule, not counting it toward maxRestarts."""
+        self._g = replace(self._g, restarts=self._g.restarts + 1, scheduled_workers=0, ready_workers=0, jobs_ready=0,
+                          jobs_failed=0)
+        return self._with(Condition(type=jobset.RESTARTING, reason=jobset.RESTARTING_REASON_DISRUPTION,
+                                    message=jobset.restarting_ignoring_max_message("train-1-workers-0")))
 
     def worker_failed(self, first_failure: str = "pod train-workers-0-1: exit code 3") -> GangBuilder:
         self._g = replace(self._g, jobs_failed=1, first_failure=first_failure)

@@ -1,4 +1,4 @@
-"""Each backend satisfies the Protocol the CLI speaks (STYLE.md §6)."""
+"""Each backend satisfies the Protocol the CLI speaks (one small required Protocol, checked once per backend)."""
 
 from __future__ import annotations
 

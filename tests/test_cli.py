@@ -33,12 +33,43 @@ def test_s1_validate_reads_json_manifests(tmp_path, capsys):
     assert "valid ClusteredTask 'train'" in capsys.readouterr().out
 
 
+GPU_JOB = GOOD.replace("spec: {nodes: 2, command: [python, train.py]}", """spec:
+  nodes: 2
+  command: [python, train.py]
+  resources: {gpu: 8}
+  shmSize: 8Gi
+  failurePolicy: {restartOnDisruption: false}
+  podTemplate:
+    spec:
+      containers: [{name: worker, env: [{name: A, value: "1"}], envFrom: [{secretRef: {name: s3}}]}]
+      tolerations: [{key: nvidia.com/gpu, operator: Exists}]
+""")
+
+
+def test_validate_shows_the_kubernetes_fields_and_what_a_local_run_ignores(tmp_path, capsys):
+    f = tmp_path / "t.yaml"
+    f.write_text(GPU_JOB)
+    assert main(["validate", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "restartOnDisruption false" in out and "shmSize 8Gi on /dev/shm" in out
+    assert "8 GPU(s) per node, requested as nvidia.com/gpu" in out
+    assert "podTemplate (kubernetes): containers worker; tolerations" in out
+    assert ("ignored by the local backend: spec.podTemplate.spec.containers[worker].envFrom, "
+            "spec.podTemplate.spec.tolerations") in out
+    assert main(["validate", str(f), "-o", "json"]) == 0
+    spec = json.loads(capsys.readouterr().out)["spec"]
+    assert spec["podTemplate"]["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert (spec["shmSize"], spec["gpuResource"], spec["restartOnDisruption"]) == (str(8 * 2**30), "nvidia.com/gpu", False)
+
+
 @pytest.mark.parametrize(("text", "message"), [
     (GOOD.replace("nodes: 2", "nodes: 0"), "gangrun: error: spec.nodes: must be >= 1, got 0"),
     ("spec: [", "gangrun: error: "),
     ("", "gangrun: error: a manifest must be a mapping"),
     (GOOD.replace("nodes: 2", "nodes: 2, nodes: 3"), "gangrun: error: spec.nodes: is given twice"),
     (GOOD.replace("nodes: 2", "nodes: 2, maxRuntime: .inf"), "gangrun: error: spec.maxRuntime: must be a finite number"),
+    (GOOD.replace("nodes: 2", "nodes: 2, podTemplate: {spec: {containers: [{name: worker, command: [sh]}]}}"),
+     "gangrun: error: spec.podTemplate.spec.containers[worker].command: set by gangrun (spec.command)"),
 ])
 def test_s1_bad_manifest_is_one_line_without_traceback(tmp_path, text, message):
     f = tmp_path / "t.yaml"

@@ -1,6 +1,52 @@
-"""gangrun: preemption-tolerant multi-node training gangs."""
+"""gangrun: preemption-tolerant multi-node training gangs.
+
+Launching (scripts, notebooks):
+
+    task = gangrun.ClusteredTask.from_file("train.yaml")    # or ClusteredTask(name=..., nodes=2, command=[...])
+    run = gangrun.submit(task, backend="local")             # -> TaskRun: status, wait, logs, events, cancel, delete
+    gangrun.attach("train")                                 # a TaskRun for a task that exists
+
+Inside a worker: `gangrun.context()` (rank, world size, attempt) and its `checkpoint`.
+"""
+
+import typing as _typing
 
 from gangrun._context import Context, context
+from gangrun._errors import BackendError, GangrunError, SpecError, UsageError, WaitTimeout
 from gangrun.checkpoint import Checkpoint
 
-__all__ = ["Checkpoint", "Context", "context"]
+if _typing.TYPE_CHECKING:
+    from gangrun._api import ClusteredTask, TaskRun, attach, submit
+
+__all__ = [
+    "BackendError",
+    "Checkpoint",
+    "ClusteredTask",
+    "Context",
+    "GangrunError",
+    "SpecError",
+    "TaskRun",
+    "UsageError",
+    "WaitTimeout",
+    "attach",
+    "context",
+    "submit",
+]
+
+# The launching API is imported on first use: a worker process only needs `context()`, and every
+# worker of every gang imports gangrun at start.
+_LAZY = {"ClusteredTask", "TaskRun", "attach", "submit"}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _LAZY:
+        import gangrun._api
+
+        value = getattr(gangrun._api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'gangrun' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)

@@ -5,6 +5,7 @@
     ├── SpecError                     a manifest is invalid; the message names the field
     ├── UsageError                    a command was called wrongly (unknown task, unknown queue, ...)
     │   └── WorkerEnvError(name)      a worker environment variable is malformed; names the variable
+    ├── WaitTimeout                   `TaskRun.wait(timeout=...)` ran out; also a built-in TimeoutError
     ├── BackendError                  a backend could not do what was asked
     │   ├── ApiError(status)          the Kubernetes API answered with an error status
     │   │   ├── NotFound              404
@@ -45,6 +46,14 @@ class WorkerEnvError(UsageError):
     def __init__(self, name: str, problem: str) -> None:
         self.name = name
         super().__init__(f"{name}: {problem}")
+
+
+class WaitTimeout(GangrunError, TimeoutError):
+    """A wait for a task ran out of time; the task goes on. `view` is its last status."""
+
+    def __init__(self, message: str, *, view: dict[str, object] | None = None) -> None:
+        self.view = view or {}
+        super().__init__(message)
 
 
 class BackendError(GangrunError):
@@ -95,3 +104,7 @@ class TemporaryError(GangrunError):
     def __init__(self, message: str, *, delay: float = 60.0) -> None:
         self.delay = delay
         super().__init__(message)
+
+
+class IgnoredLocally(UserWarning):
+    """A manifest field that only a cluster can apply (most of spec.podTemplate) was ignored locally."""

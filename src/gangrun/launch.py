@@ -2,17 +2,21 @@
 
 Every worker pod of a gang runs it (the JobSet's container command, see `render.py`). It:
 
-1. derives `NODE_RANK` from the Indexed Job's completion index, and `RANK`/`LOCAL_RANK` for one
-   process per node;
+1. completes the worker environment contract (`gangrun._core.worker_env.process_env`, the same
+   rules the local backend uses): NODE_RANK from the Indexed Job's completion index, GROUP_RANK,
+   TORCHELASTIC_RUN_ID, and RANK/LOCAL_RANK for one process per node;
 2. waits until the rank-0 DNS name (`MASTER_ADDR`) resolves: the headless Service publishes pods as
    they are created, so early workers would otherwise fail their first connect. The wait is bounded
    (`GANGRUN_DNS_TIMEOUT`, default 300s) and fails with a message naming the host;
 3. runs the command directly (exec) for `NPROC_PER_NODE=1`, or under torchrun with a static
-   rendezvous whose id is `<jobset>-<restart attempt>`, so a whole-gang restart never joins the
-   previous round's rendezvous;
-4. forwards SIGTERM/SIGINT to the child when it cannot exec (torchrun, or when it is PID 1: a PID 1
-   without a handler ignores SIGTERM, and the workers need it to checkpoint before the grace period
-   ends).
+   rendezvous whose id is TORCHELASTIC_RUN_ID (`<jobset>-<restart attempt>`), so a whole-gang
+   restart never joins the previous round's rendezvous;
+4. stays the command's parent when it cannot exec (torchrun; PID 1, which ignores SIGTERM without a
+   handler; or a pod, where it has two more jobs) and forwards SIGTERM/SIGINT to it;
+5. in a pod (GANGRUN_TERMINATION_LOG set) when the command ends: writes the newest committed
+   checkpoint into the termination message (`gangrun._checkpoint_report`), and turns an exit 0
+   after a SIGTERM into 143, because a worker that was stopped has not finished the task: a drained
+   pod that exits 0 would read as a completed index to its Job.
 """
 
 from __future__ import annotations
@@ -25,32 +29,46 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from gangrun import _checkpoint_report as checkpoint_report
+from gangrun._core import worker_env as wenv
+from gangrun._core.exit_status import exit_status
+
 DEFAULT_DNS_TIMEOUT = 300.0
 EXIT_DNS = 3
 EXIT_USAGE = 2
+EXIT_STOPPED = 128 + signal.SIGTERM
+
+
+def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = (env.get(name) or "").strip()
+    return int(raw) if raw.isdigit() else default
 
 
 def worker_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment the command runs with: `env` plus the derived rank variables."""
+    """The environment the command runs with: `env` plus the per-node (and, for one process per
+    node, per-process) variables of the contract."""
     out = dict(env)
-    node_rank = out.get("NODE_RANK") or out.get("JOB_COMPLETION_INDEX") or "0"
-    out["NODE_RANK"] = node_rank
-    nnodes = int(out.get("NNODES") or 1)
-    nproc = int(out.get("NPROC_PER_NODE") or 1)
-    out.setdefault("WORLD_SIZE", str(nnodes * nproc))
-    out.setdefault("JOBSET_RESTART_ATTEMPT", "0")
+    node_rank = _whole(out, wenv.NODE_RANK, _whole(out, "JOB_COMPLETION_INDEX", 0))
+    nnodes = _whole(out, wenv.NNODES, 1)
+    nproc = _whole(out, wenv.NPROC_PER_NODE, 1)
+    restart = _whole(out, wenv.RESTART_ATTEMPT, 0)
+    gang = out.get(wenv.GANGRUN_GANG) or out.get(wenv.GANGRUN_TASK) or "gangrun"
+    out.setdefault(wenv.WORLD_SIZE, str(nnodes * nproc))
+    out.setdefault(wenv.LOCAL_WORLD_SIZE, str(nproc))
     if nproc == 1:
-        out["RANK"] = node_rank
-        out["LOCAL_RANK"] = "0"
+        out.update(wenv.process_env(nproc_per_node=1, node_rank=node_rank, local_rank=0, restart_attempt=restart,
+                                    gang=gang))
+    else:  # torchrun sets RANK and LOCAL_RANK per process, by the same rule
+        out.update(wenv.node_env(node_rank=node_rank, restart_attempt=restart, gang=gang))
     return out
 
 
 def torchrun_argv(env: Mapping[str, str], command: Sequence[str]) -> list[str]:
-    rdzv_id = f"{env.get('GANGRUN_JOBSET') or env.get('GANGRUN_TASK', 'gangrun')}-{env.get('JOBSET_RESTART_ATTEMPT', '0')}"
     return [sys.executable, "-m", "torch.distributed.run",
-            f"--nnodes={env.get('NNODES', '1')}", f"--nproc-per-node={env['NPROC_PER_NODE']}",
-            f"--node-rank={env['NODE_RANK']}", f"--master-addr={env.get('MASTER_ADDR', '127.0.0.1')}",
-            f"--master-port={env.get('MASTER_PORT', '29500')}", f"--rdzv-id={rdzv_id}", *command]
+            f"--nnodes={env.get(wenv.NNODES, '1')}", f"--nproc-per-node={env[wenv.NPROC_PER_NODE]}",
+            f"--node-rank={env[wenv.NODE_RANK]}", f"--master-addr={env.get(wenv.MASTER_ADDR, '127.0.0.1')}",
+            f"--master-port={env.get(wenv.MASTER_PORT, str(wenv.DEFAULT_MASTER_PORT))}",
+            f"--rdzv-id={env[wenv.RUN_ID]}", *command]
 
 
 def wait_for_dns(host: str, *, timeout: float, resolve: Callable[[str], object] = socket.gethostbyname,
@@ -70,16 +88,42 @@ def wait_for_dns(host: str, *, timeout: float, resolve: Callable[[str], object] 
         delay = min(delay * 2, 5.0)
 
 
-def _run_forwarding(argv: list[str], env: dict[str, str]) -> int:
+def _run_forwarding(argv: list[str], env: dict[str, str]) -> tuple[int, bool]:
+    """Run `argv` as a child, forwarding SIGTERM/SIGINT. Returns (exit code, whether a stop came)."""
     child = subprocess.Popen(argv, env=env)
+    stopped = False
 
     def forward(signum: int, _frame: object) -> None:
+        nonlocal stopped
+        stopped = True
         child.send_signal(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    code = child.wait()
-    return 128 - code if code < 0 else code  # a child killed by a signal: the shell's convention, 128+N
+    return exit_status(child.wait()), stopped
+
+
+def write_report(env: Mapping[str, str]) -> None:
+    """Leave the newest committed checkpoint in the termination message; never fail the exit for it."""
+    target, events = env.get(wenv.TERMINATION_LOG), env.get(wenv.EVENTS_FILE)
+    if not target or not events:
+        return
+    try:
+        with open(events, encoding="utf-8", errors="replace") as f:
+            text = checkpoint_report.report(f)
+    except OSError:
+        return  # nothing was committed
+    if text:
+        try:
+            with open(target, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            print(f"gangrun.launch: cannot write the termination message {target}: {e.strerror}", file=sys.stderr)
+
+
+def exit_code(code: int, *, stopped: bool) -> int:
+    """A worker that was stopped (SIGTERM) and exited 0 has not finished the task: report 143."""
+    return EXIT_STOPPED if stopped and code == 0 else code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,17 +134,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: python -m gangrun.launch -- <command...>", file=sys.stderr)
         return EXIT_USAGE
     env = worker_environment(os.environ)
-    master = env.get("MASTER_ADDR", "")
-    if master and int(env.get("NNODES") or 1) > 1:
+    master = env.get(wenv.MASTER_ADDR, "")
+    if master and _whole(env, wenv.NNODES, 1) > 1:
         try:
             wait_for_dns(master, timeout=float(env.get("GANGRUN_DNS_TIMEOUT") or DEFAULT_DNS_TIMEOUT))
         except TimeoutError as e:
             print(f"gangrun.launch: {e}", file=sys.stderr)
             return EXIT_DNS
-    if int(env.get("NPROC_PER_NODE") or 1) > 1:
-        return _run_forwarding(torchrun_argv(env, args), env)
-    if os.getpid() == 1:
-        return _run_forwarding(args, env)
+    in_pod = bool(env.get(wenv.TERMINATION_LOG))
+    if in_pod or os.getpid() == 1 or _whole(env, wenv.NPROC_PER_NODE, 1) > 1:
+        argv_ = torchrun_argv(env, args) if _whole(env, wenv.NPROC_PER_NODE, 1) > 1 else args
+        try:
+            code, stopped = _run_forwarding(argv_, env)
+        except OSError as e:
+            print(f"gangrun.launch: cannot run {argv_[0]}: {e.strerror}", file=sys.stderr)
+            return 127
+        write_report(env)
+        return exit_code(code, stopped=stopped) if in_pod else code
     try:
         os.execvpe(args[0], args, env)
     except OSError as e:

@@ -55,7 +55,7 @@ def s3_root(s3_server: str) -> tuple[str, dict]:
 
 
 @pytest.fixture(params=["local", "memory", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path) -> Callable[..., Checkpoint]:  # type: ignore[no-untyped-def]
+def store(request: pytest.FixtureRequest, tmp_path) -> Callable[..., Checkpoint]:
     """make(attempt=N, **kw) -> Checkpoint on a fresh root, for each kind of store."""
     opts: dict = {}
     if request.param == "local":
@@ -69,9 +69,9 @@ def store(request: pytest.FixtureRequest, tmp_path) -> Callable[..., Checkpoint]
         kw.setdefault("cache_dir", tmp_path / f"cache-{uuid.uuid4().hex[:6]}")
         if opts:
             kw.setdefault("storage_options", opts)
-        return Checkpoint.for_path(root, attempt=attempt, **kw)  # type: ignore[arg-type]
+        return Checkpoint.for_path(root, attempt=attempt, **kw)
 
-    make.root = root  # type: ignore[attr-defined]
+    make.root = root
     return make
 
 

@@ -42,14 +42,14 @@ def test_b2_async_bytes_save_of_a_mutable_buffer_is_snapshotted(store) -> None:
 def _failing_storage(ckpt: Checkpoint, gate: threading.Event | None = None) -> None:
     real = ckpt._storage.write_bytes
 
-    def write_bytes(path, data, **kw):  # type: ignore[no-untyped-def]
+    def write_bytes(path, data, **kw):
         if gate is not None:
             gate.wait(5)
         if path.endswith("manifest.json"):
             raise OSError("disk full")
         return real(path, data, **kw)
 
-    ckpt._storage.write_bytes = write_bytes  # type: ignore[method-assign]
+    ckpt._storage.write_bytes = write_bytes
 
 
 def test_b2_background_failure_is_raised_once_as_commit_failed(tmp_path) -> None:

@@ -16,7 +16,7 @@ from gangrun import Checkpoint
 from gangrun._ckpt.commit import MarkerPending, pending_for
 
 
-def _ck(s3_root, tmp_path, attempt: int, **kw) -> Checkpoint:  # type: ignore[no-untyped-def]
+def _ck(s3_root, tmp_path, attempt: int, **kw) -> Checkpoint:
     uri, opts = s3_root
     return Checkpoint.for_path(uri, attempt=attempt, storage_options=opts, cache_dir=tmp_path / "cache", **kw)
 

@@ -78,7 +78,7 @@ def test_sharded_save_commits_once_every_rank_wrote_its_part(tmp_path: Path, req
     assert sorted(names) == ["ckpt-000002", "ckpt-000003"], f"keep_last=2 counts a sharded checkpoint once; no leftovers: {names}"
 
 
-def _gang_in_threads(world: int, fn) -> list[object]:  # type: ignore[no-untyped-def]
+def _gang_in_threads(world: int, fn) -> list[object]:
     results: list[object] = [None] * world
 
     def run(r: int) -> None:
@@ -95,7 +95,7 @@ def _gang_in_threads(world: int, fn) -> list[object]:  # type: ignore[no-untyped
     return results
 
 
-def _ck(root: Path, rank: int, world: int, **kw) -> Checkpoint:  # type: ignore[no-untyped-def]
+def _ck(root: Path, rank: int, world: int, **kw) -> Checkpoint:
     kw.setdefault("cache_dir", root.parent / f"cache-{rank}")
     return Checkpoint.for_path(str(root), rank=rank, world_size=world, **kw)
 
@@ -166,7 +166,7 @@ def test_rank_failing_mid_write_makes_rank_0_give_up_without_waiting(tmp_path: P
     def save(r: int) -> object:
         ck = _ck(root, r, 2, shard_timeout=30)
         if r == 1:
-            ck._storage.put_file = _fail  # type: ignore[method-assign]
+            ck._storage.put_file = _fail
         return ck.save(src, step=1, shard=True)
 
     results = _gang_in_threads(2, save)

@@ -94,7 +94,7 @@ def test_async_snapshot_is_a_copy_not_a_link(tmp_path) -> None:
 
 
 def test_snapshot_copies_without_copy_file_range(tmp_path, monkeypatch) -> None:
-    def unsupported(*_a, **_k):  # type: ignore[no-untyped-def]
+    def unsupported(*_a, **_k):
         raise OSError(95, "Operation not supported")
 
     monkeypatch.setattr(transfer.os, "copy_file_range", unsupported)
@@ -168,7 +168,7 @@ def test_raw_writes_are_completed_when_short(tmp_path) -> None:
         def __init__(self) -> None:
             self.out = bytearray()
 
-        def write(self, view) -> int:  # type: ignore[no-untyped-def]
+        def write(self, view) -> int:
             n = min(len(view), 1000)
             self.out += view[:n]
             return n

@@ -83,3 +83,19 @@ def test_b5_an_eviction_that_ends_the_attempt_is_on_the_timeline_too():
         (5, observed(make_gang().suspended().obj(), make_workload().preemption().obj())),
     ])
     assert [e.type for e in timeline[-2:]] == [EventType.PREEMPTED, EventType.ATTEMPT_ENDED]
+
+
+def test_waiting_for_readmission_is_read_from_the_state_not_from_the_reasons_wording() -> None:
+    from dataclasses import replace
+
+    from gangrun._core.engine import NOTHING
+    from gangrun._core.phases import Phase, PhaseInfo
+    from gangrun._core.state import TaskState
+
+    running = TaskState.new(now=T0)
+    running = replace(running, started=True, info=PhaseInfo(phase=Phase.RUNNING, version=0, reason="running"))
+    worded = running.with_info(running.info.advance(Phase.RUNNING, "user text: waiting for re-admission"))
+    assert [e.type for e in transition_events(running, worded, NOTHING, now=T0)] == [EventType.PHASE]
+    waiting = worded.with_waiting()
+    assert [e.type for e in transition_events(worded, waiting.with_info(waiting.info.advance(Phase.RUNNING, "x")),
+                                              NOTHING, now=T0)] == [EventType.WAITING]

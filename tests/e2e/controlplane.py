@@ -71,6 +71,12 @@ ANNOTATION_FAIL_AFTER = "gang.test/fail-after"
 ANNOTATION_EXIT_CODE = "gang.test/exit-code"
 # A pod with this annotation stays Pending (bound, never Running/Ready).
 ANNOTATION_NEVER_READY = "gang.test/never-ready"
+# With ANNOTATION_COMPLETE_AFTER or ANNOTATION_FAIL_AFTER, the worker container's termination message
+# (what gangrun.launch writes there: the newest committed checkpoint).
+ANNOTATION_TERMINATION_MESSAGE = "gang.test/termination-message"
+# A Go duration: a pod being deleted stays that long before it is gone, as a kubelet that gives its
+# containers their grace period (without it kwok removes a deleted pod at once).
+ANNOTATION_TERMINATE_AFTER = "gang.test/terminate-after"
 
 # Kueue's waitForPodsReady timeout (also its recoveryTimeout). Kueue 0.19 enables it by
 # default with 30 min; a short one lets a test see a PodsReadyTimeout eviction (pods that carry
@@ -313,9 +319,11 @@ _CORE = {
     "Namespace": ("namespaces", False), "Node": ("nodes", False), "Pod": ("pods", True),
     "ServiceAccount": ("serviceaccounts", True), "Secret": ("secrets", True),
     "ConfigMap": ("configmaps", True), "Event": ("events", True), "Service": ("services", True),
+    "PersistentVolume": ("persistentvolumes", False), "PersistentVolumeClaim": ("persistentvolumeclaims", True),
 }
 _GROUPED = {
     ("batch", "Job"): ("jobs", True),
+    ("apps", "Deployment"): ("deployments", True),
     ("jobset.x-k8s.io", "JobSet"): ("jobsets", True),
     ("kueue.x-k8s.io", "Workload"): ("workloads", True),
     ("kueue.x-k8s.io", "LocalQueue"): ("localqueues", True),
@@ -337,7 +345,7 @@ _GROUPED = {
 }
 # Versions used when a caller names only the kind.
 DEFAULT_API_VERSION = {
-    "Job": "batch/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "Workload": "kueue.x-k8s.io/v1beta2",
+    "Job": "batch/v1", "Deployment": "apps/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "Workload": "kueue.x-k8s.io/v1beta2",
     "LocalQueue": "kueue.x-k8s.io/v1beta2", "ClusterQueue": "kueue.x-k8s.io/v1beta2",
     "ResourceFlavor": "kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass": "kueue.x-k8s.io/v1beta2",
     "Cohort": "kueue.x-k8s.io/v1beta2",
@@ -916,6 +924,11 @@ class ControlPlane:
                 doc["spec"]["selector"].setdefault("matchExpressions", []).append(
                     {"key": f'.metadata.annotations["{ANNOTATION_NEVER_READY}"]',
                      "operator": "DoesNotExist"})
+            if doc["metadata"]["name"] == "pod-delete":
+                # A disrupted pod is stopped first (see _own_pod_stages), and a slow one waits.
+                doc["spec"]["selector"].setdefault("matchExpressions", []).extend([
+                    {"key": _DISRUPTION_TARGET, "operator": "NotIn", "values": ["True"]},
+                    {"key": f'.metadata.annotations["{ANNOTATION_TERMINATE_AFTER}"]', "operator": "DoesNotExist"}])
         docs += _own_pod_stages(stages_dir)
         home = d / "kwok-home"
         home.mkdir(exist_ok=True)
@@ -1070,8 +1083,13 @@ def _probe_jobset(namespace: str, queue: str | None) -> dict:
     }
 
 
+_DISRUPTION_TARGET = '.status.conditions.[] | select( .type == "DisruptionTarget" ) | .status'
+
+
 def _own_pod_stages(stages_dir: Path) -> list[dict]:
-    """Complete or fail a Running pod when the test puts an annotation on it."""
+    """Complete or fail a Running pod when the test puts an annotation on it; stop a pod being
+    deleted with the condition DisruptionTarget (the Eviction API, `kubectl drain`) as a kubelet does:
+    Failed with exit 143 once SIGTERM ended it, so the Job's podFailurePolicy sees a failed pod."""
     complete = _load_yaml_docs(stages_dir / "pod/general/pod-complete.yaml")[0]
     complete["metadata"]["name"] = "pod-complete-on-annotation"
     complete["spec"]["selector"] = {"matchExpressions": [
@@ -1098,14 +1116,88 @@ def _own_pod_stages(stages_dir: Path) -> list[dict]:
         "durationFrom": {"expressionFrom": f'.metadata.annotations["{ANNOTATION_FAIL_AFTER}"]'},
     }
     fail["spec"]["next"]["statusTemplate"] = _FAIL_STATUS_TEMPLATE
-    return [complete, fail]
+    complete["spec"]["next"]["statusTemplate"] = _COMPLETE_STATUS_TEMPLATE
+    terminate = copy.deepcopy(fail)
+    terminate["metadata"]["name"] = "pod-terminate-disrupted"
+    terminate["spec"]["selector"] = {"matchExpressions": [
+        {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+        {"key": ".status.phase", "operator": "In", "values": ["Pending", "Running"]},
+        {"key": _DISRUPTION_TARGET, "operator": "In", "values": ["True"]},
+    ]}
+    terminate["spec"]["delay"] = {"durationMilliseconds": 0}
+    terminate["spec"]["next"]["statusTemplate"] = _TERMINATED_STATUS_TEMPLATE
+    gone = copy.deepcopy(terminate)
+    gone["metadata"]["name"] = "pod-delete-terminated"
+    gone["spec"]["selector"] = {"matchExpressions": [
+        {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+        {"key": ".status.phase", "operator": "In", "values": ["Failed", "Succeeded"]},
+    ]}
+    gone["spec"]["next"] = {"delete": True}
+    slow = copy.deepcopy(gone)
+    slow["metadata"]["name"] = "pod-delete-after-annotation"
+    slow["spec"]["selector"] = {"matchExpressions": [
+        {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+        {"key": _DISRUPTION_TARGET, "operator": "NotIn", "values": ["True"]},
+        {"key": f'.metadata.annotations["{ANNOTATION_TERMINATE_AFTER}"]', "operator": "Exists"},
+    ]}
+    slow["spec"]["delay"] = {
+        "durationMilliseconds": 0,
+        "durationFrom": {"expressionFrom": f'.metadata.annotations["{ANNOTATION_TERMINATE_AFTER}"]'},
+    }
+    return [complete, fail, terminate, gone, slow]
 
+
+# The container statuses of a completed pod, kwok's general pod-complete template with the worker's
+# termination message.
+_COMPLETE_STATUS_TEMPLATE = """
+{{ $now := Now }}
+{{ $root := . }}
+{{ $msg := index (or .metadata.annotations dict) "MESSAGE_ANNOTATION" }}
+containerStatuses:
+{{ range $index, $item := .spec.containers }}
+- image: {{ $item.image | Quote }}
+  name: {{ $item.name | Quote }}
+  ready: true
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: 0
+      finishedAt: {{ $now | Quote }}
+      reason: Completed
+      startedAt: {{ $now | Quote }}
+      {{ if and $msg (eq $item.name "worker") }}message: {{ $msg | Quote }}{{ end }}
+{{ end }}
+phase: Succeeded
+""".replace("MESSAGE_ANNOTATION", ANNOTATION_TERMINATION_MESSAGE)
+
+# A pod a kubelet stopped for a disruption: SIGTERM ended every container (143); conditions are left
+# as they are (the DisruptionTarget condition the podFailurePolicy matches stays).
+_TERMINATED_STATUS_TEMPLATE = """
+{{ $now := Now }}
+containerStatuses:
+{{ range $index, $container := .spec.containers }}
+- image: {{ $container.image | Quote }}
+  name: {{ $container.name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: 143
+      finishedAt: {{ $now | Quote }}
+      reason: Error
+      startedAt: {{ $now | Quote }}
+{{ end }}
+phase: Failed
+"""
 
 # The container statuses of a failed pod; same shape as kwok's general pod-complete template.
 _FAIL_STATUS_TEMPLATE = """
 {{ $now := Now }}
 {{ $root := . }}
-{{ $exit := or (index (or .metadata.annotations dict) "%s") "1" }}
+{{ $exit := or (index (or .metadata.annotations dict) "EXIT_ANNOTATION") "1" }}
+{{ $msg := index (or .metadata.annotations dict) "MESSAGE_ANNOTATION" }}
 conditions:
 - lastTransitionTime: {{ $now | Quote }}
   status: "True"
@@ -1131,9 +1223,10 @@ containerStatuses:
       finishedAt: {{ $now | Quote }}
       reason: Error
       startedAt: {{ $now | Quote }}
+      {{ if and $msg (eq $container.name "worker") }}message: {{ $msg | Quote }}{{ end }}
 {{ end }}
 phase: Failed
-""" % ANNOTATION_EXIT_CODE
+""".replace("EXIT_ANNOTATION", ANNOTATION_EXIT_CODE).replace("MESSAGE_ANNOTATION", ANNOTATION_TERMINATION_MESSAGE)  # not str.format: the Go template is full of braces
 
 
 def _ensure_kueue_metrics_certs(pki: Path) -> None:

@@ -1,7 +1,7 @@
 """Builders of real-shaped API objects (dicts) for the Kubernetes backend tests.
 
-Shapes follow the reference brief (Kueue v0.17–v0.19 `kueue.x-k8s.io/v1beta2` Workloads, JobSet
-v0.11–v0.12 `jobset.x-k8s.io/v1alpha2`), e.g.
+Shapes follow Kueue v0.17–v0.19 `kueue.x-k8s.io/v1beta2` Workloads and JobSet v0.11–v0.12
+`jobset.x-k8s.io/v1alpha2` (as captured from the real controllers in tests/fixtures/kube), e.g.
 
     workload_obj("js-uid").admitted().evicted("Preempted", PREEMPTION_MESSAGE).preempted("InClusterQueue").obj()
     jobset_obj(spec, attempt=1).admitted().running(ready=1).obj()
@@ -10,10 +10,12 @@ v0.11–v0.12 `jobset.x-k8s.io/v1alpha2`), e.g.
 from __future__ import annotations
 
 import copy
+import json
 from datetime import datetime
 from typing import Any
 
 from builders import PREEMPTION_MESSAGE, T0, at  # noqa: F401 - re-exported for the kube tests
+from gangrun import _checkpoint_report
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.render import render_jobset
 from gangrun._core import jobset, kueue
@@ -85,10 +87,10 @@ class WorkloadObj(_Builder):
         return self
 
     def evicted(self, reason: str, message: str = "") -> WorkloadObj:
-        return self.cond(kueue.EVICTED, "True", reason, message)  # type: ignore[return-value]
+        return self.cond(kueue.EVICTED, "True", reason, message)
 
     def preempted(self, reason: str = kueue.IN_CLUSTER_QUEUE, message: str = PREEMPTION_MESSAGE) -> WorkloadObj:
-        return self.cond(kueue.PREEMPTED, "True", reason, message)  # type: ignore[return-value]
+        return self.cond(kueue.PREEMPTED, "True", reason, message)
 
     def readmitted(self) -> WorkloadObj:
         """W7: Evicted/Preempted flip to False/QuotaReserved with `Previously: ...`."""
@@ -142,11 +144,11 @@ class JobSetObj(_Builder):
 
     def completed(self) -> JobSetObj:
         self._o.setdefault("status", {})["terminalState"] = "Completed"
-        return self.cond(jobset.COMPLETED, "True", jobset.ALL_JOBS_COMPLETED, jobset.MSG_COMPLETED)  # type: ignore
+        return self.cond(jobset.COMPLETED, "True", jobset.ALL_JOBS_COMPLETED, jobset.MSG_COMPLETED)
 
     def failed(self) -> JobSetObj:
         self._o.setdefault("status", {})["terminalState"] = "Failed"
-        return self.cond(jobset.FAILED, "True", jobset.FAILED_JOBS,  # type: ignore[return-value]
+        return self.cond(jobset.FAILED, "True", jobset.FAILED_JOBS,
                          jobset.failed_jobs_message("train-1-workers-0"))
 
 
@@ -182,3 +184,35 @@ def pod_obj(jobset_name: str, index: int, *, task: str = "train", attempt: int =
                                             "message": "0/3 nodes are available: 3 Insufficient cpu."})
     pod["status"]["conditions"].append({"type": "Ready", "status": "True" if ready else "False"})
     return pod
+
+
+def disrupted(pod: dict[str, Any], reason: str = jobset.DISRUPTION_EVICTION_API,
+              message: str = jobset.MSG_EVICTION_API, *, failed: bool = True, t: datetime = T0) -> dict[str, Any]:
+    """The pod as a drain leaves it: DisruptionTarget=True, then Failed once the kubelet stopped it (exit 143)."""
+    pod = copy.deepcopy(pod)
+    pod["status"]["conditions"].append({"type": jobset.DISRUPTION_TARGET, "status": "True", "reason": reason,
+                                        "message": message, "lastTransitionTime": ts(t)})
+    if failed:
+        pod["status"]["phase"] = "Failed"
+        pod["status"]["containerStatuses"] = [{"name": "worker", "state": {"terminated": {
+            "exitCode": 143, "reason": "Error", "finishedAt": ts(t)}}}]
+    return pod
+
+
+def terminated(pod: dict[str, Any], *, code: int = 0, message: str = "", t: datetime = T0) -> dict[str, Any]:
+    """The pod after its worker container exited, leaving `message` as its termination message."""
+    pod = copy.deepcopy(pod)
+    pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+    term: dict[str, Any] = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": ts(t)}
+    if message:
+        term["message"] = message
+    pod["status"]["containerStatuses"] = [{"name": "worker", "state": {"terminated": term}}]
+    return pod
+
+
+def commit_report(*, step: int, t: datetime, attempt: int = 1, rank: int = 0, seq: int | None = None) -> str:
+    """A termination message as gangrun.launch writes it for a worker whose newest commit was `step`."""
+    line = {"type": "checkpoint_committed", "task": "train", "attempt": attempt, "rank": rank,
+            "seq": step if seq is None else seq, "step": step, "uri": f"s3://b/train/attempt-{attempt}/step-{step}",
+            "time": t.timestamp()}
+    return _checkpoint_report.report([json.dumps(line)])

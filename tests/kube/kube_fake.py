@@ -60,6 +60,7 @@ class FakeApi:
         self.compacted = 0
         self.calls: list[tuple[str, str, str]] = []  # (verb, plural, name)
         self.logs: dict[tuple[str, str], list[str]] = {}
+        self.dry_runs: list[tuple[str, dict[str, Any]]] = []
 
     # -- test controls ------------------------------------------------------------------------------
 
@@ -107,9 +108,12 @@ class FakeApi:
 
     # -- KubeApi ------------------------------------------------------------------------------------
 
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        self._check("get", res, name)
-        obj = self.objects.get((res.plural, namespace or "", name))
+    def get(self, res: Resource, namespace: str | None, name: str, *,
+            subresource: str | None = None) -> dict[str, Any]:
+        # A subresource (a LocalQueue's pendingworkloads) is stored with `put` under "<plural>/<subresource>".
+        plural = f"{res.plural}/{subresource}" if subresource else res.plural
+        self._check("get", res if not subresource else Resource(res.group, res.version, plural, res.kind), name)
+        obj = self.objects.get((plural, namespace or "", name))
         if obj is None:
             raise error_for(404, f'{res.plural} "{name}" not found')
         return copy.deepcopy(obj)
@@ -122,9 +126,16 @@ class FakeApi:
                  and _matches(o, label_selector, field_selector)]
         return {"items": items, "metadata": {"resourceVersion": str(next(self._rv))}}
 
-    def create(self, res: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    def create(self, res: Resource, namespace: str | None, body: dict[str, Any], *,
+               dry_run: bool = False) -> dict[str, Any]:
         md = body.get("metadata") or {}
+        if not md.get("name") and md.get("generateName"):  # the API server's way: the prefix and 5 characters
+            md = {**md, "name": f"{md['generateName']}{next(self._uid):05x}"}
+            body = {**body, "metadata": md}
         self._check("create", res, md.get("name", ""))
+        if dry_run:  # the fake validates nothing: a dry run only tells the test it was asked
+            self.dry_runs.append((res.plural, copy.deepcopy(body)))
+            return copy.deepcopy(body)
         if (res.plural, namespace or "", md.get("name")) in self.objects:
             raise error_for(409, f'{res.plural} "{md.get("name")}" already exists')
         body = copy.deepcopy(body)

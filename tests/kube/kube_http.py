@@ -66,7 +66,7 @@ def serve(api: FakeApi) -> ThreadingHTTPServer:
                     doc = api.get(res, ns, name) if name else api.list(
                         res, ns, label_selector=q.get("labelSelector", ""), field_selector=q.get("fieldSelector", ""))
                 elif method == "POST":
-                    doc = api.create(res, ns, self._body())
+                    doc = api.create(res, ns, self._body(), dry_run=q.get("dryRun") == "All")
                 elif method == "PUT":
                     doc = api.replace(res, ns, name, self._body())
                 elif method == "PATCH":

@@ -7,13 +7,27 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kube_builders import PREEMPTION_MESSAGE, at, jobset_obj, pod_obj, ts, workload_obj
+from kube_builders import (
+    PREEMPTION_MESSAGE,
+    T0,
+    at,
+    commit_report,
+    disrupted,
+    jobset_obj,
+    pod_obj,
+    terminated,
+    ts,
+    workload_obj,
+)
 
 from gangrun._backends.kube import adapter
 from gangrun._backends.kube.adapter import WorkloadLookup, newest_workload, observe, to_gang, to_workload
-from gangrun._core import kueue
+from gangrun._core import jobset, kueue
+from gangrun._core.engine import decide
 from gangrun._core.eviction import EvictionKind, classify_eviction
-from gangrun._core.observation import WorkloadRead
+from gangrun._core.observation import Gang, Observation, WorkloadRead
+from gangrun._core.policy import Policy
+from gangrun._core.state import TaskState
 
 
 def test_suspended_jobset_just_created_is_a_suspended_gang_that_has_not_run() -> None:
@@ -169,9 +183,57 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(m
 @settings(max_examples=200, deadline=None)
 @given(js=json_values, wl=json_values, pod=json_values)
 def test_arbitrary_json_never_raises(js: Any, wl: Any, pod: Any) -> None:
-    observe(js, WorkloadLookup.found([wl]), [pod])
+    obs = observe(js, WorkloadLookup.found([wl]), [pod])
+    # Whatever the API sent, the engine gets well-typed values it can decide on.
+    assert isinstance(obs, Observation) and (obs.gang is None or isinstance(obs.gang, Gang))
+    if obs.gang is not None:
+        assert all(isinstance(getattr(obs.gang, f), int) for f in ("restarts", "scheduled_workers", "ready_workers"))
+        assert all(isinstance(c.type, str) and isinstance(c.message, str) for c in obs.gang.conditions)
+    decision = decide(Policy(), TaskState.new(now=T0), obs, now=T0)
+    assert decision.state.attempt == 1
 
 
 def test_job_uid_label_links_a_workload_to_its_jobset() -> None:
     assert adapter.workload_job_uid(workload_obj("abc").obj()) == "abc"
     assert kueue.JOB_UID_LABEL == "kueue.x-k8s.io/job-uid"
+
+
+# -- node disruptions and checkpoints (issue 9) ------------------------------------------------------
+
+
+def test_a_pod_with_disruption_target_is_the_gang_s_disruption_still_pending_in_its_round() -> None:
+    js = jobset_obj().admitted().jobs(failed=1).obj()
+    gang = to_gang(js, [pod_obj("train-1", 0), disrupted(pod_obj("train-1", 1))])
+    assert gang.disruption is not None and gang.disruption_pending
+    assert (gang.disruption.reason, gang.disruption.message) == ("EvictionByEvictionAPI", "Eviction API: evicting")
+    assert gang.disruption.worker == "pod train-1-workers-0-1-abcde"
+
+
+def test_a_disrupted_pod_of_the_previous_round_explains_the_uncounted_restart() -> None:
+    js = jobset_obj().admitted().restarts(1, towards_max=0).cond(
+        jobset.RESTARTING, "True", jobset.RESTARTING_REASON_DISRUPTION,
+        jobset.restarting_ignoring_max_message("train-1-workers-0")).obj()
+    old = disrupted(pod_obj("train-1", 1, restart=0), jobset.DISRUPTION_TAINT_MANAGER,
+                    "Taint manager: deleting due to NoExecute taint")
+    gang = to_gang(js, [old, pod_obj("train-1", 0, restart=1)])
+    assert gang.restarts_not_counted == 1 and not gang.disruption_pending
+    assert gang.disruption.reason == "DeletionByTaintManager" and gang.disruption.restart_attempt == 0
+
+
+def test_when_the_disrupted_pod_is_gone_the_jobset_s_rule_still_names_the_disruption() -> None:
+    message = jobset.restarting_ignoring_max_message("train-1-workers-0")
+    js = jobset_obj().admitted().restarts(1, towards_max=0).cond(
+        jobset.RESTARTING, "True", jobset.RESTARTING_REASON_DISRUPTION, message).obj()
+    d = to_gang(js, []).disruption
+    assert (d.reason, d.message, d.restart_attempt) == ("DisruptionTarget", message, 0)
+    plain = jobset_obj().admitted().restarts(1).cond(jobset.RESTARTING, "True", jobset.DEFAULT_FAILURE_POLICY,
+                                                    jobset.restarting_message("train-1-workers-0")).obj()
+    assert to_gang(plain, []).disruption is None  # a counted restart is no disruption
+
+
+def test_the_newest_checkpoint_comes_from_the_workers_termination_messages() -> None:
+    pods = [terminated(pod_obj("train-1", 0), code=143, message=commit_report(step=6, t=at(20))),
+            terminated(pod_obj("train-1", 1), code=143), pod_obj("train-1", 2),
+            terminated(pod_obj("train-1", 3), code=1, message="Traceback (most recent call last): ...")]
+    (commit,) = adapter.checkpoints(pods)
+    assert (commit.attempt, commit.step, commit.at, commit.rank) == (1, 6, at(20), 0)

@@ -233,3 +233,50 @@ def test_a_task_the_api_server_refuses_as_invalid_is_a_manifest_error() -> None:
     with pytest.raises(SpecError, match="^the API server refused the task: injected failure") as err:
         b.submit(parse_manifest(manifest()))
     assert cli.exit_code(err.value) == 2
+
+
+# -- issue 9: a pod template the API server would refuse is a manifest error at submit ---------------
+
+TEMPLATE = {"spec": {"containers": [{"name": "worker", "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}]}],
+                     "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]}}
+
+
+def test_submit_asks_the_api_server_to_validate_one_worker_pod_of_a_pod_template() -> None:
+    api, b = backend()
+    b.submit(parse_manifest(manifest(podTemplate=TEMPLATE)))
+    ((plural, pod),) = api.dry_runs
+    assert plural == "pods" and pod["metadata"]["name"] == "train-1-workers-0-0"
+    assert pod["spec"]["volumes"][0] == TEMPLATE["spec"]["volumes"][0]
+    assert api.obj(PODS, "ml", pod["metadata"]["name"]) is None  # a dry run stores nothing
+    plain_api, plain = backend()
+    plain.submit(parse_manifest(manifest("plain")))
+    assert plain_api.dry_runs == []  # nothing to check without a template
+
+
+@pytest.mark.parametrize("status,refused", [(422, True), (400, True), (403, False), (500, False)])
+def test_a_refused_worker_pod_names_the_pod_template_and_a_check_that_cannot_run_does_not_block(status, refused) -> None:
+    api, b = backend()
+    api.fail("create", PODS.plural, status)
+    spec = parse_manifest(manifest(podTemplate=TEMPLATE))
+    if refused:
+        with pytest.raises(SpecError, match=r"^spec\.podTemplate: the API server refuses the worker pod: "):
+            b.submit(spec)
+        assert api.obj(TASKS, "ml", "train") is None
+    else:
+        assert b.submit(spec) == "train"
+
+
+def test_get_shows_the_accounting_from_the_status() -> None:
+    api, b = backend()
+    b.submit(parse_manifest(manifest()))
+    acct = b.get("train")["accounting"]
+    assert acct["goodput"] == 0.0 and acct["workLost"] == [] and acct["preemptionsByCause"] == {}
+
+
+def test_a_pod_template_of_a_task_named_by_generate_name_is_checked_too() -> None:
+    api, b = backend()
+    doc = manifest(podTemplate=TEMPLATE)
+    doc["metadata"] = {"generateName": "train-", "namespace": "ml"}
+    b.submit(parse_manifest(doc))
+    ((_, pod),) = api.dry_runs
+    assert pod["metadata"]["name"].startswith("train-") and pod["metadata"]["name"].endswith("-workers-0-0")

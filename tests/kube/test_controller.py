@@ -11,12 +11,23 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import pytest
-from kube_builders import PREEMPTION_MESSAGE, T0, jobset_obj, manifest, pod_obj, task_spec, workload_obj
+from kube_builders import (
+    PREEMPTION_MESSAGE,
+    T0,
+    commit_report,
+    disrupted,
+    jobset_obj,
+    manifest,
+    pod_obj,
+    task_spec,
+    terminated,
+    workload_obj,
+)
 from kube_fake import FakeApi
 
-from gangrun._backends.kube import KubeBackend
-from gangrun._backends.kube.client import JOBSETS, LOCAL_QUEUES, PODS, TASKS, WORKLOADS
-from gangrun._backends.kube.controller import RBAC_HINT, Controller
+from gangrun._backends.kube import KubeBackend, crd
+from gangrun._backends.kube.client import EVENTS, JOBSETS, LOCAL_QUEUES, PODS, TASKS, WORKLOADS
+from gangrun._backends.kube.controller import RBAC_HINT, REJECTED_EVENT, Controller
 from gangrun._backends.kube.informer import Informer
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core.spec import parse_manifest
@@ -400,3 +411,82 @@ def test_an_informer_whose_watch_was_forbidden_for_a_while_stops_reporting_forbi
     with running(inf):
         eventually(lambda: sum(1 for call in api.calls if call[0] == "watch") >= 4, tries=500)
         assert not inf.forbidden and inf.relists == 1
+
+
+# -- issue 9: stop notices, node disruptions, checkpoints of pods that are gone -------------------------
+
+
+def test_cancel_annotates_every_worker_pod_before_the_jobset_delete() -> None:
+    c = Cluster()
+    c.submit()
+    c.settle()
+    c.admit()
+    c.settle()
+    c.api.calls.clear()
+    c.backend.cancel("train")
+    c.settle()
+    writes = [(verb, plural) for verb, plural, _ in c.api.calls if plural in ("pods", "jobsets")
+              and verb in ("patch", "delete")]
+    assert writes == [("patch", "pods"), ("patch", "pods"), ("delete", "jobsets")]
+    for i in range(2):
+        pod = c.api.obj(PODS, "ml", f"train-1-workers-0-{i}-abcde")
+        assert '"cause": "Aborted"' in pod["metadata"]["annotations"][crd.STOP_NOTICE_ANNOTATION]
+    assert c.status()["phase"] == "Aborted"
+
+
+def test_a_pod_that_is_gone_before_a_sync_saw_it_still_counts_its_checkpoint_and_its_disruption() -> None:
+    c = Cluster()
+    c.submit(failurePolicy={"maxRestarts": 0})
+    c.settle()
+    c.admit()
+    c.settle()
+    c.clock.advance(30)
+    pod = terminated(disrupted(pod_obj("train-1", 1), failed=True), code=143,
+                     message=commit_report(step=8, t=c.clock.now))
+    pod["status"]["conditions"] += disrupted(pod_obj("train-1", 1))["status"]["conditions"][-1:]
+    c.api.put(PODS, pod)
+    for inf in c.ctl.informers:  # the watch delivered the update...
+        inf.relist()
+    c.api.remove(PODS, "ml", "train-1-workers-0-1-abcde")  # ...and the delete, before any sync ran
+    c.settle()  # syncs while JobSet has not restarted yet: the disruption is not in the status yet
+    assert c.ctl._tombstones and not c.status().get("disruptions")
+    js = c.js()
+    js["status"].update(restarts=1, restartsCountTowardsMax=0, conditions=[
+        {"type": "RestartingJobSet", "status": "True", "reason": "FailurePolicy_restartOnDisruption",
+         "message": "applying RestartJobSetAndIgnoreMaxRestarts failure policy action (first failed job: x)"}])
+    c.api.put(JOBSETS, js)
+    c.settle()
+    s = c.status()
+    assert (s["attempt"], s["userRetriesUsed"], s["systemRetriesUsed"]) == (1, 0, 0)
+    assert s["disruptions"][0]["worker"] == "pod train-1-workers-0-1-abcde"  # from the pod, not the fallback
+    assert s["accounting"]["lastCheckpoint"]["step"] == 8
+    assert not c.ctl._tombstones  # what the gone pod said is in the status now
+
+
+def test_an_event_the_api_server_rejects_is_an_error_and_fails_a_strict_sync(caplog: pytest.LogCaptureFixture) -> None:
+    api = FakeApi()
+    api.fail("create", EVENTS.plural, 422, times=100)
+    c = Cluster(api)
+    c.submit()
+    with caplog.at_level(logging.ERROR):
+        c.settle(rounds=1)
+    assert any(REJECTED_EVENT in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records)
+    assert c.jobsets() == ["train-1"]  # a lenient controller still drives the task
+    strict = Controller(api, namespace=None, clock=c.clock, identity="t", strict_events=True)
+    for inf in strict.informers:
+        inf.relist()
+    with pytest.raises(ApiError):
+        strict.sync(("ml", "train"))  # a status change records events: the rejection surfaces
+
+
+def test_the_controller_exports_each_task_s_goodput_from_its_accounting() -> None:
+    c = Cluster()
+    c.submit()
+    c.settle()
+    c.admit()
+    c.settle()
+    c.clock.advance(60)
+    c.ctl.refresh_gauges()
+    page = c.ctl.metrics.render()
+    (line,) = [x for x in page.splitlines() if x.startswith('gangrun_task_goodput_ratio{task="train"}')]
+    assert 0 < float(line.split()[-1]) <= 1  # the gang has been up for most of the minute

@@ -1,13 +1,18 @@
-"""The worker launcher: ranks from the completion index, a bounded DNS wait, torchrun for nproc > 1."""
+"""The worker launcher: the env contract from the completion index, a bounded DNS wait, torchrun for
+nproc > 1, and in a pod the termination message and the exit code of a stopped worker."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from gangrun import launch
+from gangrun import _checkpoint_report, launch
 
 
 def test_single_process_per_node_gets_rank_from_the_completion_index() -> None:
@@ -23,11 +28,22 @@ def test_node_rank_from_the_downward_api_wins() -> None:
 def test_torchrun_rendezvous_id_names_the_jobset_and_restart_attempt() -> None:
     env = launch.worker_environment({"NODE_RANK": "1", "NNODES": "2", "NPROC_PER_NODE": "4",
                                      "MASTER_ADDR": "t-1-workers-0-0.t-1", "MASTER_PORT": "29500",
-                                     "GANGRUN_JOBSET": "t-1", "JOBSET_RESTART_ATTEMPT": "2"})
+                                     "GANGRUN_GANG": "t-1", "JOBSET_RESTART_ATTEMPT": "2"})
     argv = launch.torchrun_argv(env, ["python", "train.py"])
-    assert "RANK" not in env  # torchrun sets it per process
+    assert "RANK" not in env and "LOCAL_RANK" not in env  # torchrun sets them per process
+    assert (env["GROUP_RANK"], env["TORCHELASTIC_RUN_ID"], env["LOCAL_WORLD_SIZE"]) == ("1", "t-1-2", "4")
     assert "--rdzv-id=t-1-2" in argv and "--node-rank=1" in argv and "--nproc-per-node=4" in argv
     assert argv[-2:] == ["python", "train.py"]
+
+
+def test_one_process_per_node_gets_the_whole_contract_from_the_same_rules_as_the_local_backend() -> None:
+    # nprocPerNode 1 used to miss LOCAL_WORLD_SIZE, GROUP_RANK and TORCHELASTIC_RUN_ID on Kubernetes.
+    env = launch.worker_environment({"JOB_COMPLETION_INDEX": "2", "NNODES": "3", "NPROC_PER_NODE": "1",
+                                     "GANGRUN_GANG": "t-1", "JOBSET_RESTART_ATTEMPT": "1"})
+    assert {k: env[k] for k in ("NODE_RANK", "GROUP_RANK", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
+                                "TORCHELASTIC_RUN_ID", "JOBSET_RESTART_ATTEMPT")} == {
+        "NODE_RANK": "2", "GROUP_RANK": "2", "RANK": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+        "WORLD_SIZE": "3", "TORCHELASTIC_RUN_ID": "t-1-1", "JOBSET_RESTART_ATTEMPT": "1"}
 
 
 def test_dns_wait_is_bounded_and_names_the_host() -> None:
@@ -63,3 +79,73 @@ def test_launcher_execs_the_command_with_the_worker_env() -> None:
 
 def test_launcher_without_a_command_is_a_usage_error() -> None:
     assert launch.main(["--"]) == launch.EXIT_USAGE
+
+
+# -- in a pod: the newest checkpoint in the termination message, and a stopped worker never "completes" --
+
+WORKER = """
+import os, sys, time
+from gangrun._ckpt.events import checkpoint_committed
+events = os.environ["GANGRUN_EVENTS_FILE"]
+for step in (2, 4):
+    checkpoint_committed(events, task="train", attempt=1, rank=0, seq=step // 2, step=step, uri=f"s3://b/step-{step}")
+print("ready", flush=True)
+if sys.argv[1] == "wait":
+    import signal
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # saves, then exits 0 as a well-behaved worker does
+    time.sleep(60)
+"""
+
+
+def _pod_env(tmp_path: Path) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            "JOB_COMPLETION_INDEX": "0", "NNODES": "1", "NPROC_PER_NODE": "1",
+            "GANGRUN_EVENTS_FILE": str(tmp_path / "events.jsonl"),
+            "GANGRUN_TERMINATION_LOG": str(tmp_path / "termination-log")}
+
+
+def test_in_a_pod_the_launcher_leaves_the_newest_commit_in_the_termination_message(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "gangrun.launch", "--", sys.executable, "-c", WORKER, "done"],
+                         env=_pod_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    message = (tmp_path / "termination-log").read_text()
+    assert json.loads(message)["commits"] == 2
+    commit = _checkpoint_report.read(message)
+    assert commit is not None and (commit.step, commit.seq, commit.uri) == (4, 2, "s3://b/step-4")
+
+
+def test_a_worker_stopped_by_sigterm_that_exits_0_is_reported_as_stopped_not_completed(tmp_path: Path) -> None:
+    # A drained pod whose worker saves and exits 0 would be a completed index to its Job: the gang would
+    # never restart for the disruption. 143 makes it a failed pod the podFailurePolicy sees.
+    proc = subprocess.Popen([sys.executable, "-m", "gangrun.launch", "--", sys.executable, "-c", WORKER, "wait"],
+                            env=_pod_env(tmp_path), stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    assert _checkpoint_report.read((tmp_path / "termination-log").read_text()) is not None
+
+
+def test_outside_a_pod_the_exit_code_is_the_command_s() -> None:
+    assert launch.exit_code(0, stopped=True) == 143 and launch.exit_code(0, stopped=False) == 0
+    assert launch.exit_code(1, stopped=True) == 1
+
+
+@pytest.mark.parametrize("lines,ok", [
+    pytest.param([], False, id="nothing-committed"),
+    pytest.param(['{"type":"checkpoint_committed","attempt":1,"rank":0,"seq":1,"step":1,"uri":"u","time":5}',
+                  '{"type":"checkpoint_committed","attempt":1,"rank":0,"seq":2,"step":2,"uri":"u","ti'], True,
+                 id="a-line-cut-by-a-kill-is-skipped"),
+    pytest.param(['{"type":"checkpoint_committed","attempt":1,"rank":0,"seq":1,"step":1,"uri":"' + "x" * 5000
+                  + '","time":5}'], True, id="a-huge-uri-is-dropped-to-fit-4096-bytes"),
+])
+def test_the_report_fits_the_termination_message(lines: list[str], ok: bool) -> None:
+    text = _checkpoint_report.report(lines)
+    assert len(text.encode()) <= _checkpoint_report.LIMIT
+    assert (_checkpoint_report.read(text) is not None) is ok
+
+
+@pytest.mark.parametrize("message", ["", "Traceback (most recent call last):", '{"gangrun": 2}', "[1]",
+                                     '{"gangrun": 1, "newest": {"attempt": "1", "time": 3}}',
+                                     '{"gangrun": 1, "newest": {"attempt": 1, "time": 1e300}}'])
+def test_any_other_termination_message_reads_as_no_checkpoint(message: str) -> None:
+    assert _checkpoint_report.read(message) is None

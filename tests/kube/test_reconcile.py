@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from kube_builders import PREEMPTION_MESSAGE, at, jobset_obj, pod_obj, task_obj, task_spec, workload_obj
+from kube_builders import (
+    PREEMPTION_MESSAGE,
+    at,
+    commit_report,
+    disrupted,
+    jobset_obj,
+    pod_obj,
+    task_obj,
+    task_spec,
+    terminated,
+    workload_obj,
+)
 from kube_fake import merge_patch
 
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.reconcile import (
+    AnnotatePods,
     CreateJobSet,
     DeleteJobSet,
     RecordEvent,
     RequeueAt,
+    event_type,
     reconcile,
 )
 from gangrun._core.timeline import EventType
@@ -109,9 +123,8 @@ def test_s4_preemption_ends_the_attempt_deletes_old_and_creates_next_in_one_reco
     assert status["attempts"][0]["outcome"] == "UserRetry"
     assert "gang evicted by kueue (Preempted, InClusterQueue)" in status["attempts"][0]["reason"]
     assert status["evictions"][0]["reason"] == "Preempted"  # recorded: Kueue overwrites it at readmission
-    # timeline.transition_events emits no Preempted event when the eviction ends the attempt in the same
-    # step; the AttemptEnded message carries the eviction summary instead.
-    assert EventType.ATTEMPT_ENDED in events(actions)
+    # The whole story of the step, in order: the eviction, the attempt it ended, the next attempt's gang.
+    assert events(actions) == [EventType.PREEMPTED, EventType.ATTEMPT_ENDED, EventType.GANG_CREATED]
     create = next(a for a in actions if isinstance(a, CreateJobSet))
     env = {e["name"]: e.get("value") for e in
            create.body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -264,3 +277,117 @@ def test_status_holds_everything_the_view_needs() -> None:
     for key in ("phase", "phaseVersion", "reason", "attempt", "userRetriesUsed", "systemRetriesUsed",
                 "restartAttempt", "attempts", "conditions", "observedGeneration"):
         assert key in status
+
+
+# -- issue 9: stop notice, node disruptions, accounting ----------------------------------------------
+
+PODS = [pod_obj("train-1", 0), pod_obj("train-1", 1)]
+PREEMPTED = WorkloadLookup.found([workload_obj("js-uid").admitted().evicted("Preempted", PREEMPTION_MESSAGE)
+                                  .preempted().obj()])
+
+
+def notices(actions: list) -> list[AnnotatePods]:
+    return [a for a in actions if isinstance(a, AnnotatePods)]
+
+
+def test_a_cancel_writes_the_stop_notice_on_every_worker_before_the_jobset_is_deleted() -> None:
+    task = Task(terminationGracePeriod="20s")
+    js = running(task)
+    task.obj["metadata"]["annotations"] = {crd.CANCEL_ANNOTATION: "now"}
+    _, actions = task.step(js, pods=PODS, t=30)
+    assert kinds(actions) == ["AnnotatePods", "DeleteJobSet"]  # the notice first
+    (a,) = notices(actions)
+    assert a.names == ("train-1-workers-0-0-abcde", "train-1-workers-0-1-abcde")
+    assert json.loads(a.notice) == {"cause": "Aborted", "message": "cancelled by the user",
+                                    "deadline": at(50).timestamp()}
+    assert a.annotations == {crd.STOP_NOTICE_ANNOTATION: a.notice}
+
+
+def test_a_kueue_eviction_seen_on_the_workload_is_announced_to_the_workers_before_their_pods_go() -> None:
+    task = Task(failurePolicy={"resumeAfterPreemption": True}, terminationGracePeriod="20s")
+    js = running(task)  # W1: Evicted=True while the JobSet still runs
+    _, actions = task.step(js, PREEMPTED, PODS, t=30)
+    (a,) = notices(actions)
+    notice = json.loads(a.notice)
+    assert notice["cause"] == "Preempted" and notice["message"] == PREEMPTION_MESSAGE
+    assert notice["deadline"] == at(50).timestamp()
+    for pod in PODS:  # the annotation reached them; told once, not on every reconcile
+        pod = json.loads(json.dumps(pod))
+        pod["metadata"]["annotations"][crd.STOP_NOTICE_ANNOTATION] = a.notice
+        assert notices(task.step(js, PREEMPTED, [pod], t=31)[1]) == []
+
+
+def test_pods_already_being_deleted_get_no_notice() -> None:
+    task = Task()
+    js = running(task)
+    going = json.loads(json.dumps(PODS))
+    for p in going:
+        p["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:30Z"
+    task.obj["metadata"]["annotations"] = {crd.CANCEL_ANNOTATION: "now"}
+    assert notices(task.step(js, pods=going, t=30)[1]) == []
+
+
+def test_a_worker_lost_to_a_drain_restarts_the_gang_in_the_attempt_and_its_peers_are_told_why() -> None:
+    task = Task(failurePolicy={"maxRestarts": 0})
+    running(task)
+    failed = jobset_obj(task.spec).admitted().jobs(failed=1).obj()
+    status, actions = task.step(failed, pods=[PODS[0], disrupted(PODS[1])], t=30)
+    assert status["attempt"] == 1 and status["phase"] == "Running"
+    assert status["reason"].startswith("worker lost to node disruption (EvictionByEvictionAPI): Eviction API: evicting")
+    assert status["reason"].endswith("; restarting the gang (not counted)")
+    (a,) = notices(actions)  # the peer still running learns it before JobSet restarts the gang
+    assert a.names == ("train-1-workers-0-0-abcde",) and json.loads(a.notice)["cause"] == "NodeDisruption"
+    restarting = (jobset_obj(task.spec).admitted().restarts(1, towards_max=0)
+                  .cond("RestartingJobSet", "True", "FailurePolicy_restartOnDisruption", "applying ...").obj())
+    status, actions = task.step(restarting, pods=[disrupted(PODS[1])], t=31)
+    assert (status["attempt"], status["userRetriesUsed"], status["systemRetriesUsed"]) == (1, 0, 0)
+    assert [d["reason"] for d in status["disruptions"]] == ["EvictionByEvictionAPI"]
+    (lost,) = [a for a in actions if isinstance(a, RecordEvent) and a.event.type is EventType.DISRUPTED]
+    assert event_type(lost.event) == "Warning"
+    back = jobset_obj(task.spec).admitted().restarts(1, towards_max=0).jobs(ready=1, active=1).obj()
+    status, _ = task.step(back, pods=[pod_obj("train-1", 0, restart=1), pod_obj("train-1", 1, restart=1)], t=40)
+    assert status["reason"] == "running (restart attempt 1)" and status["restartAttempt"] == 1
+    assert status["accounting"]["workLost"][0]["cause"] == "EvictionByEvictionAPI"
+
+
+def test_the_status_carries_the_accounting_folded_from_the_timeline() -> None:
+    task = Task(failurePolicy={"resumeAfterPreemption": True})
+    task.step(t=0)
+    task.step(jobset_obj(task.spec).suspended().obj(), t=1)
+    js = jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj()
+    admitted = WorkloadLookup.found([workload_obj("js-uid").admitted().obj()])
+    _, actions = task.step(js, admitted, PODS, t=10)
+    assert EventType.ADMITTED in events(actions)
+    task.step(js, PREEMPTED, PODS, t=40)  # preempted 30s after the gang came up
+    suspended = jobset_obj(task.spec).suspended().obj()
+    final_save = [terminated(PODS[0], code=143, message=commit_report(step=6, t=at(41)))]  # in the grace period
+    _, actions = task.step(suspended, PREEMPTED, final_save, t=45)
+    assert EventType.CHECKPOINT in events(actions)
+    acct = task.status["accounting"]
+    assert acct["queuedSeconds"] == 10.0 and acct["gangUpSeconds"] == 30.0
+    assert acct["lastCheckpoint"]["step"] == 6
+    (lost,) = acct["workLost"]
+    assert lost["cause"] == "Preempted" and lost["since"] == lost["at"]  # the final save lost nothing
+    _, actions = task.step(suspended, PREEMPTED, final_save, t=46)
+    assert EventType.CHECKPOINT not in events(actions)  # the same commit, read again, is not news
+
+
+def test_the_get_view_shows_the_same_accounting_fields_as_the_local_backend() -> None:
+    from gangrun._backends.kube.backend import _accounting
+    from gangrun._backends.kube.reconcile import load_state
+
+    task = Task()
+    running(task)
+    view = _accounting(task.obj, load_state(task.obj, now=at(10)))
+    assert set(view) == {"queuedSeconds", "gangUpSeconds", "workLost", "workLostSeconds", "goodput", "lastCheckpoint",
+                         "preemptionsByCause", "waitingForReadmissionSeconds"}
+
+
+def test_a_preemption_that_ends_the_attempt_tells_the_workers_it_was_a_preemption() -> None:
+    task = Task(retries=1)
+    running(task)
+    suspended = jobset_obj(task.spec).suspended().obj()  # the Workload's Evicted and the suspend seen at once
+    _, actions = task.step(suspended, PREEMPTED, PODS, t=30)  # resumeAfterPreemption off: the attempt ends
+    (a,) = notices(actions)
+    assert json.loads(a.notice)["cause"] == "Preempted"  # Kueue's reason, as the local backend says it
+    assert kinds(actions) == ["AnnotatePods", "DeleteJobSet", "CreateJobSet"]

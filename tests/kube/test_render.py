@@ -72,7 +72,7 @@ def test_every_field_the_jobset_webhook_would_default_is_explicit() -> None:
     assert spec["startupPolicy"] == {"startupPolicyOrder": "AnyOrder"}
     assert spec["network"] == {"enableDNSHostnames": True, "subdomain": js["metadata"]["name"],
                                "publishNotReadyAddresses": True}
-    assert spec["failurePolicy"] == {"maxRestarts": 3, "restartStrategy": "Recreate"}
+    assert spec["failurePolicy"]["maxRestarts"] == 3 and spec["failurePolicy"]["restartStrategy"] == "Recreate"
     rj = spec["replicatedJobs"][0]
     assert rj["name"] == "workers" and rj["replicas"] == 1 and rj["groupName"] == "default"
     job = _job(js)
@@ -148,3 +148,113 @@ def test_termination_grace_of_zero_is_allowed() -> None:
     spec = task_spec(terminationGracePeriod="0s")
     assert spec.termination_grace == timedelta(0)
     assert _job(render_jobset(spec))["template"]["spec"]["terminationGracePeriodSeconds"] == 0
+
+
+# -- issue 9: real training jobs -------------------------------------------------------------------
+
+REAL_TEMPLATE = {
+    "metadata": {"labels": {"team": "ml"}, "annotations": {"owner": "ada"}},
+    "spec": {
+        "containers": [{"name": "worker", "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}],
+                        "envFrom": [{"secretRef": {"name": "s3-creds"}}],
+                        "env": [{"name": "AWS_REGION", "value": "eu-west-1"}]},
+                       {"name": "sidecar", "image": "busybox"}],
+        "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}],
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "nodeSelector": {"pool": "gpu"},
+        "serviceAccountName": "trainer",
+        "imagePullSecrets": [{"name": "regcred"}],
+    },
+}
+
+
+def _pod(js: dict) -> dict:
+    return _job(js)["template"]
+
+
+def test_a_pod_template_reaches_every_worker_pod_merged_with_gangrun_s_own_fields() -> None:
+    js = render_jobset(task_spec(podTemplate=REAL_TEMPLATE))
+    pod = _pod(js)
+    assert pod["metadata"]["labels"]["team"] == "ml" and pod["metadata"]["labels"][crd.TASK_LABEL] == "train"
+    assert pod["metadata"]["annotations"] == {"owner": "ada"}
+    spec = pod["spec"]
+    for key in ("tolerations", "nodeSelector", "serviceAccountName", "imagePullSecrets"):
+        assert spec[key] == REAL_TEMPLATE["spec"][key], key
+    assert [v["name"] for v in spec["volumes"]] == ["ckpt", "gangrun-notice", "gangrun-run"]
+    worker, sidecar = spec["containers"]
+    assert sidecar == {"name": "sidecar", "image": "busybox"}
+    assert worker["command"][:4] == ["python", "-m", "gangrun.launch", "--"]
+    assert worker["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
+    assert worker["env"][-1] == {"name": "AWS_REGION", "value": "eu-west-1"}  # after the contract: $(VAR) works
+    assert [m["mountPath"] for m in worker["volumeMounts"]] == ["/ckpt", "/etc/gangrun", "/var/run/gangrun"]
+    assert spec["restartPolicy"] == "Never" and spec["subdomain"] == js["metadata"]["name"]
+
+
+def test_shm_size_mounts_a_memory_backed_dev_shm() -> None:
+    pod = _pod(render_jobset(task_spec(shmSize="8Gi")))["spec"]
+    (shm,) = [v for v in pod["volumes"] if v["name"] == "gangrun-shm"]
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+    (odd,) = [v for v in _pod(render_jobset(task_spec(shmSize="1536Mi")))["spec"]["volumes"] if v["name"] == "gangrun-shm"]
+    assert odd["emptyDir"]["sizeLimit"] == "1536Mi"
+    assert {"name": "gangrun-shm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
+    assert "gangrun-shm" not in {v["name"] for v in _pod(render_jobset(task_spec()))["spec"]["volumes"]}
+
+
+def test_gpus_are_requested_as_nvidia_gpu_or_the_named_resource() -> None:
+    for spec, resource in ((task_spec(resources={"gpu": 8}), "nvidia.com/gpu"),
+                           (task_spec(resources={"gpu": 2}, gpuResource="amd.com/gpu"), "amd.com/gpu")):
+        res = _pod(render_jobset(spec))["spec"]["containers"][0]["resources"]
+        assert res["requests"][resource] == res["limits"][resource] == str(spec.resources.gpu)
+
+
+def test_a_disrupted_pod_fails_its_job_and_jobset_restarts_without_counting_it() -> None:
+    js = render_jobset(task_spec(failurePolicy={"maxRestarts": 2}))
+    assert _job(js)["podFailurePolicy"] == {"rules": [
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}
+    assert js["spec"]["failurePolicy"]["rules"] == [{
+        "name": "restartOnDisruption", "action": "RestartJobSetAndIgnoreMaxRestarts",
+        "onJobFailureReasons": ["PodFailurePolicy"], "targetReplicatedJobs": ["workers"]}]
+    assert _job(js)["template"]["spec"]["restartPolicy"] == "Never"  # a podFailurePolicy requires it
+
+
+def test_without_restart_on_disruption_the_jobset_counts_every_failure() -> None:
+    js = render_jobset(task_spec(failurePolicy={"restartOnDisruption": False}))
+    assert "podFailurePolicy" not in _job(js) and "rules" not in js["spec"]["failurePolicy"]
+
+
+def test_the_stop_notice_is_a_downward_api_file_of_the_pod_annotation() -> None:
+    pod = _pod(render_jobset(task_spec()))["spec"]
+    (notice,) = [v for v in pod["volumes"] if v["name"] == "gangrun-notice"]
+    assert notice["downwardAPI"]["items"] == [{"path": "stop-notice.json", "fieldRef": {
+        "fieldPath": f"metadata.annotations['{crd.STOP_NOTICE_ANNOTATION}']"}}]
+    env = _env(render_jobset(task_spec()))
+    assert env["GANGRUN_STOP_FILE"]["value"] == "/etc/gangrun/stop-notice.json"
+    assert env["GANGRUN_EVENTS_FILE"]["value"] == "/var/run/gangrun/events.jsonl"
+    worker = pod["containers"][0]
+    assert worker["terminationMessagePath"] == env["GANGRUN_TERMINATION_LOG"]["value"] == "/dev/termination-log"
+    assert worker["terminationMessagePolicy"] == "File"
+
+
+@pytest.mark.parametrize("nproc", [1, 3])
+def test_a_pod_sees_the_same_contract_as_a_local_worker(nproc: int) -> None:
+    """render's literal values + the pod's own (completion index, restart attempt) through the launcher
+    equal worker_env's for the same inputs: one set of rules for both backends."""
+    from gangrun import launch
+    from gangrun._core import worker_env as wenv
+
+    spec = task_spec(nodes=4, nprocPerNode=nproc, checkpoint={"uri": "s3://b/c"})
+    js = render_jobset(spec, attempt=3)
+    pod_env = {}
+    for e in _env(js).values():
+        if "value" in e:
+            pod_env[e["name"]] = e["value"]
+    pod_env.update({"NODE_RANK": "2", "JOBSET_RESTART_ATTEMPT": "1", "POD_NAMESPACE": "ml"})  # the downward API
+    seen = launch.worker_environment(pod_env)
+    name = js["metadata"]["name"]
+    want = wenv.worker_env(spec, attempt=3, gang=name, node_rank=2, local_rank=0, restart_attempt=1,
+                           master_addr=f"{name}-workers-0-0.{name}", master_port=29500,
+                           checkpoint_path="s3://b/c/train/attempt-3", prev_checkpoint_path="s3://b/c/train/attempt-2",
+                           stop_file="/etc/gangrun/stop-notice.json", events_file="/var/run/gangrun/events.jsonl")
+    if nproc > 1:  # torchrun sets the per-process two, by the same rule
+        want = {k: v for k, v in want.items() if k not in ("RANK", "LOCAL_RANK")}
+    assert {k: seen[k] for k in want} == want

@@ -70,11 +70,12 @@ def manifest(tmp_path: Path) -> Callable[..., TaskSpec]:
     def make(name: str, *, nodes: int = 2, steps: int = 14, step_seconds: float = 0.2, priority: str = "",
              retries: int = 0, max_restarts: int = 0, resume: bool = False, env: dict[str, str] | None = None,
              queue: str = "default", cpu: str = "1", max_runtime: str | None = None, grace: str = "3s",
-             command: list[str] | None = None) -> TaskSpec:
+             command: list[str] | None = None, gpu: int = 0, max_system_retries: int | None = None,
+             extra: dict[str, Any] | None = None) -> TaskSpec:
         spec: dict[str, Any] = {
             "nodes": nodes, "command": command or [sys.executable, str(WORKER)],
             "env": {"STEPS": str(steps), "STEP_SECONDS": str(step_seconds), **(env or {})},
-            "resources": {"cpu": cpu, "memory": "100Mi"}, "retries": retries, "queue": queue,
+            "resources": {"cpu": cpu, "memory": "100Mi", "gpu": gpu}, "retries": retries, "queue": queue,
             "failurePolicy": {"maxRestarts": max_restarts, "resumeAfterPreemption": resume},
             "terminationGracePeriod": grace,
         }
@@ -82,6 +83,9 @@ def manifest(tmp_path: Path) -> Callable[..., TaskSpec]:
             spec["priorityClass"] = priority
         if max_runtime:
             spec["maxRuntime"] = max_runtime
+        if max_system_retries is not None:
+            spec["maxSystemRetries"] = max_system_retries
+        spec.update(extra or {})
         doc = {"apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": name}, "spec": spec}
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(doc))
@@ -116,3 +120,20 @@ def checkpointed(step: int) -> Callable[[dict[str, Any]], bool]:
 
 def event_types(b: LocalBackend, name: str) -> list[str]:
     return [e.type.value for e in b.events(name)]
+
+
+def kill_daemon(b: LocalBackend) -> None:
+    """SIGKILL the home's daemon and wait until it is gone (its lock is free for the next one)."""
+    import signal
+
+    pid = b.status()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            return
+        if state == "Z":
+            return
+        time.sleep(0.05)

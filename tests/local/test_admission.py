@@ -53,7 +53,25 @@ CASES = [
 
 @pytest.mark.parametrize(("admitted", "pending", "want"), CASES)
 def test_admission_plan(admitted: list[Request], pending: list[Request], want: Plan) -> None:
-    assert plan(Q4, admitted, pending) == want
+    got = plan(Q4, admitted, pending)
+    assert (got.admit, got.preempt, got.waiting) == (want.admit, want.preempt, want.waiting)
+    # Every gang left waiting is told why; an admitted one is not.
+    assert set(got.waiting_reasons) == {p.name for p in pending} - set(got.admit)
+
+
+@pytest.mark.parametrize(("admitted", "pending", "why"), [
+    pytest.param([], [waiting("a", 5, 0, 1)], "the gang needs 5 cpu, 1 memory, more than the whole quota (4 cpu",
+                 id="bigger-than-the-quota"),
+    pytest.param([running("peer", 4, 1000, 1.0)], [waiting("a", 1, 1000, 1)],
+                 "waiting for quota: the gang needs 1 cpu, 1 memory and the gangs running have the same or a higher",
+                 id="no-lower-priority-to-preempt"),
+    pytest.param([running("low", 4, 100, 1.0)], [waiting("a", 1, 10000, 1)],
+                 "preempting 1 lower-priority gang(s); waiting for them to stop", id="preempting"),
+    pytest.param([running("low", 4, 100, 1.0, evicting=True)], [waiting("a", 2, 10000, 1)],
+                 "waiting for preempted gangs to stop and give their quota back", id="room-on-its-way"),
+])
+def test_a_waiting_gang_is_told_why(admitted: list[Request], pending: list[Request], why: str) -> None:
+    assert plan(Q4, admitted, pending).waiting_reasons["a"].startswith(why)
 
 
 def test_first_exceeding_names_the_resource() -> None:

@@ -2,12 +2,13 @@
 
 Each backend keeps one `TaskState` per task (the ClusteredTask status, or a SQLite row), feeds the
 lifecycle engine (`gangrun._core.engine.decide`) with its observations and carries out the action.
-The CLI only speaks this Protocol, so `get`, `describe`, `events`, `logs` and `cancel` read the same
-on both backends.
+The public Python API (`gangrun.submit`, `gangrun.TaskRun`) and through it the CLI only speak this
+Protocol, so `get`, `describe`, `events`, `logs`, `cancel` and `delete` read the same on both backends.
 """
 
 from __future__ import annotations
 
+import builtins  # the `list` method shadows the builtin inside the class body
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
@@ -20,7 +21,8 @@ class Backend(Protocol):
     name: str
 
     def submit(self, spec: TaskSpec) -> str:
-        """Store the task and start driving it. Returns its name. Refuses a bad queue or a duplicate name."""
+        """Store the task and start driving it. Returns its name, made from `spec.generate_name` when the
+        spec has no name. Refuses a bad queue or a duplicate name."""
         ...
 
     def get(self, name: str) -> dict[str, Any]:
@@ -30,7 +32,7 @@ class Backend(Protocol):
     def list(self) -> list[dict[str, Any]]:
         ...
 
-    def events(self, name: str) -> list[Event]:
+    def events(self, name: str) -> builtins.list[Event]:
         ...
 
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
@@ -40,6 +42,14 @@ class Backend(Protocol):
 
     def cancel(self, name: str) -> bool:
         """Abort the task. Returns whether anything changed (False when it had already ended)."""
+        ...
+
+    def delete(self, name: str, *, force: bool = False) -> bool:
+        """Remove an ended task and its records (timeline, logs), so that its name can be used again.
+
+        A task that has not ended is refused with a UsageError unless `force`, which cancels it first.
+        Returns whether a task was removed; an unknown task is a UsageError.
+        """
         ...
 
 

@@ -31,12 +31,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import FrameType
 
 from gangrun._ckpt import cache, writer
 from gangrun._ckpt.logs import say
 from gangrun._errors import WorkerEnvError
 
 log = logging.getLogger("gangrun")
+
+# What signal.getsignal returns: a Python handler, SIG_DFL/SIG_IGN (ints), or None (set outside Python).
+SignalHandler = Callable[[int, FrameType | None], object] | int | None
 
 STOP_FILE_ENV = "GANGRUN_STOP_FILE"
 GRACE_ENV = "GANGRUN_GRACE_PERIOD"
@@ -89,18 +93,22 @@ def read_notice(env: Mapping[str, str], *, now: float) -> StopNotice:
 
 class _StopState:
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the state at import: no notice, no hooks, no handler installed."""
         self.notice: StopNotice | None = None
         self.hooks: list[Callable[[StopNotice], object]] = []
         self.listening = False
         self.installed = False
-        self.previous: object = None
+        self.previous: SignalHandler = None
         self.env: Mapping[str, str] = os.environ
         self.exit: Callable[[int], object] = os._exit  # a test seam; what atexit would do is done first
         self._hook_lock = threading.Lock()
         self._called: list[Callable[[StopNotice], object]] = []
 
     # --- signal side: record and start the stop thread, nothing else ---
-    def handle(self, signum: int, frame: object) -> None:
+    def handle(self, signum: int, frame: FrameType | None) -> None:
         first = self.notice is None
         if first:
             self.notice = read_notice(self.env, now=time.time())
@@ -121,7 +129,7 @@ class _StopState:
         say(f"gangrun: stop requested (cause {notice.cause or 'unknown'}; {notice.seconds_left:.1f}s left)")
         for hook in list(self.hooks):
             try:
-                self.call_hook(hook)
+                self.call_hook(hook, notice)
             except BaseException as e:  # SystemExit: it would end this thread, and with it the flush and the exit
                 log.error("gangrun: on_stop hook %r raised %r; the process still ends at the stop deadline", hook, e)
         if not self.listening:
@@ -142,14 +150,14 @@ class _StopState:
         if not writer.flush_all(max(0.0, notice.deadline - time.time())):
             say("gangrun: a checkpoint save did not finish before the stop deadline")
 
-    def call_hook(self, hook: Callable[[StopNotice], object]) -> None:
+    def call_hook(self, hook: Callable[[StopNotice], object], notice: StopNotice) -> None:
         """Call a hook at most once, whichever thread gets there first."""
         with self._hook_lock:
             if any(h is hook for h in self._called):
                 return
             self._called.append(hook)
         try:
-            hook(self.notice)  # type: ignore[arg-type]
+            hook(notice)
         except Exception as e:  # a failing hook must not cost the others or the flush
             log.exception("gangrun: on_stop hook %r failed: %r", hook, e)
 
@@ -176,8 +184,8 @@ def uninstall() -> None:
     """Restore the previous handler and forget any notice (for tests and embedding)."""
     if STATE.installed and threading.current_thread() is threading.main_thread():
         prev = STATE.previous
-        signal.signal(signal.SIGTERM, prev if prev is not None else signal.SIG_DFL)  # type: ignore[arg-type]
-    STATE.__init__()  # type: ignore[misc]
+        signal.signal(signal.SIGTERM, prev if prev is not None else signal.SIG_DFL)
+    STATE.reset()
 
 
 def stop_requested() -> bool:
@@ -190,7 +198,7 @@ def on_stop(fn: Callable[[StopNotice], object]) -> None:
     STATE.listening = True
     STATE.hooks.append(fn)
     if STATE.notice is not None:  # registered after the notice came: run it now, still only once
-        STATE.call_hook(fn)
+        STATE.call_hook(fn, STATE.notice)
 
 
 def _flush_stdio() -> None:

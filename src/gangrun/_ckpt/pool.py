@@ -34,7 +34,7 @@ def run_all(fn: Callable[[T], R], items: Sequence[T], workers: int = WORKERS) ->
     n = len(items)
     if workers <= 1 or n <= 1:
         return [fn(x) for x in items]
-    results: list[R | None] = [None] * n
+    results: dict[int, R] = {}  # by index: every one is set when no error was raised
     errors: list[BaseException] = []
     lock = threading.Lock()
     next_index = 0
@@ -73,4 +73,4 @@ def run_all(fn: Callable[[T], R], items: Sequence[T], workers: int = WORKERS) ->
             t.join()
     if errors:
         raise errors[0]
-    return results  # type: ignore[return-value]
+    return [results[i] for i in range(n)]

@@ -110,7 +110,9 @@ def _buffer() -> memoryview:
     return view
 
 
-def _copy_stream(read, write, checksum: str = CHECKSUM) -> Crc:  # type: ignore[no-untyped-def]
+def _copy_stream(read: Callable[[memoryview], int | None], write: Callable[[memoryview], object],
+                 checksum: str = CHECKSUM) -> Crc:
+    """Copy `read` (a readinto) to `write` through this thread's buffer; the checksum of what went through."""
     crc = Crc(checksum)
     view = _buffer()
     while True:

@@ -93,9 +93,10 @@ def snapshot(src: Source, staging: str) -> Source:
         raise
 
 
-def _largest_first(jobs: list, key: int) -> list:  # type: ignore[type-arg]
+def _largest_first(jobs: list[tuple[str, str]], key: int) -> list[tuple[str, str]]:
+    """`jobs` by the size of the file at `job[key]`, largest first."""
     # Sizes from stat, which may fail for a file that vanished: the copy itself will say so.
-    def size(job) -> int:  # type: ignore[no-untyped-def]
+    def size(job: tuple[str, str]) -> int:
         try:
             return os.stat(job[key]).st_size
         except OSError:

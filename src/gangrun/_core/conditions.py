@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from gangrun._core.times import time_in, time_out
+
 TRUE = "True"
 FALSE = "False"
 UNKNOWN = "Unknown"
@@ -27,6 +29,16 @@ class Condition:
     @property
     def is_true(self) -> bool:
         return self.status == TRUE
+
+    def for_json(self) -> dict[str, str | None]:
+        """As Kubernetes spells a condition (the local twins store theirs so)."""
+        return {"type": self.type, "status": self.status, "reason": self.reason, "message": self.message,
+                "lastTransitionTime": time_out(self.last_transition)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, str | None]) -> Condition:
+        return cls(type=str(d["type"]), status=str(d["status"]), reason=d.get("reason") or "",
+                   message=d.get("message") or "", last_transition=time_in(d.get("lastTransitionTime")))
 
 
 def find_condition(conditions: list[Condition] | tuple[Condition, ...], type_: str) -> Condition | None:

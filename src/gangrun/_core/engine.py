@@ -11,8 +11,15 @@ The cascade, first match wins (each step is a function below):
     3. gang Failed                    → the open eviction if there is one (B4), else a user retry
     4. gang being deleted             → system retry
     5. maxRuntime exceeded (S8)       → user retry
-    6. gang has started (sticky)      → after_start: eviction (S4–S7) | restart | fatal | running
-    7. gang has not started           → before_start: hold (S3) | fatal | scheduled | ready
+    6. new node-disruption restarts   → counted in a row; past maxSystemRetries → fail
+    7. gang has started (sticky)      → after_start: eviction (S4–S7) | restart | fatal | running
+    8. gang has not started           → before_start: hold (S3) | fatal | scheduled | ready
+
+A worker lost to a node disruption (restartOnDisruption, default on) restarts the gang inside the
+attempt and is charged to no budget: the gang does not count the restart toward maxRestarts (JobSet's
+RestartJobSetAndIgnoreMaxRestarts, or the local twin), and the engine neither ends the attempt nor
+calls the failed worker fatal. What only the engine can do is bound it: more than maxSystemRetries
+such restarts in a row (without the gang fully up in between) fail the task.
 """
 
 from __future__ import annotations
@@ -21,16 +28,18 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from gangrun._core.eviction import Eviction, EvictionKind, classify_eviction, local_queue_missing
-from gangrun._core.observation import Gang, Observation
+from gangrun._core.eviction import Eviction, EvictionKind, classify_eviction, local_queue_missing, pending_message
+from gangrun._core.observation import Disruption, Gang, Observation
 from gangrun._core.phases import Phase
 from gangrun._core.policy import (
     DELETED_EXTERNALLY,
     GANG_EVICTED,
     MAX_RUNTIME_EXCEEDED,
+    MAX_SYSTEM_FAILURES_EXCEEDED,
     QUEUE_NOT_FOUND,
     UNEXPECTED_DELETION,
     WORKER_CANNOT_START,
+    WORKER_DISRUPTED,
     WORKER_FAILED,
     Policy,
     RetryKind,
@@ -44,6 +53,9 @@ WAITING_FOR_ADMISSION = "waiting for gang admission"
 RELEASED_BEFORE_READY = "released by admission gate before all workers were ready; waiting for re-admission"
 WAITING_FOR_READMISSION = "waiting for re-admission"
 UNEXPLAINED_SUSPEND = "gang suspended; waiting for kueue to report why"
+NOT_COUNTED = "restarting the gang (not counted)"
+# An uncounted restart whose disrupted pod was gone before anything observed it.
+UNSEEN_DISRUPTION = Disruption(reason="DisruptionTarget", message="a worker was lost to a node disruption")
 DETAIL_LIMIT = 200
 _NO_EVICTION = frozenset({EvictionKind.NOT_YET, EvictionKind.UNKNOWN})
 
@@ -92,6 +104,9 @@ def decide(policy: Policy, state: TaskState, obs: Observation, *, now: datetime)
         decision = step(policy, state, gang, now)
         if decision is not None:
             return decision
+    state, decision = _disrupted(policy, state, gang, now)
+    if decision is not None:
+        return decision
     if state.started or gang.has_run:
         decision = _after_start(policy, state, gang, ev, now)
     else:
@@ -158,9 +173,42 @@ def _out_of_time(policy: Policy, state: TaskState, gang: Gang, now: datetime) ->
     since = state.running_at
     if policy.max_runtime is None or since is None or now - since < policy.max_runtime:
         return None
-    detail = f"attempt {state.attempt} ran longer than maxRuntime {format_duration(policy.max_runtime)} (since {since.isoformat()})"
+    detail = (f"attempt {state.attempt} ran longer than maxRuntime {format_duration(policy.max_runtime)} "
+              f"(since {since.isoformat()})")
     message = failure_message(MAX_RUNTIME_EXCEEDED, detail, retries_left=policy.retries_left(state))
     return _end(policy, state, RetryKind.USER, code=MAX_RUNTIME_EXCEEDED, message=message, now=now)
+
+
+def _disrupted(policy: Policy, state: TaskState, gang: Gang, now: datetime) -> tuple[TaskState, Decision | None]:
+    """Record the gang's new uncounted restarts (node disruptions); fail past maxSystemRetries in a row."""
+    if not policy.restart_on_disruption:
+        return state, None
+    state = state.with_disruption(gang.disruption or UNSEEN_DISRUPTION, restarts_not_counted=gang.restarts_not_counted,
+                                  restart_attempt=gang.restarts, at=now)
+    if state.disruptions_in_a_row <= policy.max_system_retries:
+        return state, None
+    final = (f"{state.disruptions[-1].describe()}; {state.disruptions_in_a_row} node disruptions in a row exceed "
+             f"maxSystemRetries ({policy.max_system_retries})")
+    failed = state.with_failed(at=now, attempt_code=WORKER_DISRUPTED, attempt_reason=final,
+                               code=MAX_SYSTEM_FAILURES_EXCEEDED, message=final,
+                               reason=f"attempt {state.attempt} failed: {final}")
+    action = Action(kind=ActionKind.FAIL, attempt=state.attempt, code=MAX_SYSTEM_FAILURES_EXCEEDED, message=final)
+    return state, Decision(state=failed, action=action)
+
+
+def _disruption_reason(policy: Policy, state: TaskState, gang: Gang) -> str:
+    """`worker lost to node disruption (...): ...; restarting the gang (not counted)` while the gang
+    restarts for one (or is about to); "" otherwise."""
+    if not policy.restart_on_disruption:
+        return ""
+    if gang.disruption is not None and gang.disruption_pending:
+        d = gang.disruption
+        return f"worker lost to node disruption ({d.reason}): {d.message}" + (
+            f" ({d.worker})" if d.worker else "") + f"; {NOT_COUNTED}"
+    last = state.disruptions[-1] if state.disruptions else None
+    if gang.restarting and last is not None and last.attempt == state.attempt and last.restart_attempt == gang.restarts:
+        return f"{last.describe()}; {NOT_COUNTED}"
+    return ""
 
 
 def _after_start(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now: datetime) -> Decision:
@@ -172,6 +220,9 @@ def _after_start(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now
         fatal = _fatal(policy, state, gang, now)
         if fatal is not None:
             return fatal
+    disrupted = _disruption_reason(policy, state, gang) if state.eviction is None else ""
+    if disrupted:
+        return _report(state, Phase.RUNNING, disrupted)
     if gang.restarting:
         return _report(state, Phase.RUNNING, f"restart in progress (attempt {gang.restarts})")
     state = state.with_running(at=now, restart_attempt=gang.restarts)
@@ -188,9 +239,10 @@ def _taken_back(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now:
         if now - since < policy.suspend_grace:
             waiting = replace(state, unexplained_suspend_since=since)
             return _report(waiting, state.phase, UNEXPLAINED_SUSPEND, wake_at=since + policy.suspend_grace)
-        ev = Eviction(kind=EvictionKind.UNKNOWN, message=f"suspended for {format_duration(now - since)} without an eviction reason")
+        ev = Eviction(kind=EvictionKind.UNKNOWN,
+                      message=f"suspended for {format_duration(now - since)} without an eviction reason")
     if ev.waits_for_readmission and policy.resume_after_preemption:
-        return _report(state, Phase.RUNNING, f"{ev.summary()}; {WAITING_FOR_READMISSION}")
+        return _report(state.with_waiting(), Phase.RUNNING, f"{ev.summary()}; {WAITING_FOR_READMISSION}")
     kind = RetryKind.USER if ev.user_caused else RetryKind.SYSTEM
     message = ev.describe(retries_left=policy.retries_left(state))
     return _end_by_eviction(policy, state, ev, kind=kind, message=message, now=now)
@@ -205,14 +257,18 @@ def _before_start(policy: Policy, state: TaskState, obs: Observation, gang: Gang
                        f"use one of the queues your platform provides")
             return _fail(state, code=QUEUE_NOT_FOUND, message=message, now=now)
         reason = RELEASED_BEFORE_READY if held_phase is Phase.INITIALIZING else WAITING_FOR_ADMISSION
-        if gang.suspended_message:
-            reason += f": {gang.suspended_message}"
+        why = pending_message(obs.workload) or gang.suspended_message  # Kueue's word first: it says why
+        if why:
+            reason += f": {_cap(why)}"
         return _report(state, held_phase, reason)
     if state.eviction is not None:
         state = state.with_readmitted(at=now)
     fatal = _fatal(policy, state, gang, now)
     if fatal is not None:
         return fatal
+    disrupted = _disruption_reason(policy, state, gang)
+    if disrupted:
+        return _report(state, held_phase, disrupted)
     expected = max(gang.expected_workers, 0)
     if gang.scheduled_workers < expected:
         detail = f" ({_cap(gang.unscheduled_detail)})" if gang.unscheduled_detail else ""
@@ -225,6 +281,8 @@ def _fatal(policy: Policy, state: TaskState, gang: Gang, now: datetime) -> Decis
     if gang.pending_failure:
         message = failure_message(WORKER_CANNOT_START, gang.pending_failure, retries_left=policy.retries_left(state))
         return _end(policy, state, RetryKind.USER, code=WORKER_CANNOT_START, message=message, now=now)
+    if policy.restart_on_disruption and gang.disruption_pending:
+        return None  # the gang restarts for it without counting (see _disrupted)
     if gang.jobs_failed > 0 and gang.restarts_count_towards_max >= policy.max_restarts and not gang.restarting:
         detail = gang.first_failure or "a worker failed"
         detail += f" (after {gang.restarts_count_towards_max} of {policy.max_restarts} restarts)"
@@ -260,7 +318,8 @@ def _fail(state: TaskState, *, code: str, message: str, now: datetime) -> Decisi
     """A permanent failure: no retry can fix it."""
     failed = state.with_failed(at=now, attempt_code=code, attempt_reason=message, code=code, message=message,
                                reason=f"{code}: {message}")
-    return Decision(state=failed, action=Action(kind=ActionKind.FAIL, attempt=state.attempt, code=code, message=message))
+    return Decision(state=failed,
+                    action=Action(kind=ActionKind.FAIL, attempt=state.attempt, code=code, message=message))
 
 
 def _with_deadline(policy: Policy, decision: Decision) -> Decision:

@@ -126,3 +126,11 @@ def local_queue_missing(workload: Workload | None) -> str | None:
     if workload.queue_name and cond.message == kueue.local_queue_missing_message(workload.queue_name):
         return workload.queue_name
     return None
+
+
+def pending_message(workload: Workload | None) -> str:
+    """Why Kueue has not admitted the gang (QuotaReserved=False's message), or "" when it does not say."""
+    if workload is None:
+        return ""
+    cond = find_condition(workload.conditions, kueue.QUOTA_RESERVED)
+    return cond.message if cond is not None and cond.status == "False" else ""

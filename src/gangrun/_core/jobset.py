@@ -1,6 +1,7 @@
 """JobSet's API strings: the only module that spells them.
 
-Source: ../shared reference brief "kueue-jobset.md" §5–§7 (JobSet v0.11–v0.12, `jobset.x-k8s.io/v1alpha2`).
+Source: kubernetes-sigs/jobset v0.11–v0.12 (`jobset.x-k8s.io/v1alpha2`): `api/jobset/v1alpha2`,
+`pkg/constants` and `pkg/controllers`.
 """
 
 from __future__ import annotations
@@ -63,3 +64,29 @@ DEFAULT_GROUP_NAME = "default"
 RESTART_ATTEMPT_FIELD_PATH = f"metadata.annotations['{RESTART_ATTEMPT_KEY}']"
 JOB_COMPLETION_INDEX_FIELD_PATH = f"metadata.annotations['{JOB_COMPLETION_INDEX_KEY}']"
 JOB_COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # injected by the Job controller into Indexed pods
+
+# Node disruptions (jobset@v0.12.0 pkg/constants/constants.go, pkg/controllers/failure_policy.go;
+# k8s.io/api v0.36 core/v1 and batch/v1). A pod that a drain, a spot reclaim, a taint or a kubelet's
+# node-pressure eviction takes away carries the condition DisruptionTarget (reasons below); the Job's
+# podFailurePolicy fails the Job for it with reason PodFailurePolicy, and a JobSet rule on that reason
+# with RestartJobSetAndIgnoreMaxRestarts restarts the gang without counting toward maxRestarts.
+DISRUPTION_TARGET = "DisruptionTarget"
+DISRUPTION_EVICTION_API = "EvictionByEvictionAPI"  # "Eviction API: evicting" (kubectl drain)
+DISRUPTION_TAINT_MANAGER = "DeletionByTaintManager"  # "Taint manager: deleting due to NoExecute taint"
+DISRUPTION_POD_GC = "DeletionByPodGC"  # "PodGC: node no longer exists"
+DISRUPTION_KUBELET = "TerminationByKubelet"  # node-pressure eviction, graceful node shutdown
+DISRUPTION_SCHEDULER = "PreemptionByScheduler"  # "<scheduler>: preempting to accommodate a higher priority pod"
+MSG_EVICTION_API = "Eviction API: evicting"
+JOB_REASON_POD_FAILURE_POLICY = "PodFailurePolicy"  # the child Job's Failed reason
+RESTART_IGNORING_MAX_RESTARTS = "RestartJobSetAndIgnoreMaxRestarts"
+DISRUPTION_RULE = "restartOnDisruption"  # gangrun's rule; JobSet's rule-name pattern admits no '-'
+RESTARTING_REASON_DISRUPTION = f"FailurePolicy_{DISRUPTION_RULE}"  # RestartingJobSet's reason for that rule
+
+
+def restarting_ignoring_max_message(first_failed_job: str) -> str:
+    return f"applying RestartJobSetAndIgnoreMaxRestarts failure policy action (first failed job: {first_failed_job})"
+
+
+def pod_failure_policy_condition_message(namespace: str, pod: str, condition: str, index: int) -> str:
+    """The Job's Failed message when a pod condition matched a FailJob rule (k8s pkg/controller/job)."""
+    return f"Pod {namespace}/{pod} has condition {condition} matching FailJob rule at index {index}"

@@ -1,6 +1,7 @@
 """Kueue's API strings: the only module that spells them.
 
-Source: ../shared reference brief "kueue-jobset.md" §1 (Kueue v0.17–v0.19, API `kueue.x-k8s.io/v1beta2`).
+Source: Kueue v0.17–v0.19 (API `kueue.x-k8s.io/v1beta2`), its `pkg/workload` and `apis/kueue` packages;
+the strings were checked against real Workloads captured in tests/fixtures/kube.
 Everything else compares against these names, never against string literals.
 """
 
@@ -113,3 +114,11 @@ def is_deactivation_reason(reason: str) -> bool:
 KIND = "Workload"
 WORKLOAD_PRIORITY_CLASSES = "workloadpriorityclasses"
 LOCAL_QUEUES = "localqueues"
+
+# Kueue's on-demand visibility API (feature VisibilityOnDemand, an aggregated API served by Kueue):
+# GET /apis/<group>/<version>/namespaces/<ns>/localqueues/<lq>/pendingworkloads lists the pending
+# Workloads of a LocalQueue in admission order, each with its 0-based positionInLocalQueue.
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_VERSION = "v1beta2"
+PENDING_WORKLOADS = "pendingworkloads"
+POSITION_IN_LOCAL_QUEUE = "positionInLocalQueue"

@@ -15,6 +15,22 @@ from gangrun._core.conditions import Condition, find_condition, is_condition_tru
 
 
 @dataclass(frozen=True, kw_only=True)
+class Disruption:
+    """A worker lost to a node disruption, not to its own code: on Kubernetes a pod with the condition
+    DisruptionTarget (a drain or API-initiated eviction, a spot reclaim, a taint, a kubelet's node-pressure
+    eviction, a scheduler preemption); locally a worker killed as a lost node would be.
+
+    `restart_attempt` is the gang's restart round the worker belonged to: while it equals the gang's
+    `restarts`, the restart it causes has not happened yet.
+    """
+
+    reason: str  # the condition's reason, e.g. EvictionByEvictionAPI
+    message: str  # the condition's message, e.g. "Eviction API: evicting"
+    worker: str = ""  # which worker, for people: a pod name, or "rank 3"
+    restart_attempt: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Gang:
     """The JobSet (or its local twin) of the current attempt.
 
@@ -36,6 +52,9 @@ class Gang:
     first_failure: str = ""  # the earliest failed worker of this round: the root cause, not the collateral
     pending_failure: str = ""  # a worker that can never start (bad image, bad config)
     deleting: bool = False  # someone else is deleting it
+    # The newest worker of this attempt lost to a node disruption. A restart for it increments
+    # `restarts` but not `restarts_count_towards_max`, as JobSet's RestartJobSetAndIgnoreMaxRestarts does.
+    disruption: Disruption | None = None
 
     @property
     def completed(self) -> bool:
@@ -54,6 +73,16 @@ class Gang:
     def suspended_message(self) -> str:
         cond = find_condition(self.conditions, jobset.SUSPENDED)
         return cond.message if cond is not None and cond.is_true else ""
+
+    @property
+    def restarts_not_counted(self) -> int:
+        """Whole-gang restarts the gang did not charge to maxRestarts: those for node disruptions."""
+        return max(0, self.restarts - self.restarts_count_towards_max)
+
+    @property
+    def disruption_pending(self) -> bool:
+        """A worker of the current round was lost to a disruption and the gang has not restarted yet."""
+        return self.disruption is not None and self.disruption.restart_attempt >= self.restarts
 
     @property
     def has_run(self) -> bool:

@@ -28,6 +28,7 @@ DELETED_EXTERNALLY = "ResourceDeletedExternally"
 UNEXPECTED_DELETION = "UnexpectedObjectDeletion"
 WORKER_FAILED = "WorkerFailed"
 WORKER_CANNOT_START = "WorkerCannotStart"
+WORKER_DISRUPTED = "WorkerLostToNodeDisruption"
 
 
 class RetryKind(StrEnum):
@@ -41,6 +42,7 @@ class Policy:
     max_system_retries: int = DEFAULT_MAX_SYSTEM_RETRIES
     max_restarts: int = 0
     resume_after_preemption: bool = False
+    restart_on_disruption: bool = True
     max_runtime: timedelta | None = None
     suspend_grace: timedelta = DEFAULT_SUSPEND_GRACE  # S7: how long a suspension may stay unexplained
 

@@ -19,6 +19,8 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from gangrun._core import worker_env
+from gangrun._core.pod_template import parse_pod_template
 from gangrun._core.policy import DEFAULT_MAX_SYSTEM_RETRIES, Policy
 from gangrun._core.units import parse_duration, parse_quantity
 from gangrun._errors import SpecError
@@ -27,6 +29,11 @@ API_VERSION = "gangrun.dev/v1alpha1"
 KIND = "ClusteredTask"
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 63
+# metadata.generateName: the API server appends 5 random characters to the prefix (and would cut a longer
+# prefix to fit), so a prefix of at most 58 always gives the name it promises.
+GENERATED_SUFFIX_LEN = 5
+GENERATE_NAME_MAX = NAME_MAX - GENERATED_SUFFIX_LEN
+GENERATE_NAME = re.compile(r"^[a-z][-a-z0-9]*$")
 ENV_MAX = 256  # spec.env entries; the CRD schema admits as many (its CEL rule's cost budget needs a bound)
 # Upper bounds on counts: far above any real gang, low enough that a typo cannot ask for a million workers.
 NODES_MAX = 10_000
@@ -37,10 +44,11 @@ COMMAND_MAX = 4_096  # arguments of spec.command: the kernel refuses an argv muc
 DEPTH_MAX = 32  # nesting of mappings and lists anywhere in the document
 # Every other whole number is bounded by `_int`'s default maximum of 1,000,000.
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-RESERVED_ENV = frozenset({
-    "GANGRUN_TASK", "GANGRUN_ATTEMPT", "JOBSET_RESTART_ATTEMPT", "NNODES", "NODE_RANK", "NPROC_PER_NODE", "RANK",
-    "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GANGRUN_CHECKPOINT_PATH", "GANGRUN_PREV_CHECKPOINT_PATH",
-})
+RESERVED_ENV = worker_env.RESERVED  # the worker environment contract: gangrun sets these for every worker
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+# An extended resource name: a DNS-subdomain domain (not kubernetes.io's own) and a name, like amd.com/gpu.
+GPU_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+"
+                          r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,11 +64,12 @@ class Resources:
 class FailurePolicy:
     max_restarts: int = 0
     resume_after_preemption: bool = False
+    restart_on_disruption: bool = True  # a worker lost to a node disruption restarts the gang, uncounted
 
 
 @dataclass(frozen=True, kw_only=True)
 class TaskSpec:
-    name: str
+    name: str  # "" until the backend names a task submitted with only generate_name
     nodes: int
     command: tuple[str, ...]
     nproc_per_node: int = 1
@@ -76,7 +85,11 @@ class TaskSpec:
     priority_class: str = ""
     checkpoint_uri: str = ""  # "" = under the backend's state dir
     termination_grace: timedelta = timedelta(seconds=30)
+    pod_template: dict[str, Any] = field(default_factory=dict)  # kubernetes: merged into every worker pod
+    shm_size: Decimal | None = None  # bytes of /dev/shm for the workers (kubernetes); None = the runtime's default
+    gpu_resource: str = DEFAULT_GPU_RESOURCE  # the extended resource resources.gpu requests on kubernetes
     namespace: str = ""  # kubernetes only; "" = the client's default
+    generate_name: str = ""  # metadata.generateName: the prefix of a name the backend makes unique
     source: str = ""  # the manifest's path, for relative workingDir
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the document as given
 
@@ -88,6 +101,7 @@ class TaskSpec:
         return Policy(retries=self.retries, max_system_retries=self.max_system_retries,
                       max_restarts=self.failure_policy.max_restarts,
                       resume_after_preemption=self.failure_policy.resume_after_preemption,
+                      restart_on_disruption=self.failure_policy.restart_on_disruption,
                       max_runtime=self.max_runtime)
 
 
@@ -100,14 +114,17 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     meta = _mapping(doc, "metadata", "metadata")
     spec = _mapping(doc, "spec", "spec")
     _no_unknown(doc, "", {"apiVersion", "kind", "metadata", "spec", "status"})
-    _no_unknown(meta, "metadata", {"name", "namespace", "labels", "annotations", "uid", "resourceVersion",
-                                   "generation", "creationTimestamp", "managedFields"})
-    name = _name(meta.get("name"), "metadata.name")
+    _no_unknown(meta, "metadata", {"name", "generateName", "namespace", "labels", "annotations", "uid",
+                                   "resourceVersion", "generation", "creationTimestamp", "managedFields"})
+    generate_name = _generate_name(meta.get("generateName"))
+    # With both, the name wins, as on the API server (an object read back from it carries both).
+    name = "" if generate_name and meta.get("name") is None else _name(meta.get("name"), "metadata.name")
     _no_unknown(spec, "spec", {"nodes", "nprocPerNode", "command", "workingDir", "env", "image", "resources",
                                "retries", "maxSystemRetries", "maxRuntime", "failurePolicy", "queue",
-                               "priorityClass", "checkpoint", "terminationGracePeriod"})
+                               "priorityClass", "checkpoint", "terminationGracePeriod", "podTemplate", "shmSize",
+                               "gpuResource"})
     fp = _mapping(spec, "failurePolicy", "spec.failurePolicy", default={})
-    _no_unknown(fp, "spec.failurePolicy", {"maxRestarts", "resumeAfterPreemption"})
+    _no_unknown(fp, "spec.failurePolicy", {"maxRestarts", "resumeAfterPreemption", "restartOnDisruption"})
     ck = _mapping(spec, "checkpoint", "spec.checkpoint", default={})
     _no_unknown(ck, "spec.checkpoint", {"uri"})
     queue = spec.get("queue", "default")
@@ -122,14 +139,17 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     namespace = meta.get("namespace", "")
     if namespace:
         _name(namespace, "metadata.namespace")
+    env = _env(spec.get("env", {}), "spec.env")
+    shm = _shm_size(spec)
     return TaskSpec(
         name=name,
+        generate_name=generate_name,
         namespace=namespace,
         nodes=_int(spec, "nodes", "spec.nodes", minimum=1, maximum=NODES_MAX, required=True),
         nproc_per_node=_int(spec, "nprocPerNode", "spec.nprocPerNode", minimum=1, maximum=NPROC_MAX, default=1),
         command=_command(spec.get("command"), "spec.command"),
         working_dir=_path(spec, "workingDir", "spec.workingDir", default="."),
-        env=_env(spec.get("env", {}), "spec.env"),
+        env=env,
         image=_str(spec, "image", "spec.image", default=""),
         resources=_resources(spec.get("resources", {}), "spec.resources"),
         retries=_int(spec, "retries", "spec.retries", minimum=0, maximum=RETRIES_MAX, default=0),
@@ -140,12 +160,18 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
             max_restarts=_int(fp, "maxRestarts", "spec.failurePolicy.maxRestarts", minimum=0, maximum=RETRIES_MAX,
                               default=0),
             resume_after_preemption=_bool(fp, "resumeAfterPreemption", "spec.failurePolicy.resumeAfterPreemption"),
+            restart_on_disruption=_bool(fp, "restartOnDisruption", "spec.failurePolicy.restartOnDisruption",
+                                        default=True),
         ),
         queue=queue,
         priority_class=priority,
         checkpoint_uri=uri.rstrip("/"),
         termination_grace=_duration(spec, "terminationGracePeriod", "spec.terminationGracePeriod",
                                     default=timedelta(seconds=30)) or timedelta(0),
+        pod_template=parse_pod_template(spec["podTemplate"], "spec.podTemplate", reserved_env=RESERVED_ENV,
+                                        spec_env=env, shm=shm is not None) if "podTemplate" in spec else {},
+        shm_size=shm,
+        gpu_resource=_gpu_resource(spec),
         source=source,
         raw=doc,
     )
@@ -217,10 +243,20 @@ def _no_unknown(doc: dict[str, Any], path: str, known: set[str]) -> None:
 
 def _name(v: Any, path: str) -> str:
     if not isinstance(v, str) or not v:
-        raise SpecError(path, "is required: a lowercase DNS-1035 name like train")
+        alternative = " (or metadata.generateName: a prefix like train-)" if path == "metadata.name" else ""
+        raise SpecError(path, "is required: a lowercase DNS-1035 name like train" + alternative)
     if len(v) > NAME_MAX or not DNS_1035.match(v):
         raise SpecError(path, f"must be a DNS-1035 label (lowercase letters, digits and '-', starting with a "
                               f"letter, at most {NAME_MAX} characters), got {_clip(v)}")
+    return v
+
+
+def _generate_name(v: Any) -> str:
+    if v is None:
+        return ""
+    if not isinstance(v, str) or not GENERATE_NAME.match(v) or len(v) > GENERATE_NAME_MAX:
+        raise SpecError("metadata.generateName", f"must be a name prefix like train- (lowercase letters, digits and "
+                        f"'-', starting with a letter, at most {GENERATE_NAME_MAX} characters), got {_clip(v)}")
     return v
 
 
@@ -249,8 +285,8 @@ def _clip(v: Any) -> str:
     return r if len(r) <= 60 else r[:40] + "…" + r[-10:]
 
 
-def _bool(doc: dict[str, Any], key: str, path: str) -> bool:
-    v = doc.get(key, False)
+def _bool(doc: dict[str, Any], key: str, path: str, *, default: bool = False) -> bool:
+    v = doc.get(key, default)
     if not isinstance(v, bool):
         raise SpecError(path, f"must be true or false, got {_clip(v)}")
     return v
@@ -341,3 +377,23 @@ def _resources(v: Any, path: str) -> Resources:
     if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0 or gpu > GPU_MAX:
         raise SpecError(f"{path}.gpu", f"must be a whole number from 0 to {GPU_MAX}, got {_clip(gpu)}")
     return Resources(cpu=values["cpu"], memory=values["memory"], gpu=gpu)
+
+
+def _shm_size(spec: dict[str, Any]) -> Decimal | None:
+    if spec.get("shmSize") is None:
+        return None
+    try:
+        size = parse_quantity(spec["shmSize"])
+    except ValueError as e:
+        raise SpecError("spec.shmSize", str(e)) from None
+    if size < 2**20:
+        raise SpecError("spec.shmSize", f"must be at least 1Mi, got {_clip(spec['shmSize'])}")
+    return size
+
+
+def _gpu_resource(spec: dict[str, Any]) -> str:
+    v = spec.get("gpuResource", DEFAULT_GPU_RESOURCE)
+    if not isinstance(v, str) or len(v) > 253 or not GPU_RESOURCE.match(v) or v.split("/")[0].endswith("kubernetes.io"):
+        raise SpecError("spec.gpuResource", f"must be an extended resource name like {DEFAULT_GPU_RESOURCE} or "
+                                            f"amd.com/gpu, got {_clip(v)}")
+    return v

@@ -14,7 +14,9 @@ from enum import StrEnum
 from typing import Any
 
 from gangrun._core.eviction import Eviction, EvictionKind
+from gangrun._core.observation import Disruption
 from gangrun._core.phases import Phase, PhaseInfo
+from gangrun._core.times import time_in, time_out
 
 
 class Outcome(StrEnum):
@@ -46,6 +48,28 @@ class EvictionRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DisruptionRecord:
+    """One whole-gang restart for a worker lost to a node disruption (charged to no budget)."""
+
+    attempt: int
+    restart_attempt: int  # the gang's restart round it started
+    reason: str
+    message: str
+    worker: str
+    at: datetime
+
+    @classmethod
+    def of(cls, d: Disruption, *, attempt: int, restart_attempt: int, at: datetime) -> DisruptionRecord:
+        return cls(attempt=attempt, restart_attempt=restart_attempt, reason=d.reason, message=d.message,
+                   worker=d.worker, at=at)
+
+    def describe(self) -> str:
+        """`worker lost to node disruption (<reason>): <message> (<worker>)`."""
+        text = f"worker lost to node disruption ({self.reason}): {self.message}"
+        return text + (f" ({self.worker})" if self.worker else "")
+
+
+@dataclass(frozen=True, kw_only=True)
 class AttemptRecord:
     number: int
     started_at: datetime  # when gangrun created its gang
@@ -55,10 +79,19 @@ class AttemptRecord:
     code: str | None = None
     reason: str | None = None
 
+    def for_storage(self) -> dict[str, Any]:
+        """The attempt as stored and as `get -o json` lists it."""
+        return {"number": self.number, "startedAt": time_out(self.started_at), "runningAt": time_out(self.running_at),
+                "endedAt": time_out(self.ended_at), "outcome": self.outcome.value if self.outcome else None,
+                "code": self.code, "reason": self.reason}
+
+# A module constant rather than a call in the field default: PhaseInfo is frozen, so one shared value is safe.
+_SUBMITTED = PhaseInfo(phase=Phase.QUEUED, version=0, reason="task submitted")
+
 
 @dataclass(frozen=True, kw_only=True)
 class TaskState:
-    info: PhaseInfo = PhaseInfo(phase=Phase.QUEUED, version=0, reason="task submitted")
+    info: PhaseInfo = _SUBMITTED
     attempt: int = 1
     gang_seen: bool = False  # the gang of this attempt has been observed: a later absence is a deletion
     started: bool = False  # sticky for the attempt: the whole gang has been up once (a hold vs an eviction)
@@ -66,12 +99,16 @@ class TaskState:
     user_retries_used: int = 0
     system_retries_used: int = 0
     consecutive_system_failures: int = 0
+    disruption_restarts: int = 0  # the gang's uncounted (disruption) restarts already seen, this attempt
+    disruptions_in_a_row: int = 0  # disruption restarts since the gang was last fully up
     eviction: EvictionRecord | None = None  # the eviction in progress, from first sight until readmission
+    waiting: bool = False  # S5: the started gang is suspended and keeps its attempt until Kueue readmits it
     unexplained_suspend_since: datetime | None = None  # S7: suspended, Workload not Evicted yet
     message: str = ""  # the final error on Failed; otherwise empty
     code: str = ""  # the final error code on Failed
     attempts: tuple[AttemptRecord, ...] = ()
     evictions: tuple[EvictionRecord, ...] = ()  # every closed or open eviction, for accounting (B5)
+    disruptions: tuple[DisruptionRecord, ...] = ()  # every restart for a node disruption, for accounting
 
     @classmethod
     def new(cls, *, now: datetime) -> TaskState:
@@ -103,11 +140,25 @@ class TaskState:
     def with_running(self, *, at: datetime, restart_attempt: int) -> TaskState:
         """The whole gang is up: started becomes sticky, maxRuntime starts counting once per attempt."""
         if (self.started and self.restart_attempt == restart_attempt and self.consecutive_system_failures == 0
-                and self.unexplained_suspend_since is None and self.current.running_at is not None):
+                and self.disruptions_in_a_row == 0 and self.unexplained_suspend_since is None
+                and self.current.running_at is not None):
             return self  # the steady state: most observations change nothing
         current = self.current if self.current.running_at else replace(self.current, running_at=at)
         return replace(self, started=True, restart_attempt=restart_attempt, consecutive_system_failures=0,
-                       attempts=self.attempts[:-1] + (current,), unexplained_suspend_since=None)
+                       disruptions_in_a_row=0, attempts=self.attempts[:-1] + (current,),
+                       unexplained_suspend_since=None)
+
+    def with_disruption(self, d: Disruption, *, restarts_not_counted: int, restart_attempt: int,
+                        at: datetime) -> TaskState:
+        """The gang restarted (uncounted) into round `restart_attempt` for a worker lost to a node
+        disruption; `restarts_not_counted` is the gang's total of such restarts. Returns the same state
+        if none is new."""
+        new = restarts_not_counted - self.disruption_restarts
+        if new <= 0:
+            return self
+        record = DisruptionRecord.of(d, attempt=self.attempt, restart_attempt=restart_attempt, at=at)
+        return replace(self, disruption_restarts=restarts_not_counted,
+                       disruptions_in_a_row=self.disruptions_in_a_row + new, disruptions=self.disruptions + (record,))
 
     def with_eviction_seen(self, ev: Eviction, *, at: datetime) -> TaskState:
         """Record an eviction the first time it is seen. Returns the same state if one is already open."""
@@ -122,7 +173,11 @@ class TaskState:
             return self
         closed = replace(self.eviction, readmitted_at=at)
         evictions = tuple(closed if e == self.eviction else e for e in self.evictions)
-        return replace(self, eviction=None, evictions=evictions, unexplained_suspend_since=None)
+        return replace(self, eviction=None, evictions=evictions, unexplained_suspend_since=None, waiting=False)
+
+    def with_waiting(self) -> TaskState:
+        """S5: the preempted gang keeps its attempt and waits for re-admission."""
+        return self if self.waiting else replace(self, waiting=True, unexplained_suspend_since=None)
 
     def with_attempt_ended(self, outcome: Outcome, *, at: datetime, code: str, reason: str) -> TaskState:
         ended = replace(self.current, ended_at=at, outcome=outcome, code=code or None, reason=reason)
@@ -130,7 +185,7 @@ class TaskState:
         if self.eviction is not None:  # an eviction that ended the attempt is never readmitted
             evictions = tuple(replace(e, readmitted_at=at) if e == self.eviction else e for e in evictions)
         return replace(self, attempts=self.attempts[:-1] + (ended,), eviction=None, evictions=evictions,
-                       unexplained_suspend_since=None)
+                       unexplained_suspend_since=None, waiting=False)
 
     def with_failed(self, *, at: datetime, attempt_code: str, attempt_reason: str, code: str, message: str,
                     reason: str) -> TaskState:
@@ -143,6 +198,7 @@ class TaskState:
         """A fresh attempt: a new gang, nothing sticky carried over; budgets are kept."""
         number = self.attempt + 1
         return replace(self, attempt=number, gang_seen=False, started=False, restart_attempt=0,
+                       disruption_restarts=0, disruptions_in_a_row=0,
                        attempts=self.attempts + (AttemptRecord(number=number, started_at=at),))
 
     # -- storage ------------------------------------------------------------------------------------
@@ -159,12 +215,16 @@ class TaskState:
             "userRetriesUsed": self.user_retries_used,
             "systemRetriesUsed": self.system_retries_used,
             "consecutiveSystemFailures": self.consecutive_system_failures,
+            "disruptionRestarts": self.disruption_restarts,
+            "disruptionsInARow": self.disruptions_in_a_row,
             "eviction": _eviction_out(self.eviction),
-            "unexplainedSuspendSince": _time_out(self.unexplained_suspend_since),
+            "waitingForReadmission": self.waiting,
+            "unexplainedSuspendSince": time_out(self.unexplained_suspend_since),
             "message": self.message,
             "code": self.code,
-            "attempts": [_attempt_out(a) for a in self.attempts],
+            "attempts": [a.for_storage() for a in self.attempts],
             "evictions": [_eviction_out(e) for e in self.evictions],
+            "disruptions": [_disruption_out(d) for d in self.disruptions],
         }
 
     @classmethod
@@ -178,34 +238,24 @@ class TaskState:
             user_retries_used=int(data.get("userRetriesUsed", 0)),
             system_retries_used=int(data.get("systemRetriesUsed", 0)),
             consecutive_system_failures=int(data.get("consecutiveSystemFailures", 0)),
+            disruption_restarts=int(data.get("disruptionRestarts", 0)),
+            disruptions_in_a_row=int(data.get("disruptionsInARow", 0)),
             eviction=_eviction_in(data.get("eviction")),
-            unexplained_suspend_since=_time_in(data.get("unexplainedSuspendSince")),
+            waiting=bool(data.get("waitingForReadmission", False)),
+            unexplained_suspend_since=time_in(data.get("unexplainedSuspendSince")),
             message=data.get("message", ""),
             code=data.get("code", ""),
             attempts=tuple(_attempt_in(a) for a in data.get("attempts", [])),
             evictions=tuple(e for e in (_eviction_in(x) for x in data.get("evictions", [])) if e is not None),
+            disruptions=tuple(_disruption_in(d) for d in data.get("disruptions", [])),
         )
 
 
-def _time_out(t: datetime | None) -> str | None:
-    return t.isoformat() if t is not None else None
-
-
-def _time_in(s: str | None) -> datetime | None:
-    return datetime.fromisoformat(s) if s else None
-
-
-def _attempt_out(a: AttemptRecord) -> dict[str, Any]:
-    return {"number": a.number, "startedAt": _time_out(a.started_at), "runningAt": _time_out(a.running_at),
-            "endedAt": _time_out(a.ended_at), "outcome": a.outcome.value if a.outcome else None,
-            "code": a.code, "reason": a.reason}
-
-
 def _attempt_in(d: dict[str, Any]) -> AttemptRecord:
-    started = _time_in(d.get("startedAt"))
+    started = time_in(d.get("startedAt"))
     assert started is not None, "an attempt record always has startedAt"
-    return AttemptRecord(number=int(d["number"]), started_at=started, running_at=_time_in(d.get("runningAt")),
-                         ended_at=_time_in(d.get("endedAt")),
+    return AttemptRecord(number=int(d["number"]), started_at=started, running_at=time_in(d.get("runningAt")),
+                         ended_at=time_in(d.get("endedAt")),
                          outcome=Outcome(d["outcome"]) if d.get("outcome") else None,
                          code=d.get("code"), reason=d.get("reason"))
 
@@ -214,17 +264,30 @@ def _eviction_out(e: EvictionRecord | None) -> dict[str, Any] | None:
     if e is None:
         return None
     return {"attempt": e.attempt, "kind": e.kind.value, "reason": e.reason, "detail": e.detail,
-            "message": e.message, "at": _time_out(e.at), "readmittedAt": _time_out(e.readmitted_at)}
+            "message": e.message, "at": time_out(e.at), "readmittedAt": time_out(e.readmitted_at)}
 
 
 def _eviction_in(d: dict[str, Any] | None) -> EvictionRecord | None:
     if not d:
         return None
-    at = _time_in(d.get("at"))
+    at = time_in(d.get("at"))
     assert at is not None, "an eviction record always has its time"
     return EvictionRecord(attempt=int(d["attempt"]), kind=EvictionKind(d["kind"]), reason=d.get("reason", ""),
                           detail=d.get("detail", ""), message=d.get("message", ""), at=at,
-                          readmitted_at=_time_in(d.get("readmittedAt")))
+                          readmitted_at=time_in(d.get("readmittedAt")))
 
 
-__all__ = ["AttemptRecord", "EvictionRecord", "Outcome", "TaskState"]
+def _disruption_out(d: DisruptionRecord) -> dict[str, Any]:
+    return {"attempt": d.attempt, "restartAttempt": d.restart_attempt, "reason": d.reason, "message": d.message,
+            "worker": d.worker, "at": time_out(d.at)}
+
+
+def _disruption_in(d: dict[str, Any]) -> DisruptionRecord:
+    at = time_in(d.get("at"))
+    assert at is not None, "a disruption record always has its time"
+    return DisruptionRecord(attempt=int(d["attempt"]), restart_attempt=int(d.get("restartAttempt", 0)),
+                            reason=d.get("reason", ""), message=d.get("message", ""), worker=d.get("worker", ""),
+                            at=at)
+
+
+__all__ = ["AttemptRecord", "DisruptionRecord", "EvictionRecord", "Outcome", "TaskState"]

@@ -15,7 +15,6 @@ from typing import Any
 
 from gangrun._core.engine import Action, ActionKind
 from gangrun._core.eviction import EvictionKind
-from gangrun._core.phases import Phase
 from gangrun._core.state import TaskState
 
 
@@ -32,6 +31,7 @@ class EventType(StrEnum):
     READMITTED = "Readmitted"
     CHECKPOINT = "CheckpointCommitted"
     RESTARTED = "GangRestarted"
+    DISRUPTED = "WorkerDisrupted"  # a worker lost to a node disruption: the gang restarts, charged to no budget
     ATTEMPT_ENDED = "AttemptEnded"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
@@ -69,13 +69,19 @@ def transition_events(before: TaskState, after: TaskState, action: Action, *, no
     for ev in after.evictions[len(before.evictions):]:  # the history only grows: new entries are new evictions
         type_ = EventType.PREEMPTED if ev.kind is EvictionKind.PREEMPTED else EventType.EVICTED
         add(type_, ev.as_eviction().summary(), reason=ev.reason, detail=ev.detail)
-    readmitted = before.eviction is not None and after.eviction is None and action.kind is ActionKind.NONE
-    if readmitted:
-        waited = now - before.eviction.at
-        add(EventType.READMITTED, f"readmitted after {waited.total_seconds():.1f}s", waitedSeconds=waited.total_seconds())
+    for d in after.disruptions[len(before.disruptions):]:
+        add(EventType.DISRUPTED, f"{d.describe()}; restarting the gang (not counted)", attempt=d.attempt,
+            reason=d.reason, restartAttempt=d.restart_attempt)
+    # The eviction that this step saw end by readmission, if any.
+    readmission_of = before.eviction if after.eviction is None and action.kind is ActionKind.NONE else None
+    readmitted = readmission_of is not None
+    if readmission_of is not None:
+        waited = now - readmission_of.at
+        add(EventType.READMITTED, f"readmitted after {waited.total_seconds():.1f}s",
+            waitedSeconds=waited.total_seconds())
     if after.info != before.info and after.attempt == n and action.kind is ActionKind.NONE:
-        if after.phase is Phase.RUNNING and "waiting for re-admission" in after.info.reason:
-            if "waiting for re-admission" not in before.info.reason:
+        if after.waiting:
+            if not before.waiting:
                 add(EventType.WAITING, after.info.reason)
         elif after.started and not before.started:
             add(EventType.GANG_STARTED, f"all workers up: {after.info.reason}")

@@ -6,17 +6,22 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
+from gangrun._core.policy import Policy
 from gangrun._core.state import TaskState
 
 
 def eviction_accounting(state: TaskState, *, now: datetime) -> tuple[dict[str, int], float]:
-    """Evictions by Kueue reason, and the seconds spent waiting for re-admission (B5)."""
+    """Stops by cause (B5): evictions by Kueue's Evicted reason, node disruptions by their own reason
+    (EvictionByEvictionAPI, TerminationByKubelet, ...); and the seconds spent waiting for re-admission."""
     counts = Counter(e.reason or e.kind.value for e in state.evictions)
+    counts.update(d.reason for d in state.disruptions)
     return dict(counts), round(state.waiting_for_readmission(now=now).total_seconds(), 3)
 
 
-def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """`extra` carries backend facts (namespace, queue, priority) merged at the top level."""
+def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, Any] | None = None,
+              policy: Policy | None = None) -> dict[str, Any]:
+    """`extra` carries backend facts (namespace, queue, priority) merged at the top level; with the
+    task's `policy`, the view also says how many retries are left."""
     counts, waited = eviction_accounting(state, now=now)
     view: dict[str, Any] = {
         "name": name,
@@ -27,16 +32,15 @@ def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, An
         "userRetriesUsed": state.user_retries_used,
         "systemRetriesUsed": state.system_retries_used,
         "restartAttempt": state.restart_attempt,
-        "attempts": [
-            {"number": a.number, "startedAt": a.started_at.isoformat(),
-             "runningAt": a.running_at.isoformat() if a.running_at else None,
-             "endedAt": a.ended_at.isoformat() if a.ended_at else None,
-             "outcome": a.outcome.value if a.outcome else None, "code": a.code, "reason": a.reason}
-            for a in state.attempts
-        ],
+        "attempts": [a.for_storage() for a in state.attempts],
         "evictionsByCause": counts,
         "waitingForReadmissionSeconds": waited,
+        # Each time Kueue took the gang back, with its readmission (the timeline's waits, B5), as stored.
+        "evictions": state.for_storage()["evictions"],
     }
+    if policy is not None:
+        view["retries"], view["maxSystemRetries"] = policy.retries, policy.max_system_retries
+        view["retriesLeft"] = policy.retries_left(state)
     if state.eviction is not None:
         view["eviction"] = {"reason": state.eviction.reason, "detail": state.eviction.detail,
                             "message": state.eviction.message, "at": state.eviction.at.isoformat()}

@@ -1,4 +1,4 @@
-"""The `gangrun` command line: a thin client of the backends.
+"""The `gangrun` command line: a thin layer over the Python API (`gangrun.submit`, `gangrun.TaskRun`).
 
 Exit codes (README.md, "Command line", documents them for users):
 
@@ -18,13 +18,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 
-from gangrun._errors import BackendError, GangrunError, UsageError
+from gangrun._api.backends import BACKENDS, backend_name
+from gangrun._errors import BackendError, GangrunError
 from gangrun.cli import commands
 
 EXIT_OK, EXIT_TASK_FAILED, EXIT_ERROR, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-BACKENDS = ("local", "kubernetes")
+
+Command = Callable[[argparse.Namespace], int]  # one function of gangrun.cli.commands: args -> exit code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     _backend_options(common, default=False)  # the same flags after the command name: `gangrun get x --backend ...`
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def cmd(name: str, func, help_: str, *, json_out: bool = True) -> argparse.ArgumentParser:
+    def cmd(name: str, func: Command, help_: str, *, json_out: bool = True) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_, description=help_, parents=[common])
         if json_out:
             sp.add_argument("-o", "--output", choices=["text", "json"], default="text", help="output format")
@@ -43,8 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = cmd("validate", commands.validate, "check a manifest and print it with defaults")
     sp.add_argument("file", help="the manifest (YAML or JSON); - reads standard input")
-    sp = cmd("run", commands.run, "submit a task and follow it until it ends; exit 0 only on Succeeded")
+    sp = cmd("run", commands.run, "submit a task and follow its timeline and worker output until it ends; "
+                                  "exit 0 only on Succeeded")
     sp.add_argument("file")
+    sp.add_argument("--rank", type=_rank_or_all, default="0", help="whose output to show: a global rank or all "
+                                                                   "(default 0)")
     sp = cmd("submit", commands.submit, "submit a task and print its name")
     sp.add_argument("file")
     sp = cmd("get", commands.get, "one task or all, with phase and reason")
@@ -61,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
     sp = cmd("cancel", commands.cancel, "stop the task (Aborted)")
     sp.add_argument("name")
+    sp = cmd("delete", commands.delete, "remove an ended task and its records, so that its name can be used again")
+    sp.add_argument("name")
+    sp.add_argument("--force", action="store_true", help="cancel the task first if it has not ended")
+    sp = cmd("ui", commands.ui, "serve a web page of the tasks and each task's timeline", json_out=False)
+    sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    sp.add_argument("--port", type=_port, default=8265, help="port (default 8265; 0 picks a free one)")
     sp = cmd("render", commands.render, "print the JobSet an attempt would create on Kubernetes", json_out=False)
     sp.add_argument("file")
     sp.add_argument("--attempt", type=_at_least(1), default=1, help="attempt number (default 1)")
@@ -70,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--health-port", type=int, default=8081)
     sp.add_argument("--leader-election", action=argparse.BooleanOptionalAction, default=True)
     sp.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "gangrun-system"))
-    sp.add_argument("--identity", default=None, help="leader election identity (default: the hostname and a random suffix)")
+    sp.add_argument("--identity", default=None,
+                    help="leader election identity (default: the hostname and a random suffix)")
     sp.add_argument("--all-namespaces", action="store_true", help="watch every namespace (default: --namespace or all)")
     sp.add_argument("--workers", type=_at_least(1), default=8, help="reconciles run at once (default 8)")
 
@@ -78,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                            parents=[common])
     lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
 
-    def lcmd(name: str, func, help_: str) -> argparse.ArgumentParser:
+    def lcmd(name: str, func: Command, help_: str) -> argparse.ArgumentParser:
         sp = lsub.add_parser(name, help=help_, description=help_, parents=[common])
         sp.add_argument("-o", "--output", choices=["text", "json"], default="text")
         sp.set_defaults(func=func)
@@ -88,11 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--cpu", default=None, help="CPU quota, e.g. 8 or 500m (default: this machine's cores)")
     sp.add_argument("--memory", default=None, help="memory quota, e.g. 16Gi (default: this machine's memory)")
     sp.add_argument("--gpu", type=int, default=None, help="GPU quota (default: 0)")
+    sp.add_argument("--metrics-port", type=int, default=None,
+                    help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: stop serving them)")
     lcmd("down", commands.local_down, "stop the local control plane and every gang it runs")
     lcmd("status", commands.local_status, "quota, queue and running gangs")
     sp = lcmd("evict", commands.local_evict, "inject a Kueue eviction into a task's gang")
     sp.add_argument("name")
-    sp.add_argument("--reason", required=True, choices=["Preempted", "PodsReadyTimeout", "NodeFailures"])
+    sp.add_argument("--reason", required=True,
+                    choices=["Preempted", "PodsReadyTimeout", "NodeFailures", "NodeDisruption"],
+                    help="NodeDisruption kills the workers of one node at once, as a drained node does")
     sp = lcmd("deactivate", commands.local_deactivate, "set the task's workload inactive (spec.active=false)")
     sp.add_argument("name")
     sp = lcmd("activate", commands.local_activate, "set the task's workload active again")
@@ -100,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _at_least(minimum: int):
+def _at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type for whole numbers >= `minimum`; argparse reports a bad value naming the flag."""
     def parse(text: str) -> int:
         try:
@@ -114,24 +131,39 @@ def _at_least(minimum: int):
     return parse
 
 
+def _rank_or_all(text: str) -> str:
+    if text == "all":
+        return text
+    try:
+        if int(text) >= 0:
+            return str(int(text))
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected a rank (0, 1, ...) or all, got {text!r}")
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, got {value}")
+    return value
+
+
 def _backend_options(p: argparse.ArgumentParser, *, default: bool) -> None:
     """Backend flags; sub-commands repeat them with suppressed defaults so they never undo the top level."""
-    def d(value):
+    def d(value: str | None) -> str | None:
         return value if default else argparse.SUPPRESS
 
     # The default is resolved in main(), so that a bad $GANGRUN_BACKEND is an error naming the variable.
     p.add_argument("--backend", choices=BACKENDS, default=d(None),
                    help="where tasks run (default: $GANGRUN_BACKEND or local)")
-    p.add_argument("--kubeconfig", default=d(None), help="kubernetes backend: kubeconfig file (default: the usual lookup)")
+    p.add_argument("--kubeconfig", default=d(None),
+                   help="kubernetes backend: kubeconfig file (default: the usual lookup)")
     p.add_argument("--context", default=d(None), help="kubernetes backend: kubeconfig context")
     p.add_argument("-n", "--namespace", default=d(None), help="kubernetes backend: namespace")
-
-
-def _env_backend() -> str:
-    value = os.environ.get("GANGRUN_BACKEND", "") or "local"
-    if value not in BACKENDS:
-        raise UsageError(f"GANGRUN_BACKEND: must be {' or '.join(BACKENDS)}, got {value!r}")
-    return value
 
 
 def exit_code(exc: GangrunError) -> int:
@@ -144,11 +176,18 @@ def error_line(exc: BaseException) -> str:
     return "gangrun: error: " + (" ".join(str(exc).split()) or type(exc).__name__)
 
 
+def _warn(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: object = None,
+          line: str | None = None) -> None:
+    """A warning is one line on stderr, like an error (`gangrun: warning: ...`)."""
+    print(f"gangrun: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.showwarning = _warn
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "backend", None) is None:
-            args.backend = _env_backend()
+            args.backend = backend_name(None)
         return int(args.func(args) or 0)
     except GangrunError as exc:
         print(error_line(exc), file=sys.stderr)

@@ -1,4 +1,4 @@
-"""One function per CLI command. Each builds SDK/backend objects and prints; no logic of its own."""
+"""One function per CLI command: each calls the Python API (`gangrun._api`) and prints; no logic of its own."""
 
 from __future__ import annotations
 
@@ -6,33 +6,39 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from gangrun._api import ClusteredTask, TaskRun, attach, open_backend
+from gangrun._api import submit as submit_task
 from gangrun._backends.base import Backend
+from gangrun._core.pod_template import local_ignored
 from gangrun._core.spec import TaskSpec
 from gangrun._core.units import format_bytes
 from gangrun._errors import UsageError
-from gangrun._manifest_file import load_manifest
 from gangrun.cli import output
-from gangrun.cli.follow import TERMINAL, follow_task
+from gangrun.cli.follow import TERMINAL, follow_run
+
+if TYPE_CHECKING:  # for the annotation only: backends are imported when used, as in backend()
+    from gangrun._backends.local import LocalBackend
 
 
 def backend(args: argparse.Namespace) -> Backend:
-    """The backend named by --backend; imported lazily so each one's dependencies stay optional."""
+    """The backend named by --backend (the kubernetes flags apply to it only); opening it never dials."""
     if args.backend == "kubernetes":
-        try:
-            from gangrun._backends.kube import KubeBackend
-        except ImportError as e:
-            raise UsageError(f"the kubernetes backend needs extra packages: pip install 'gangrun[kubernetes]' ({e})") from None
-        return KubeBackend(kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace)
-    from gangrun._backends.local import LocalBackend
-
-    return LocalBackend()
+        return open_backend("kubernetes", kubeconfig=args.kubeconfig, context=args.context,
+                            namespace=args.namespace)
+    return open_backend("local")
 
 
-def _local(args: argparse.Namespace):
+def _run(args: argparse.Namespace) -> TaskRun:
+    return attach(args.name, backend(args))
+
+
+def _local(args: argparse.Namespace) -> LocalBackend:
     if args.backend != "local":
         raise UsageError("`gangrun local` commands act on the local backend; drop --backend kubernetes")
     from gangrun._backends.local import LocalBackend
@@ -45,46 +51,56 @@ def _json(args: argparse.Namespace) -> bool:
 
 
 def validate(args: argparse.Namespace) -> int:
-    spec = load_manifest(args.file)
+    spec = ClusteredTask.from_file(args.file).spec
     if _json(args):
         output.emit_json({"valid": True, "name": spec.name, "spec": spec_summary(spec)})
     else:
         s = spec_summary(spec)
-        print(f"{args.file}: valid ClusteredTask {spec.name!r}: {s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
+        what = repr(spec.name) if spec.name else f"with a name generated from {spec.generate_name!r}"
+        print(f"{args.file}: valid ClusteredTask {what}: "
+              f"{s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
               f"retries {s['retries']}, maxRestarts {s['maxRestarts']}, "
-              f"resumeAfterPreemption {str(s['resumeAfterPreemption']).lower()}, queue {s['queue']}")
+              f"resumeAfterPreemption {str(s['resumeAfterPreemption']).lower()}, "
+              f"restartOnDisruption {str(s['restartOnDisruption']).lower()}, queue {s['queue']}")
+        for line in output.pod_template_lines(s):
+            print(f"  {line}")
     return 0
 
 
 def spec_summary(spec: TaskSpec) -> dict[str, Any]:
-    return {"name": spec.name, "nodes": spec.nodes, "nprocPerNode": spec.nproc_per_node, "command": list(spec.command),
+    return {"name": spec.name, "generateName": spec.generate_name or None, "nodes": spec.nodes,
+            "nprocPerNode": spec.nproc_per_node, "command": list(spec.command),
             "resources": {"cpu": str(spec.resources.cpu), "memory": str(spec.resources.memory),
                           "gpu": spec.resources.gpu},
             "retries": spec.retries, "maxSystemRetries": spec.max_system_retries,
             "maxRuntime": spec.max_runtime.total_seconds() if spec.max_runtime else None,
             "maxRestarts": spec.failure_policy.max_restarts,
             "resumeAfterPreemption": spec.failure_policy.resume_after_preemption,
-            "queue": spec.queue, "priorityClass": spec.priority_class, "checkpointUri": spec.checkpoint_uri}
+            "restartOnDisruption": spec.failure_policy.restart_on_disruption,
+            "queue": spec.queue, "priorityClass": spec.priority_class, "checkpointUri": spec.checkpoint_uri,
+            "shmSize": str(spec.shm_size) if spec.shm_size is not None else None, "gpuResource": spec.gpu_resource,
+            "podTemplate": spec.pod_template or None, "ignoredLocally": local_ignored(spec.pod_template)}
 
 
 def submit(args: argparse.Namespace) -> int:
-    name = backend(args).submit(load_manifest(args.file))
-    output.emit_json({"name": name}) if _json(args) else print(name)
+    run_ = submit_task(ClusteredTask.from_file(args.file), backend(args))
+    output.emit_json({"name": run_.name}) if _json(args) else print(run_.name)
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    be = backend(args)
-    name = be.submit(load_manifest(args.file))
-    view = follow_task(be, name, quiet=_json(args))
+    run_ = submit_task(ClusteredTask.from_file(args.file), backend(args))
     if _json(args):
+        view = run_.wait()
         output.emit_json(view)
+    else:
+        print(output.prefixed(output.TIMELINE, f"submitted {run_.name} to the {args.backend} backend"), flush=True)
+        view = follow_run(run_, rank=None if args.rank == "all" else int(args.rank))
     return 0 if view["phase"] == "Succeeded" else 1
 
 
 def get(args: argparse.Namespace) -> int:
-    be = backend(args)
-    views = [be.get(args.name)] if args.name else be.list()
+    views = [_run(args).status()] if args.name else backend(args).list()
     if _json(args):
         output.emit_json(views[0] if args.name else views)
     elif views:
@@ -96,7 +112,7 @@ def get(args: argparse.Namespace) -> int:
 
 def describe(args: argparse.Namespace) -> int:
     be = backend(args)
-    view, events_ = be.get(args.name), be.events(args.name)
+    view, events_ = be.get(args.name), be.events(args.name)  # Event objects, for the text layout
     if _json(args):
         output.emit_json({**view, "events": [e.for_json() for e in events_]})
     else:
@@ -126,17 +142,17 @@ def events(args: argparse.Namespace) -> int:
 
 
 def logs(args: argparse.Namespace) -> int:
-    for line in backend(args).logs(args.name, rank=args.rank, attempt=args.attempt, follow=args.follow):
+    for line in _run(args).log_lines(rank=args.rank, attempt=args.attempt, follow=args.follow):
         sys.stdout.write(line if line.endswith("\n") else line + "\n")
         sys.stdout.flush()
     return 0
 
 
 def cancel(args: argparse.Namespace) -> int:
-    be = backend(args)
-    requested = be.cancel(args.name)
+    run_ = _run(args)
+    requested = run_.cancel()
     # On Kubernetes a cancel is a request the controller carries out (if one runs): say so until it has.
-    phase = be.get(args.name)["phase"] if requested else ""
+    phase = run_.status()["phase"] if requested else ""
     done = phase == "Aborted"
     if _json(args):
         output.emit_json({"name": args.name, "requested": requested, "cancelled": done, "phase": phase or None})
@@ -148,10 +164,35 @@ def cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def delete(args: argparse.Namespace) -> int:
+    deleted = _run(args).delete(force=args.force)
+    if _json(args):
+        output.emit_json({"name": args.name, "deleted": deleted})
+    else:
+        print(f"{args.name}: deleted" if deleted else f"{args.name}: already gone")
+    return 0
+
+
+def ui(args: argparse.Namespace) -> int:
+    from gangrun._ui import serve
+
+    server = serve(backend(args), host=args.host, port=args.port)
+    print(f"gangrun ui: {server.url}  ({args.backend} backend; Ctrl-C stops it)", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
+
+
 def render(args: argparse.Namespace) -> int:
     from gangrun._backends.kube import render_jobset
 
-    doc = render_jobset(load_manifest(args.file), attempt=args.attempt)
+    spec = ClusteredTask.from_file(args.file).spec
+    if not spec.name:  # the API server makes the name at submit: show where it goes
+        spec = replace(spec, name=f"{spec.generate_name}xxxxx")
+        print(f"gangrun: the task's name is generated at submit; shown here as {spec.name}", file=sys.stderr)
+    doc = render_jobset(spec, attempt=args.attempt)
     if args.output == "json":
         output.emit_json(doc)
     else:
@@ -189,15 +230,22 @@ def _print_status(args: argparse.Namespace, status: dict[str, Any]) -> None:
             print(f"  {res:<7} {show(used.get(res, 0))} of {show(quota[res])} in use")
     if status.get("queues"):
         print(f"  queues: {', '.join(status['queues'])}")
+    if status.get("metrics"):
+        print(f"  metrics: {status['metrics']}")
     gangs = status.get("gangs", [])
     if gangs:
-        rows = [[g.get("task", ""), str(g.get("attempt", "")), g.get("state", ""), str(g.get("priority", ""))]
-                for g in gangs]
-        print(output.table(rows, ["TASK", "ATTEMPT", "WORKLOAD", "PRIORITY"]))
+        rows = [[g.get("task", ""), str(g.get("attempt", "")), g.get("state", ""), str(g.get("priority", "")),
+                 str(g.get("queuePosition") or "")] for g in gangs]
+        print(output.table(rows, ["TASK", "ATTEMPT", "WORKLOAD", "PRIORITY", "QUEUE POSITION"]))
+    for task, why in (status.get("tooBig") or {}).items():
+        print(f"  warning: {task} can never be admitted under this quota: {why}")
+    for task, why in (status.get("unreadable") or {}).items():
+        print(f"  warning: {task}: {why}; `gangrun delete {task}` removes it")
 
 
 def local_up(args: argparse.Namespace) -> int:
-    _print_status(args, _local(args).up(cpu=args.cpu, memory=args.memory, gpu=args.gpu))
+    _print_status(args, _local(args).up(cpu=args.cpu, memory=args.memory, gpu=args.gpu,
+                                        metrics_port=args.metrics_port))
     return 0
 
 
@@ -213,7 +261,7 @@ def local_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local_act(args: argparse.Namespace, verb: str, call) -> int:
+def _local_act(args: argparse.Namespace, verb: str, call: Callable[[], object]) -> int:
     call()
     output.emit_json({"name": args.name, "done": verb}) if _json(args) else print(f"{args.name}: {verb}")
     return 0

@@ -1,50 +1,63 @@
-"""`gangrun run`: follow a task until it ends, printing its timeline and a live status line."""
+"""`gangrun run`: print a task's timeline and its workers' output as they happen, with a live status line.
+
+Every line says where it comes from: `[gangrun]` for the timeline, `[rank N]` for worker output. On a
+terminal the last line is a status line, redrawn in place, that says why the task waits while it does
+(Kueue's pending message, its place in the queue); elsewhere a line is printed when that changes.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
-from gangrun._backends.base import Backend, SupportsFollow
+from gangrun._api.run import TaskRun
+from gangrun._api.watch import EventUpdate, LogLine, StatusUpdate
 from gangrun.cli import output
 
 TERMINAL = {"Succeeded", "Failed", "Aborted"}
-POLL = 0.5
 
 
-def follow_task(be: Backend, name: str, *, quiet: bool = False, stream=None) -> dict[str, Any]:
-    """Print each new timeline event, and on a terminal the live phase line; return the final view."""
+def follow_run(run: TaskRun, *, rank: int | None = 0, stream: TextIO | None = None) -> dict[str, Any]:
+    """Print what `run.watch(rank)` yields until the task ends; return the final status."""
     out = stream or sys.stdout
-    live = out.isatty() and not quiet
+    live = out.isatty()
     started = time.monotonic()
-    seen = 0
-    view = be.get(name)
-    while True:
-        events = be.events(name)
-        if not quiet:
-            if live:
-                out.write("\r\033[K")
-            for e in events[seen:]:
-                out.write(output.event_line(e) + "\n")
-            if live:
-                elapsed = int(time.monotonic() - started)
-                out.write(f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {view['phase']}  attempt {view['attempt']}  "
-                          f"{output.shorten_reason(view['reason'], 100)}")
-            out.flush()
-        seen = len(events)
-        if view["phase"] in TERMINAL:
-            break
-        view = _next_view(be, name, view)
-    if not quiet:
-        out.write(("\n" if live else "") + f"{name}: {view['phase']} — {view['reason']}\n")
+    view: dict[str, Any] = {}
+    shown_why = ""
+    drawn = False
+
+    def say(line: str) -> None:
+        nonlocal drawn
+        out.write(("\r\033[K" if drawn else "") + line + "\n")
+        drawn = False
+
+    for update in run.watch(rank=rank):
+        if isinstance(update, EventUpdate):
+            say(output.prefixed(output.TIMELINE, output.event_line(update.event)))
+        elif isinstance(update, LogLine):
+            source = output.TIMELINE if update.rank is None else f"[rank {update.rank}]"
+            say(output.prefixed(source, update.text))
+        elif isinstance(update, StatusUpdate):
+            view = update.view
+            if live and view["phase"] not in TERMINAL:
+                out.write("\r\033[K" + output.status_line(view, elapsed=time.monotonic() - started, width=_width(out)))
+                drawn = True
+            elif not live:
+                why = output.waiting_why(view)
+                if why and why != shown_why:
+                    say(output.prefixed(output.TIMELINE, f"waiting: {why}"))
+                shown_why = why
         out.flush()
+    say(f"{run.name}: {view['phase']} — {view['reason']}")
+    out.flush()
     return view
 
 
-def _next_view(be: Backend, name: str, view: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(be, SupportsFollow):
-        key = (view["attempt"], view["phaseVersion"], view["phase"])
-        return be.wait_for_change(name, after_version=key, timeout=1.0)
-    time.sleep(POLL)
-    return be.get(name)
+def _width(out: TextIO) -> int:
+    try:
+        import shutil
+
+        return shutil.get_terminal_size((120, 24)).columns - 1
+    except (OSError, ValueError):
+        return 119

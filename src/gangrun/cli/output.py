@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from gangrun._core.timeline import Event
+from gangrun._core.units import format_bytes
 
 
 def emit_json(doc: Any) -> None:
@@ -17,13 +18,41 @@ def emit_json(doc: Any) -> None:
 
 def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]]
     return "\n".join(lines)
 
 
 def task_rows(views: list[dict[str, Any]]) -> str:
     rows = [[v["name"], v["phase"], str(v["attempt"]), shorten_reason(v["reason"], REASON_WIDTH)] for v in views]
     return table(rows, ["NAME", "PHASE", "ATTEMPT", "REASON"])
+
+
+TIMELINE = "[gangrun]"
+_SOURCE_WIDTH = len(TIMELINE)
+
+
+def prefixed(source: str, text: str) -> str:
+    """A line of `gangrun run`: its source (`[gangrun]`, `[rank N]`) in a fixed-width column, then the text."""
+    return f"{source:<{_SOURCE_WIDTH}} {text}"
+
+
+def waiting_why(view: dict[str, Any]) -> str:
+    """Why a task waits, while it waits: its place in the queue and Kueue's message (or gangrun's reason);
+    "" once it runs or ended."""
+    waiting = view["phase"] in ("Queued", "WaitingForResources") or "waiting for re-admission" in view["reason"]
+    if not waiting:
+        return ""
+    position, pending = view.get("queuePosition"), view.get("pending")
+    where = f"#{position} in queue {view.get('queue') or 'default'}" if position else ""
+    why = pending or view["reason"]
+    return f"{where}: {why}" if where else why
+
+
+def status_line(view: dict[str, Any], *, elapsed: float, width: int = 119) -> str:
+    """The live line under `gangrun run`'s output: time, phase, attempt, and what is happening or why it waits."""
+    seconds = int(elapsed)
+    head = f"[{seconds // 60:02d}:{seconds % 60:02d}] {view['phase']}  attempt {view['attempt']}  "
+    return head + shorten_reason(waiting_why(view) or view["reason"], max(20, width - len(head)))
 
 
 def event_line(e: Event) -> str:
@@ -37,8 +66,11 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
         f"Phase:          {view['phase']} (version {view['phaseVersion']})",
         f"Reason:         {view['reason']}",
         f"Attempt:        {view['attempt']}   restart attempt {view['restartAttempt']}",
-        f"Retries used:   user {view['userRetriesUsed']}, system {view['systemRetriesUsed']}",
+        f"Retries used:   user {view['userRetriesUsed']}, system {view['systemRetriesUsed']}"
+        + (f" ({view['retriesLeft']} user retries left)" if view.get("retriesLeft") is not None else ""),
     ]
+    if view.get("pending") or view.get("queuePosition"):
+        out.append(f"Waiting:        {waiting_why(view)}")
     for key, label in (("queue", "Queue"), ("priorityClass", "Priority"), ("namespace", "Namespace"),
                        ("checkpointRoot", "Checkpoints")):
         if view.get(key) not in (None, ""):
@@ -99,3 +131,26 @@ def _clock(t: datetime) -> str:
 
 def _clock_s(iso: str | None) -> str:
     return _clock(datetime.fromisoformat(iso)) if iso else "-"
+
+
+def pod_template_lines(summary: dict[str, Any]) -> list[str]:
+    """What `validate` adds about the Kubernetes-side fields: /dev/shm, GPUs, the pod template, and
+    which of its fields a local run ignores."""
+    out = []
+    if summary.get("shmSize"):
+        out.append(f"shmSize {format_bytes(summary['shmSize'])} on /dev/shm (kubernetes)")
+    gpus = (summary.get("resources") or {}).get("gpu")
+    if gpus:
+        out.append(f"{gpus} GPU(s) per node, requested as {summary.get('gpuResource')} on kubernetes")
+    template = summary.get("podTemplate") or {}
+    fields = [f"metadata.{k}" for k, v in (template.get("metadata") or {}).items() if v]
+    for key, value in (template.get("spec") or {}).items():
+        if key == "containers":
+            fields.append("containers " + ", ".join(str(c.get("name")) for c in value))
+        elif value not in (None, [], {}):
+            fields.append(key)
+    if fields:
+        out.append("podTemplate (kubernetes): " + "; ".join(fields))
+    if summary.get("ignoredLocally"):
+        out.append("ignored by the local backend: " + ", ".join(summary["ignoredLocally"]))
+    return out

@@ -205,9 +205,10 @@ class Saver:
             t.storage.write_bytes(join(data_dir, INFO), info)
             files = [f for r in reports for f in r.files]
             files += [_files.entry(t.storage, data_dir, n) for n in (_dcp.METADATA, INFO)]
+            unique = sorted({f.path: f for f in files}.values(), key=lambda f: f.path)
             manifest = Manifest(
                 kind="dir", name="", seq=seq, attempt=t.attempt, task=t.task, rank=0, step=step,
-                created=time.time(), files=tuple(sorted({f.path: f for f in files}.values(), key=_path)), dirs=(),
+                created=time.time(), files=tuple(unique), dirs=(),
             )  # fmt: skip
             pending.finalize(manifest.to_bytes())
         except Exception as e:
@@ -235,10 +236,6 @@ class Saver:
 
 
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
-
-
-def _path(f: FileEntry) -> str:
-    return f.path
 
 
 def _same_layout(staged: Any, state: Any) -> bool:

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gangrun import _checkpoint_report as checkpoint_report
 from gangrun._backends.kube import crd
-from gangrun._backends.kube.render import REPLICATED_JOB
+from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB
 from gangrun._core import jobset, kueue
-from gangrun._core.conditions import Condition
-from gangrun._core.observation import Gang, Observation, Workload, WorkloadRead
+from gangrun._core.conditions import Condition, find_condition
+from gangrun._core.observation import Disruption, Gang, Observation, Workload, WorkloadRead
 
 # Waiting reasons that no amount of waiting fixes (a bad image name, a broken pod config).
 FATAL_WAITING_REASONS = frozenset({"InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull",
@@ -94,7 +95,8 @@ def conditions(obj: Any) -> tuple[Condition, ...]:
     for c in raw:
         if isinstance(c, dict) and isinstance(c.get("type"), str):
             out.append(Condition(type=c["type"], status=_str(c.get("status")), reason=_str(c.get("reason")),
-                                 message=_str(c.get("message")), last_transition=parse_time(c.get("lastTransitionTime"))))
+                                 message=_str(c.get("message")),
+                                 last_transition=parse_time(c.get("lastTransitionTime"))))
     return tuple(out)
 
 
@@ -205,6 +207,52 @@ def _unscheduled_detail(pod: dict[str, Any]) -> str:
     return ""
 
 
+def _restart_of(pod: Any) -> int:
+    return _int(labels(pod).get(jobset.RESTART_ATTEMPT_KEY), 0)
+
+
+def disruption(obj: Any, pods: Iterable[Any]) -> Disruption | None:
+    """The newest worker of the attempt lost to a node disruption: a pod whose DisruptionTarget
+    condition is True (pods of earlier rounds too: JobSet deletes them as it restarts), or else the
+    JobSet restarting by gangrun's disruption rule, when the pod was gone before it was seen."""
+    best: tuple[int, datetime, Disruption] | None = None
+    for pod in pods:
+        if not isinstance(pod, dict):
+            continue
+        cond = find_condition(conditions(pod), jobset.DISRUPTION_TARGET)
+        if cond is None or not cond.is_true:
+            continue
+        found = Disruption(reason=cond.reason or jobset.DISRUPTION_TARGET, message=cond.message,
+                           worker=f"pod {_str(_get(pod, 'metadata', 'name'))}", restart_attempt=_restart_of(pod))
+        key = (found.restart_attempt, cond.last_transition or datetime.min.replace(tzinfo=UTC))
+        if best is None or key >= best[:2]:
+            best = (*key, found)
+    if best is not None:
+        return best[2]
+    restarting = find_condition(conditions(obj), jobset.RESTARTING)
+    if restarting is not None and restarting.is_true and restarting.reason == jobset.RESTARTING_REASON_DISRUPTION:
+        return Disruption(reason=jobset.DISRUPTION_TARGET, message=restarting.message,
+                          restart_attempt=max(_int(_get(obj, "status", "restarts")) - 1, 0))
+    return None
+
+
+def checkpoints(pods: Iterable[Any]) -> list[checkpoint_report.Commit]:
+    """The newest committed checkpoint each terminated worker left in its termination message."""
+    out = []
+    for pod in pods:
+        if not isinstance(pod, dict):
+            continue
+        for cs in _list(_get(pod, "status", "containerStatuses")):
+            if not isinstance(cs, dict) or cs.get("name") != CONTAINER:
+                continue
+            for state in ("state", "lastState"):
+                message = _get(cs, state, "terminated", "message")
+                mark = checkpoint_report.read(message) if isinstance(message, str) and message else None
+                if mark is not None:
+                    out.append(mark)
+    return out
+
+
 def is_suspended(obj: Any) -> bool:
     """Whether a JobSet is suspended: by its spec, or by its `Suspended` condition."""
     return _get(obj, "spec", "suspend") is True or any(c.type == jobset.SUSPENDED and c.is_true
@@ -215,6 +263,7 @@ def to_gang(obj: Any, pods: Iterable[Any] = ()) -> Gang | None:
     """The Gang of a JobSet object and its pods; None when `obj` is not a mapping."""
     if not isinstance(obj, dict):
         return None
+    pods = list(pods)
     restarts = max(_int(_get(obj, "status", "restarts")), 0)
     rs = _replicated_status(obj)
     expected = expected_workers(obj)
@@ -253,6 +302,7 @@ def to_gang(obj: Any, pods: Iterable[Any] = ()) -> Gang | None:
         first_failure=failures[0][1] if failures else "",
         pending_failure=pending_failure,
         deleting=bool(_get(obj, "metadata", "deletionTimestamp")),
+        disruption=disruption(obj, pods),
     )
 
 

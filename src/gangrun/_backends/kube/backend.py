@@ -4,6 +4,7 @@ because only the controller writes status)."""
 
 from __future__ import annotations
 
+import builtins  # the `list` method shadows the builtin inside the class body
 import os
 import queue
 import re
@@ -11,33 +12,39 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import Any
 
+from gangrun._backends.clock import system_clock
 from gangrun._backends.kube import adapter, crd, events
 from gangrun._backends.kube.client import (
     EVENTS,
+    JOBSETS,
     LOCAL_QUEUES,
     PODS,
     TASKS,
+    WORKLOADS,
     KubeApi,
     Resource,
     connect,
 )
-from gangrun._backends.kube.reconcile import load_state
-from gangrun._backends.kube.render import CONTAINER, check_renderable
-from gangrun._core import jobset
+from gangrun._backends.kube.pending import pending_message, queue_position
+from gangrun._backends.kube.reconcile import load_accounting, load_state, task_spec
+from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB, check_renderable, render_jobset
+from gangrun._core import jobset, kueue
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
+from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event
-from gangrun._core.view import task_view
-from gangrun._errors import ApiError, Conflict, NotFound, SpecError, UsageError
+from gangrun._core.view import eviction_accounting, task_view
+from gangrun._errors import ApiError, BackendError, Conflict, NotFound, SpecError, UsageError
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
+# The visibility API serves `pendingworkloads` as a subresource of a LocalQueue in its own group.
+VISIBLE_QUEUES = Resource(kueue.VISIBILITY_GROUP, kueue.VISIBILITY_VERSION, kueue.LOCAL_QUEUES, "LocalQueue")
+WAITING_PHASES = frozenset({Phase.QUEUED, Phase.WAITING_FOR_RESOURCES})
+DELETE_TIMEOUT = 60.0  # how long `delete` waits for the objects to be gone, so that the name can be used again
+FORCE_CANCEL_SLACK = 15.0  # beyond the task's grace period, how long `delete --force` waits for the controller
 
 
 class KubeBackend:
@@ -47,6 +54,7 @@ class KubeBackend:
                  namespace: str | None = None, api: KubeApi | None = None) -> None:
         self._kubeconfig, self._context, self._namespace = kubeconfig, context, namespace
         self._api = api  # tests pass a fake; otherwise connected on first use (constructing never dials)
+        self._visibility = True  # Kueue's visibility API answers; False once it did not (disabled, forbidden)
 
     @property
     def api(self) -> KubeApi:
@@ -67,12 +75,15 @@ class KubeBackend:
         check_renderable(spec)  # refuses what the cluster would refuse later (no image), naming the field
         ns = spec.namespace or self.namespace
         self._check_queue(ns, spec.queue)
+        self._check_pod(ns, spec)
         body = {k: v for k, v in (spec.raw or {}).items() if k != "status"}
         meta = {k: v for k, v in (body.get("metadata") or {}).items()
                 if k in ("name", "labels", "annotations")}
-        body.update(apiVersion=crd.API_VERSION, kind=crd.KIND, metadata={**meta, "name": spec.name, "namespace": ns})
+        # Without a name the API server makes one from generateName (a prefix and 5 random characters).
+        naming = {"name": spec.name} if spec.name else {"generateName": spec.generate_name}
+        body.update(apiVersion=crd.API_VERSION, kind=crd.KIND, metadata={**meta, **naming, "namespace": ns})
         try:
-            self.api.create(TASKS, ns, body)
+            created = self.api.create(TASKS, ns, body)
         except Conflict:
             raise UsageError(f"task {spec.name} already exists in namespace {ns}; delete it or pick another name") \
                 from None
@@ -80,7 +91,7 @@ class KubeBackend:
             if e.status in (400, 422):  # the API server's own validation (e.g. a label value): the manifest's fault
                 raise SpecError("", f"the API server refused the task: {e.message}") from None
             raise self._explain(e, "create") from None
-        return spec.name
+        return str(((created or {}).get("metadata") or {}).get("name") or spec.name)
 
     def get(self, name: str) -> dict[str, Any]:
         return self._view(self._task(name))
@@ -92,7 +103,7 @@ class KubeBackend:
             raise UsageError(f"namespace {self.namespace} does not exist")
         return [self._view(t) for t in sorted(items, key=lambda t: (t.get("metadata") or {}).get("name", ""))]
 
-    def events(self, name: str) -> list[Event]:
+    def events(self, name: str) -> builtins.list[Event]:
         uid = (self._task(name).get("metadata") or {}).get("uid")
         # By UID: a deleted task's Events (kept for the cluster's event TTL) name the same kind and name as a new task
         # that reuses the name, and must not mix into its timeline.
@@ -115,12 +126,15 @@ class KubeBackend:
         world = int(spec.get("nodes") or 1) * nproc
         if rank is not None and not 0 <= rank < world:
             raise UsageError(f'task "{name}" has ranks 0..{world - 1}, not {rank}')
+        if follow:
+            yield from self._follow(name, n, rank, nproc, world)
+            return
         with self._calling("read the worker pods of"):
             pods = self._worker_pods(name, n)
         if rank is not None:  # one pod per node runs ranks node*nproc .. node*nproc + nproc - 1
             pods = [(r, p) for r, p in pods if r == rank // nproc]
         if not pods:
-            state = load_state(task, now=_now())
+            state = load_state(task, now=system_clock())
             # An open eviction of a Running task is a preempted gang kept for re-admission (S5).
             if n == current and state.eviction is not None and state.phase is Phase.RUNNING:
                 raise UsageError(f"task {name} was preempted and its workers are stopped until Kueue admits it "
@@ -129,20 +143,69 @@ class KubeBackend:
             raise UsageError(f"no worker pods for {which}attempt {n} of task {name} (yet, or any more)")
         with self._calling("read the logs of"):
             if len(pods) == 1:
-                yield from self.api.log_lines(self.namespace, pods[0][1], container=CONTAINER, follow=follow)
+                yield from self.api.log_lines(self.namespace, pods[0][1], container=CONTAINER)
                 return
-            if not follow:
-                for r, pod in pods:
-                    for line in self.api.log_lines(self.namespace, pod, container=CONTAINER):
-                        yield f"[rank {r}] {line}"
+            for r, pod in pods:
+                for line in self.api.log_lines(self.namespace, pod, container=CONTAINER):
+                    yield f"[rank {r}] {line}"
+
+    def _follow(self, name: str, attempt: int, rank: int | None, nproc: int, world: int) -> Iterator[str]:
+        """Follow the attempt's worker output until the task ends or moves to a later attempt.
+
+        A gang readmitted after a preemption, or restarted whole, runs in new pods: each round's pods
+        are streamed once, as they come, so nothing is printed twice and no round is missed.
+        """
+        streamed: set[str] = set()
+        while True:
+            task = self._task(name)
+            current = int((task.get("status") or {}).get("attempt") or 1)
+            ended = load_state(task, now=system_clock()).phase.terminal or current > attempt
+            with self._calling("read the worker pods of"):
+                pods = [(r, p) for r, p in self._worker_pods(name, attempt, running=True)
+                        if p not in streamed and (rank is None or r == rank // nproc)]
+            if pods:
+                streamed.update(p for _, p in pods)
+                with self._calling("read the logs of"):
+                    if len(pods) == 1 and (rank is not None or world == 1):
+                        yield from self.api.log_lines(self.namespace, pods[0][1], container=CONTAINER, follow=True)
+                    else:
+                        yield from self._merged(pods)
+            elif ended:
                 return
-            yield from self._merged(pods)
+            else:
+                time.sleep(FOLLOW_POLL)
+
+    def delete(self, name: str, *, force: bool = False) -> bool:
+        """Delete an ended task, its JobSets and its Events. `force` first asks the controller to cancel a
+        running one (its workers get their grace period) and waits a bounded time for that."""
+        task = self._task(name)
+        state = load_state(task, now=system_clock())
+        if not state.phase.terminal:
+            if not force:
+                raise UsageError(f"task {name} is {state.phase.value}, not ended: cancel it first, or delete it with "
+                                 f"--force (force=True), which cancels it")
+            self.cancel(name)
+            self._wait_ended(name, timeout=_grace_seconds(task) + FORCE_CANCEL_SLACK)
+        uid = (task.get("metadata") or {}).get("uid")
+        with self._calling("delete"):
+            try:
+                self.api.delete(TASKS, self.namespace, name)
+            except NotFound:
+                return False
+        # The JobSets go with the task (owner references) where a garbage collector runs; delete them here too
+        # so that a new task of the same name never meets the old one's `<name>-1`. Events expire on their own:
+        # deleting them is tidiness, so a user who may not delete Events still deletes the task.
+        self._delete_all(JOBSETS, label_selector=f"{crd.TASK_LABEL}={name}")
+        if uid:
+            self._delete_all(EVENTS, field_selector=f"involvedObject.uid={uid}")
+        self._wait_gone(name)
+        return True
 
     def cancel(self, name: str) -> bool:
         task = self._task(name)
-        if load_state(task, now=_now()).phase.terminal:
+        if load_state(task, now=system_clock()).phase.terminal:
             return False
-        patch = {"metadata": {"annotations": {crd.CANCEL_ANNOTATION: _now().isoformat()}}}
+        patch = {"metadata": {"annotations": {crd.CANCEL_ANNOTATION: system_clock().isoformat()}}}
         with self._calling("cancel"):
             self.api.patch(TASKS, self.namespace, name, patch)
         return True
@@ -181,12 +244,98 @@ class KubeBackend:
     def _view(self, task: dict[str, Any]) -> dict[str, Any]:
         md = task.get("metadata") or {}
         spec = task.get("spec") or {}
-        created = adapter.parse_time(md.get("creationTimestamp")) or _now()
+        created = adapter.parse_time(md.get("creationTimestamp")) or system_clock()
         state = load_state(task, now=created)
-        extra = {"namespace": md.get("namespace", self._namespace), "queue": spec.get("queue", "default"),
-                 "priorityClass": spec.get("priorityClass", ""),
-                 "jobSet": (task.get("status") or {}).get("jobSet", "")}
-        return task_view(md.get("name", ""), state, now=_now(), extra=extra)
+        extra = {"backend": self.name, "namespace": md.get("namespace", self._namespace),
+                 "queue": spec.get("queue", "default"), "priorityClass": spec.get("priorityClass", ""),
+                 "nodes": spec.get("nodes"), "nprocPerNode": spec.get("nprocPerNode", 1),
+                 "jobSet": (task.get("status") or {}).get("jobSet", ""), **self._pending(task, state),
+                 "accounting": _accounting(task, state)}
+        try:
+            policy = task_spec(task).policy()
+        except SpecError:  # an invalid spec reads as Failed (the controller says why); it has no budgets to show
+            policy = None
+        return task_view(md.get("name", ""), state, now=system_clock(), extra=extra, policy=policy)
+
+    def _pending(self, task: dict[str, Any], state: TaskState) -> dict[str, Any]:
+        """`pending` (Kueue's message) and `queuePosition` (1-based, in the LocalQueue) while the gang waits
+        for admission or re-admission; nothing once it runs or ended. Reading them is best effort."""
+        if state.phase.terminal or (state.phase not in WAITING_PHASES and state.eviction is None):
+            return {}
+        out: dict[str, Any] = {"pending": None, "queuePosition": None}
+        md, status = task.get("metadata") or {}, task.get("status") or {}
+        namespace, name = md.get("namespace") or self.namespace, status.get("jobSet")
+        if not name:
+            return out
+        try:
+            uid = adapter.job_uid(self.api.get(JOBSETS, namespace, name))
+            items = self.api.list(WORKLOADS, namespace, label_selector=f"{kueue.JOB_UID_LABEL}={uid}").get("items")
+        except ApiError:  # not created yet, or a user who may not read JobSets or Workloads
+            return out
+        workload = adapter.newest_workload(items or [])
+        if workload is None:
+            return out
+        out["pending"] = pending_message(workload)
+        seen = adapter.to_workload(workload)
+        queue_name = seen.queue_name if seen is not None else ""
+        if self._visibility and queue_name:
+            try:
+                summary = self.api.get(VISIBLE_QUEUES, namespace, queue_name, subresource=kueue.PENDING_WORKLOADS)
+                out["queuePosition"] = queue_position(summary, (workload.get("metadata") or {}).get("name", ""))
+            except ApiError:  # the API is off (VisibilityOnDemand) or not ours to read: stop asking
+                self._visibility = False
+        return out
+
+    def _wait_ended(self, name: str, *, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not load_state(self._task(name), now=system_clock()).phase.terminal:
+            time.sleep(FOLLOW_POLL)
+
+    def _wait_gone(self, name: str) -> None:
+        deadline = time.monotonic() + DELETE_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                self.api.get(TASKS, self.namespace, name)
+            except NotFound:
+                return
+            except ApiError:
+                return  # it was deleted; whether it is gone yet cannot be read
+            time.sleep(FOLLOW_POLL)
+        raise BackendError(f"task {name} was deleted but is still there after {DELETE_TIMEOUT:.0f}s "
+                           f"(a finalizer holds it?)")
+
+    def _delete_all(self, res: Resource, *, label_selector: str = "", field_selector: str = "") -> None:
+        try:
+            items = self.api.list(res, self.namespace, label_selector=label_selector,
+                                  field_selector=field_selector).get("items") or []
+            for item in items:
+                try:
+                    self.api.delete(res, self.namespace, (item.get("metadata") or {}).get("name", ""))
+                except NotFound:
+                    pass
+        except ApiError:
+            pass  # best effort: see delete()
+
+    def _check_pod(self, namespace: str, spec: TaskSpec) -> None:
+        """Ask the API server to validate one worker pod (a dry run): a podTemplate it would refuse is a
+        manifest error now, not a gang that never starts because its Job cannot create pods."""
+        if not spec.pod_template:
+            return
+        if not spec.name:  # generateName: the API server names the task later; any name of that shape will do
+            spec = replace(spec, name=f"{spec.generate_name}xxxxx")
+        js = render_jobset(spec, attempt=1)
+        template = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        name = js["metadata"]["name"]
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {**template["metadata"], "name": f"{name}-{REPLICATED_JOB}-0-0", "namespace": namespace},
+               "spec": {**template["spec"], "hostname": f"{name}-{REPLICATED_JOB}-0-0"}}
+        try:
+            self.api.create(PODS, namespace, pod, dry_run=True)
+        except ApiError as e:
+            if e.status in (400, 422):
+                raise SpecError("spec.podTemplate", f"the API server refuses the worker pod: {e.message}") from None
+            # Forbidden (no right to create pods, or a namespace quota), unreachable: the controller's
+            # own create reports it later; a check must not stop a submit the cluster would take.
 
     def _check_queue(self, namespace: str, queue_name: str) -> None:
         try:
@@ -199,12 +348,16 @@ class KubeBackend:
         except ApiError:
             pass  # forbidden or Kueue not served to us: Kueue itself reports a missing queue later
 
-    def _worker_pods(self, name: str, attempt: int) -> list[tuple[int, str]]:
+    def _worker_pods(self, name: str, attempt: int, *, running: bool = False) -> builtins.list[tuple[int, str]]:
+        """(node index, pod name) of the attempt's newest round; `running`: only pods whose container started
+        (a pod still being created has no log to stream yet)."""
         selector = f"{crd.TASK_LABEL}={name},{crd.ATTEMPT_LABEL}={attempt}"
         items = self.api.list(PODS, self.namespace, label_selector=selector).get("items") or []
         newest = max((int(adapter.labels(p).get(jobset.RESTART_ATTEMPT_KEY, "0") or 0) for p in items), default=0)
         out = []
         for p in adapter.current_round(items, newest):
+            if running and (p.get("status") or {}).get("phase") == "Pending":
+                continue
             md = p.get("metadata") or {}
             index = (md.get("annotations") or {}).get(jobset.JOB_COMPLETION_INDEX_KEY) \
                 or adapter.labels(p).get(jobset.JOB_COMPLETION_INDEX_KEY, "")
@@ -212,7 +365,7 @@ class KubeBackend:
                 out.append((int(index), md.get("name", "")))
         return sorted(out)
 
-    def _merged(self, pods: list[tuple[int, str]]) -> Iterator[str]:
+    def _merged(self, pods: builtins.list[tuple[int, str]]) -> Iterator[str]:
         """Every pod's stream, line by line as they come; then the first stream's API error, if any,
         so that `logs -f` fails as `logs` does instead of ending with exit 0."""
         lines: queue.Queue[str | ApiError | None] = queue.Queue()
@@ -257,6 +410,23 @@ class KubeBackend:
         if e.status == 404 and "clusteredtasks" in e.message.lower():
             return type(e)(e.status, "the ClusteredTask CRD is not installed; kubectl apply -k deploy/")
         return e
+
+
+FOLLOW_POLL = 1.0
+
+
+def _grace_seconds(task: dict[str, Any]) -> float:
+    try:
+        return task_spec(task).termination_grace.total_seconds()
+    except SpecError:
+        return 30.0
+
+
+def _accounting(task: dict[str, Any], state: TaskState) -> dict[str, Any]:
+    """The accounting of `get -o json`, the same fields as on the local backend."""
+    now = system_clock()
+    causes, waited = eviction_accounting(state, now=now)
+    return {**load_accounting(task).view(now=now), "preemptionsByCause": causes, "waitingForReadmissionSeconds": waited}
 
 
 def _check_kubeconfig(path: str | None) -> None:

@@ -63,10 +63,12 @@ def error_for(status: int, message: str) -> ApiError:
 class KubeApi(Protocol):
     """What the controller and the backend need of the API server. `namespace=None` lists everywhere."""
 
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]: ...
+    def get(self, res: Resource, namespace: str | None, name: str, *,
+            subresource: str | None = None) -> dict[str, Any]: ...
     def list(self, res: Resource, namespace: str | None, *, label_selector: str = "",
              field_selector: str = "") -> dict[str, Any]: ...
-    def create(self, res: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]: ...
+    def create(self, res: Resource, namespace: str | None, body: dict[str, Any], *,
+               dry_run: bool = False) -> dict[str, Any]: ...
     def replace(self, res: Resource, namespace: str | None, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
     def patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any], *,
               subresource: str | None = None) -> dict[str, Any]: ...
@@ -108,24 +110,34 @@ class Api:
         data = resp.read()
         return json.loads(data) if data else None
 
-    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        return self._request("GET", res.path(namespace, name))
+    def _object(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        """A request whose answer is one JSON object (a list is one too): anything else is an ApiError."""
+        doc = self._request(method, path, **kw)
+        if not isinstance(doc, dict):
+            raise ApiError(0, f"{method} {path}: expected a JSON object, got {type(doc).__name__}")
+        return doc
+
+    def get(self, res: Resource, namespace: str | None, name: str, *,
+            subresource: str | None = None) -> dict[str, Any]:
+        return self._object("GET", res.path(namespace, name, subresource))
 
     def list(self, res: Resource, namespace: str | None, *, label_selector: str = "",
              field_selector: str = "") -> dict[str, Any]:
-        return self._request("GET", res.path(namespace),
-                             query={"labelSelector": label_selector, "fieldSelector": field_selector})
+        return self._object("GET", res.path(namespace),
+                            query={"labelSelector": label_selector, "fieldSelector": field_selector})
 
-    def create(self, res: Resource, namespace: str | None, body: dict[str, Any]) -> dict[str, Any]:
-        return self._request("POST", res.path(namespace), body=body)
+    def create(self, res: Resource, namespace: str | None, body: dict[str, Any], *,
+               dry_run: bool = False) -> dict[str, Any]:
+        """Create `body`; `dry_run`: validated and admitted by the server, never stored."""
+        return self._object("POST", res.path(namespace), body=body, query={"dryRun": "All"} if dry_run else None)
 
     def replace(self, res: Resource, namespace: str | None, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._request("PUT", res.path(namespace, name), body=body)
+        return self._object("PUT", res.path(namespace, name), body=body)
 
     def patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any], *,
               subresource: str | None = None) -> dict[str, Any]:
-        return self._request("PATCH", res.path(namespace, name, subresource), body=patch,
-                             content_type=MERGE_PATCH, query={"fieldManager": crd.FIELD_MANAGER})
+        return self._object("PATCH", res.path(namespace, name, subresource), body=patch,
+                            content_type=MERGE_PATCH, query={"fieldManager": crd.FIELD_MANAGER})
 
     def delete(self, res: Resource, namespace: str | None, name: str) -> None:
         self._request("DELETE", res.path(namespace, name), body={"propagationPolicy": "Background"})

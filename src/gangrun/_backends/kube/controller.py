@@ -9,6 +9,11 @@ the pure `reconcile`.
                                                                then create/delete JobSets, record Events
 
 A sync that raises is retried with per-key backoff; one that asks for `wake_at` is queued again then.
+Pods that go away carrying something a sync still needs (a worker's newest checkpoint in its
+termination message, a DisruptionTarget condition) are kept from their DELETED event until a sync
+has written what they said into the status. Stop notices go onto pods as one-annotation patches,
+all at once and alongside the status write, and are done before the deletes the same sync asks for.
+
 Reads come from the informer caches, except where a stale cache could cost an attempt:
 * a JobSet missing from the cache after it was seen is read from the API server before the engine
   may call it deleted;
@@ -21,47 +26,59 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from gangrun._backends.clock import Clock, system_clock
 from gangrun._backends.kube import adapter, crd, events, indexes
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
 from gangrun._backends.kube.metrics import Metrics
-from gangrun._backends.kube.reconcile import CreateJobSet, DeleteJobSet, RecordEvent, RequeueAt, load_state, reconcile
+from gangrun._backends.kube.reconcile import (
+    AnnotatePods,
+    CreateJobSet,
+    DeleteJobSet,
+    event_type,
+    load_accounting,
+    load_state,
+    reconcile,
+)
 from gangrun._backends.kube.render import jobset_name
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
-from gangrun._core.timeline import EventType
+from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._errors import ApiError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
+REJECTED_EVENT = "the API server rejected the event"
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Aborted"})
+NOTICE_FANOUT = 16  # pod patches of stop notices in flight at once
 RBAC_HINT = ("the controller may not read Kueue Workloads (403); evictions of started gangs will be "
              "system retries. Grant get/list/watch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class Controller:
-    def __init__(self, api: KubeApi, *, namespace: str | None, clock: Callable[[], datetime] = _utcnow,
-                 metrics: Metrics | None = None, identity: str = "", queue: WorkQueue | None = None) -> None:
+    def __init__(self, api: KubeApi, *, namespace: str | None, clock: Clock = system_clock,
+                 metrics: Metrics | None = None, identity: str = "",
+                 queue: WorkQueue[Key] | None = None, strict_events: bool = False) -> None:
         self.api, self.namespace, self.clock = api, namespace, clock
         self.metrics = metrics or Metrics()
         self.identity = identity
-        self.queue = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
+        self.strict_events = strict_events  # tests: an Event the API server rejects fails the sync
+        self.queue: WorkQueue[Key] = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
         self.tasks = Informer(api, TASKS, namespace=namespace, on_change=self._task_changed)
         self.jobsets = Informer(api, JOBSETS, namespace=namespace, label_selector=crd.TASK_LABEL,
                                 on_change=self._owned_changed, indexers=indexes.JOBSET_INDEXERS)
         self.pods = Informer(api, PODS, namespace=namespace, label_selector=crd.TASK_LABEL,
-                             on_change=self._owned_changed, indexers=indexes.POD_INDEXERS)
+                             on_change=self._pod_changed, indexers=indexes.POD_INDEXERS)
         self.workloads = Informer(api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
                                   indexers=indexes.WORKLOAD_INDEXERS)
         self.informers = (self.tasks, self.jobsets, self.pods, self.workloads)
         self._hinted = False
+        self._notices = ThreadPoolExecutor(max_workers=NOTICE_FANOUT, thread_name_prefix="stop-notice")
+        self._tomb_lock = threading.Lock()
+        self._tombstones: dict[Key, dict[str, dict[str, Any]]] = {}  # task -> pod name -> its last state
 
     # -- event routing --------------------------------------------------------------------------------
 
@@ -72,6 +89,13 @@ class Controller:
         task = adapter.labels(obj).get(crd.TASK_LABEL)
         if task:
             self.queue.add((key_of(obj)[0], task))
+
+    def _pod_changed(self, obj: dict[str, Any]) -> None:
+        task = adapter.labels(obj).get(crd.TASK_LABEL)
+        if task and self.pods.get(key_of(obj)) is None and _worth_keeping(obj):
+            with self._tomb_lock:
+                self._tombstones.setdefault((key_of(obj)[0], task), {})[key_of(obj)[1]] = obj
+        self._owned_changed(obj)
 
     def _workload_changed(self, obj: dict[str, Any]) -> None:
         uid = adapter.workload_job_uid(obj)
@@ -89,15 +113,22 @@ class Controller:
         if task is None:  # deleted: its JobSets go with it through their ownerReference
             return
         now = self.clock()
-        status = task.get("status") if isinstance(task.get("status"), dict) else {}
         state = load_state(task, now=now)  # the attempt and gangSeen exactly as reconcile reads them
         current = jobset_name(name, state.attempt)
         js = self.jobsets.get((namespace, current))
         if js is None and state.gang_seen:
             js = self._live_jobset(namespace, current)
         owned = self.jobsets.by_index(indexes.BY_TASK, key)
-        pods = [p for p in self.pods.by_index(indexes.BY_TASK, key) if adapter.attempt_of(p) == state.attempt]
+        with self._tomb_lock:
+            gone = dict(self._tombstones.get(key, {}))
+        live = self.pods.by_index(indexes.BY_TASK, key)
+        names = {(p.get("metadata") or {}).get("name") for p in live}
+        pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
+                if adapter.attempt_of(p) == state.attempt]
         new_status, actions = reconcile(task, js, self._workloads_for(js), pods, now=now, owned_jobsets=owned)
+        # Alongside the status write, not after it: a notice is no part of the task's state (writing it
+        # twice is harmless), and for a stop Kueue starts every millisecond counts against its suspend.
+        notices = self._annotate(namespace, actions)
         if new_status is not None:
             rv = (task.get("metadata") or {}).get("resourceVersion")
             patch = {"metadata": {"resourceVersion": rv}, "status": new_status}
@@ -106,7 +137,12 @@ class Controller:
                 updated.setdefault("kind", crd.KIND)
                 self.tasks.upsert(updated)
                 task = updated
-            self._count(status, new_status)
+            for action in actions:  # counted once the status holds what they describe
+                if isinstance(action, RecordEvent):
+                    self.metrics.count(action.event)
+        for done in notices:  # every notice is on its pod before any delete below
+            done.result()
+        self._forget_tombstones(key, task)
         index = 0
         for action in actions:
             if isinstance(action, CreateJobSet):
@@ -119,6 +155,28 @@ class Controller:
             elif isinstance(action, RequeueAt):
                 self.queue.add_after(key, max((action.at - now).total_seconds(), 0.0))
 
+    def _forget_tombstones(self, key: Key, task: dict[str, Any]) -> None:
+        """Drop the pods whose news the task's status now holds, and those of attempts it has left."""
+        status = s if isinstance(s := task.get("status"), dict) else {}
+        with self._tomb_lock:
+            kept = {n: p for n, p in self._tombstones.get(key, {}).items() if not _told(p, status)}
+            if kept:
+                self._tombstones[key] = kept
+            else:
+                self._tombstones.pop(key, None)
+
+    def _annotate(self, namespace: str, actions: list[Any]) -> list[Future[None]]:
+        """Start writing the stop notices, every pod at once; the caller waits on the result before any
+        delete. A pod already gone needs none; any other error surfaces from the future (a retried sync)."""
+        def one(name: str, annotations: dict[str, str]) -> None:
+            try:
+                self.api.patch(PODS, namespace, name, {"metadata": {"annotations": annotations}})
+            except NotFound:
+                pass
+
+        return [self._notices.submit(one, name, a.annotations)
+                for a in actions if isinstance(a, AnnotatePods) for name in a.names]
+
     def _live_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             obj = self.api.get(JOBSETS, namespace, name)
@@ -129,7 +187,7 @@ class Controller:
 
     def _workloads_for(self, js: dict[str, Any] | None) -> WorkloadLookup:
         uid = adapter.job_uid(js) if js is not None else ""
-        if not uid:
+        if js is None or not uid:
             return WorkloadLookup()
         if adapter.is_suspended(js):
             try:
@@ -171,25 +229,19 @@ class Controller:
 
     def _record(self, task: dict[str, Any], action: RecordEvent, index: int) -> None:
         ev = action.event
-        if ev.type is EventType.READMITTED:
-            self.metrics.readmission_wait.observe(float(ev.data.get("waitedSeconds") or 0.0))
-        body = events.to_k8s(task, ev, type_=action.type, index=index, instance=self.identity)
+        body = events.to_k8s(task, ev, type_=event_type(ev), index=index, instance=self.identity)
         try:
             self.api.create(EVENTS, key_of(task)[0], body)
         except Conflict:
             pass
-        except ApiError as e:  # an Event is worth a log line, never a retry of the whole reconcile
+        except ApiError as e:
+            if e.status in (400, 422):  # the API server refused what gangrun built: a bug, never the cluster's
+                log.error("%s %s on %s: %s", REJECTED_EVENT, ev.type.value, key_of(task), e)
+                if self.strict_events:
+                    raise
+                return
+            # Unreachable, throttled, forbidden: an Event is worth a log line, never a retry of the reconcile.
             log.warning("could not record event %s on %s: %s", ev.type.value, key_of(task), e)
-
-    def _count(self, before: dict[str, Any], after: dict[str, Any]) -> None:
-        """Metrics from what the status write changed: new evictions and newly ended attempts."""
-        old_evictions = before.get("evictions") if isinstance(before.get("evictions"), list) else []
-        for ev in (after.get("evictions") or [])[len(old_evictions):]:
-            self.metrics.preemptions.inc(str(ev.get("reason") or ev.get("kind") or "Unknown"))
-        ended = {a.get("number") for a in before.get("attempts") or [] if isinstance(a, dict) and a.get("outcome")}
-        for a in after.get("attempts") or []:
-            if a.get("outcome") and a.get("number") not in ended:
-                self.metrics.attempts.inc(str(a["outcome"]))
 
     # -- loops ----------------------------------------------------------------------------------------
 
@@ -214,11 +266,13 @@ class Controller:
         return True
 
     def refresh_gauges(self) -> None:
-        counts: dict[tuple[str, ...], float] = {}
-        for t in self.tasks.items():
-            phase = str(((t.get("status") or {}).get("phase")) or "Pending")
-            counts[(phase,)] = counts.get((phase,), 0) + 1
-        self.metrics.tasks.set_all(counts)
+        """The gauges from the cached tasks: their phases, the gangs waiting in each queue, their goodput."""
+        now = self.clock()
+        self.metrics.observe_views(
+            {"name": (t.get("metadata") or {}).get("name"), "phase": (t.get("status") or {}).get("phase"),
+             "queue": (t.get("spec") or {}).get("queue"), "eviction": (t.get("status") or {}).get("eviction"),
+             "accounting": {"goodput": load_accounting(t).goodput(now=now)} if _status_written(t) else None}
+            for t in self.tasks.items())
 
     @property
     def synced(self) -> bool:
@@ -245,3 +299,32 @@ class Controller:
         self.queue.shutdown()
         for t in workers_:
             t.join(timeout=10)
+        self._notices.shutdown(wait=False)
+
+
+def _status_written(task: dict[str, Any]) -> bool:
+    """Whether the controller has written the task's status yet (before that it has no accounting)."""
+    status = task.get("status")
+    return isinstance(status, dict) and bool(status.get("phase"))
+
+
+def _worth_keeping(pod: dict[str, Any]) -> bool:
+    """Whether a deleted pod still says something a sync needs: a checkpoint, or a node disruption."""
+    return bool(adapter.checkpoints([pod])) or adapter.disruption({}, [pod]) is not None
+
+
+def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
+    """Whether the status already holds what a deleted pod said (or the task has left its attempt).
+
+    A disruption is in the status only once the gang restarted for it, which may be several syncs
+    after its pod went; a checkpoint once the accounting has it (or a newer one).
+    """
+    if adapter.attempt_of(pod) != status.get("attempt", 1) or status.get("phase") in TERMINAL_PHASES:
+        return True
+    d = adapter.disruption({}, [pod])
+    if d is not None and not any(isinstance(r, dict) and r.get("worker") == d.worker
+                                 for r in status.get("disruptions") or []):
+        return False
+    commits = adapter.checkpoints([pod])
+    newest = adapter.parse_time(((status.get("accounting") or {}).get("lastCheckpoint") or {}).get("at"))
+    return not commits or (newest is not None and all(c.at <= newest for c in commits))

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from gangrun._core import pod_template
 from gangrun._core import spec as core_spec
 
 GROUP = "gangrun.dev"
@@ -29,6 +30,9 @@ TASK_LABEL = f"{GROUP}/task"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
 # `gangrun cancel` asks the controller to abort by annotating the task; the controller owns status.
 CANCEL_ANNOTATION = f"{GROUP}/cancel-requested"
+# The stop notice (cause, message, deadline as JSON) the controller writes on worker pods before they
+# are stopped; the pods read it through a downward-API file (GANGRUN_STOP_FILE).
+STOP_NOTICE_ANNOTATION = f"{GROUP}/stop-notice"
 FIELD_MANAGER = "gangrun-controller"
 # A label value's bound; spec.priorityClass becomes the JobSet's Kueue priority-class label.
 LABEL_VALUE_MAX = 63
@@ -53,7 +57,7 @@ def _quantity(description: str) -> dict[str, Any]:
 
 
 def spec_schema() -> dict[str, Any]:
-    """The OpenAPI v3 schema of `.spec` (INTERFACE.md's manifest)."""
+    """The OpenAPI v3 schema of `.spec`: the manifest gangrun.dev/v1alpha1 defines."""
     reserved = sorted(core_spec.RESERVED_ENV)
     return {
         "type": "object",
@@ -85,12 +89,70 @@ def spec_schema() -> dict[str, Any]:
             "failurePolicy": {"type": "object", "properties": {
                 "maxRestarts": _int(0, "whole-gang restarts inside one attempt", core_spec.RETRIES_MAX),
                 "resumeAfterPreemption": {"type": "boolean",
-                                          "description": "a preempted started gang keeps its attempt"}}},
+                                          "description": "a preempted started gang keeps its attempt"},
+                "restartOnDisruption": {"type": "boolean", "description": (
+                    "a worker lost to a node disruption (pod condition DisruptionTarget) restarts the gang in the "
+                    "same attempt, charged to no budget (default true)")}}},
+            "podTemplate": pod_template_schema(),
+            "shmSize": _quantity("size of a memory-backed /dev/shm for the workers, like 8Gi"),
+            "gpuResource": _str("the extended resource resources.gpu requests (default nvidia.com/gpu)",
+                                pattern=core_spec.GPU_RESOURCE.pattern, maxLength=253),
             "queue": _str("Kueue LocalQueue", pattern=_DNS_1035, maxLength=63),
             "priorityClass": _str("Kueue WorkloadPriorityClass", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
                                   maxLength=LABEL_VALUE_MAX),
             "checkpoint": {"type": "object", "properties": {
                 "uri": _str("checkpoint root; attempt N saves under <uri>/<task>/attempt-<N>")}},
+        },
+    }
+
+
+# Pod template fields gangrun sets itself, with their types so CEL can see them (CEL cannot read fields
+# kept only by x-kubernetes-preserve-unknown-fields).
+_OWNED_POD_TYPES = {"restartPolicy": "string", "terminationGracePeriodSeconds": "integer", "hostname": "string",
+                    "subdomain": "string", "hostnameOverride": "string", "nodeName": "string", "resources": "object",
+                    "ephemeralContainers": "objects"}
+_OWNED_WORKER_TYPES = {"image": "string", "command": "strings", "args": "strings", "workingDir": "string",
+                       "resources": "object", "terminationMessagePath": "string", "terminationMessagePolicy": "string",
+                       "restartPolicy": "string", "restartPolicyRules": "objects"}
+CONTAINERS_MAX = pod_template.CONTAINERS_MAX
+
+
+def _any(type_: str) -> dict[str, Any]:
+    """A structural schema for a field CEL must see: a scalar, an object kept as given, or a list of either."""
+    if type_ == "object":
+        return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    if type_ == "strings":
+        return {"type": "array", "items": {"type": "string"}}
+    if type_ == "objects":
+        return {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return {"type": type_}
+
+
+def pod_template_schema() -> dict[str, Any]:
+    """`spec.podTemplate`: a PodTemplateSpec kept as given (the API server validates it when it creates
+    the pods), with CEL rules that refuse, at admission, the fields gangrun sets itself."""
+    base = "spec.podTemplate.spec"
+    pod_rules = [{"rule": f"!has(self.{key})", "message": f"{base}.{key}: set by gangrun ({why})"}
+                 for key, why in pod_template.OWNED_POD_FIELDS.items()]
+    worker = pod_template.WORKER
+    container_rules = [{"rule": f"self.name != '{worker}' || !has(self.{key})",
+                        "message": f"{base}.containers[{worker}].{key}: set by gangrun ({why})"}
+                       for key, why in pod_template.OWNED_WORKER_FIELDS.items()]
+    container = {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "required": ["name"],
+                 "properties": {"name": {"type": "string", "maxLength": 63},
+                                **{k: _any(t) for k, t in _OWNED_WORKER_TYPES.items()}},
+                 "x-kubernetes-validations": container_rules}
+    string_map = {"type": "object", "additionalProperties": {"type": "string"}}
+    return {
+        "type": "object",
+        "description": "kubernetes: a PodTemplateSpec merged into every worker pod; the worker container is "
+                       "named worker. gangrun owns its command, image, resources and environment contract.",
+        "properties": {
+            "metadata": {"type": "object", "properties": {"labels": string_map, "annotations": string_map}},
+            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                     "properties": {**{k: _any(t) for k, t in _OWNED_POD_TYPES.items()},
+                                    "containers": {"type": "array", "maxItems": CONTAINERS_MAX, "items": container}},
+                     "x-kubernetes-validations": pod_rules},
         },
     }
 
@@ -114,9 +176,16 @@ def status_schema() -> dict[str, Any]:
             "systemRetriesUsed": {"type": "integer"},
             "consecutiveSystemFailures": {"type": "integer"},
             "eviction": {**record, "description": "the eviction in progress, recorded when first seen"},
+            "waitingForReadmission": {"type": "boolean",
+                                      "description": "a preempted gang keeps its attempt until Kueue readmits it"},
             "unexplainedSuspendSince": {"type": "string"},
             "attempts": {"type": "array", "items": record},
             "evictions": {"type": "array", "items": record},
+            "disruptionRestarts": {"type": "integer"},
+            "disruptionsInARow": {"type": "integer"},
+            "disruptions": {"type": "array", "items": record,
+                            "description": "whole-gang restarts for workers lost to node disruptions"},
+            "accounting": {**record, "description": "time queued, gang up, work lost per stop, last checkpoint"},
             "jobSet": _str("the JobSet of the current attempt"),
             "observedGeneration": {"type": "integer"},
             "conditions": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],

@@ -63,12 +63,13 @@ def from_k8s(obj: Any) -> Event | None:
     if not isinstance(obj, dict):
         return None
     try:
-        type_ = EventType(obj.get("reason"))
+        type_ = EventType(obj.get("reason", ""))
     except ValueError:
         return None
     md = obj.get("metadata") or {}
     annotations = md.get("annotations") or {}
-    when = annotations.get(TIME_ANNOTATION) or obj.get("eventTime") or obj.get("lastTimestamp") or obj.get("firstTimestamp") or md.get("creationTimestamp")
+    when = (annotations.get(TIME_ANNOTATION) or obj.get("eventTime") or obj.get("lastTimestamp")
+            or obj.get("firstTimestamp") or md.get("creationTimestamp"))
     time = parse_time(when)
     if time is None:
         return None

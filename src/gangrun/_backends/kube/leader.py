@@ -14,16 +14,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gangrun._backends.clock import Clock, system_clock
 from gangrun._backends.kube.adapter import parse_time
 from gangrun._backends.kube.client import LEASES, KubeApi
 from gangrun._errors import ApiError, NotFound
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "gangrun-controller"
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def _micro(t: datetime) -> str:  # MicroTime
@@ -33,7 +30,7 @@ def _micro(t: datetime) -> str:  # MicroTime
 class LeaderElector:
     def __init__(self, api: KubeApi, *, namespace: str, identity: str, name: str = LEASE_NAME,
                  lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0,
-                 clock: Callable[[], datetime] = _utcnow) -> None:
+                 clock: Clock = system_clock) -> None:
         self.api, self.namespace, self.identity, self.name = api, namespace, identity, name
         self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
         self.clock = clock

@@ -10,10 +10,23 @@ missing one is success.
 
 A RETRY from the engine is followed in the same reconcile by the CREATE of the next attempt, so the
 status written holds the new attempt and the actions are "delete old JobSet, create new JobSet".
+
+Two things ride along with the engine's decision:
+
+* the stop notice (B3): when the gang is about to stop (an ended attempt, a cancel, a Kueue
+  eviction seen on the Workload, a worker lost to a node disruption), `AnnotatePods` writes
+  `{"cause", "message", "deadline"}` on the live worker pods; the pods read it through a downward-API
+  file at SIGTERM. It comes before any delete the same reconcile asks for, so for the stops gangrun
+  makes itself the notice is there first; for Kueue's own it is written at the Evicted condition,
+  before Kueue suspends the JobSet and the Job controller deletes the pods;
+* the accounting (B5, `gangrun._core.accounting`), stepped with the engine and stored in
+  `status.accounting`, fed by the checkpoints workers leave in their termination messages (each
+  new one is also a CheckpointCommitted event).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -22,17 +35,26 @@ from typing import Any
 from gangrun._backends.kube import adapter, crd
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.render import check_renderable, jobset_name, render_jobset
-from gangrun._core.conditions import Condition, set_condition
+from gangrun._checkpoint_report import Commit
+from gangrun._core import kueue
+from gangrun._core.accounting import Accounting
+from gangrun._core.actions import RecordEvent, RequeueAt
+from gangrun._core.conditions import Condition, find_condition, set_condition
 from gangrun._core.engine import ActionKind, Decision, cancel, decide
-from gangrun._core.observation import Observation
+from gangrun._core.observation import Gang, Observation
 from gangrun._core.phases import Phase
+from gangrun._core.policy import GANG_EVICTED
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType, transition_events
 from gangrun._errors import SpecError
 
 INVALID_SPEC = "InvalidSpec"
-WARNING_EVENTS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.ATTEMPT_ENDED, EventType.FAILED})
+WARNING_EVENTS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.ATTEMPT_ENDED, EventType.FAILED,
+                            EventType.DISRUPTED})
+LIVE_PHASES = ("Pending", "Running")
+# Stop-notice causes besides Kueue's Evicted reasons and error codes (the local backend's words).
+ABORTED, ATTEMPT_ENDED, NODE_DISRUPTION = "Aborted", "AttemptEnded", "NodeDisruption"
 # metadata keys parse_manifest knows; the API server adds others (finalizers, ownerReferences, ...).
 _MANIFEST_METADATA = ("name", "namespace", "labels", "annotations")
 
@@ -43,7 +65,7 @@ class CreateJobSet:
 
     @property
     def name(self) -> str:
-        return self.body["metadata"]["name"]
+        return str(self.body["metadata"]["name"])
 
 
 @dataclass(frozen=True)
@@ -51,27 +73,30 @@ class DeleteJobSet:
     name: str
 
 
+def event_type(event: Event) -> str:
+    """The Kubernetes Event type of a timeline event."""
+    return "Warning" if event.type in WARNING_EVENTS else "Normal"
+
+
 @dataclass(frozen=True)
-class RecordEvent:
-    event: Event
+class AnnotatePods:
+    """Write the stop notice on these worker pods (a merge patch of one annotation)."""
+
+    names: tuple[str, ...]
+    notice: str  # the JSON the SDK reads from GANGRUN_STOP_FILE
 
     @property
-    def type(self) -> str:  # the Kubernetes Event type
-        return "Warning" if self.event.type in WARNING_EVENTS else "Normal"
+    def annotations(self) -> dict[str, str]:
+        return {crd.STOP_NOTICE_ANNOTATION: self.notice}
 
 
-@dataclass(frozen=True)
-class RequeueAt:
-    at: datetime
-
-
-Action = CreateJobSet | DeleteJobSet | RecordEvent | RequeueAt
+Action = CreateJobSet | DeleteJobSet | RecordEvent | RequeueAt | AnnotatePods
 
 
 def task_spec(task: dict[str, Any]) -> TaskSpec:
     """The TaskSpec of a ClusteredTask object read from the API, one a JobSet can be rendered from.
     Raises SpecError."""
-    meta = task.get("metadata") if isinstance(task.get("metadata"), dict) else {}
+    meta = m if isinstance(m := task.get("metadata"), dict) else {}
     doc = {"apiVersion": crd.API_VERSION, "kind": crd.KIND, "spec": task.get("spec"),
            "metadata": {k: meta[k] for k in _MANIFEST_METADATA if k in meta}}
     spec = parse_manifest(doc)
@@ -89,6 +114,12 @@ def load_state(task: dict[str, Any], *, now: datetime) -> TaskState:
     """The persisted state, or a fresh one (attempt 1) for a task the controller has not seen."""
     status = _persisted(task)
     return TaskState.from_storage(status) if status is not None else TaskState.new(now=now)
+
+
+def load_accounting(task: dict[str, Any]) -> Accounting:
+    """The accounting folded from the task's timeline so far (empty for a task not seen yet)."""
+    stored = (_persisted(task) or {}).get("accounting")
+    return Accounting.from_storage(stored if isinstance(stored, dict) else None)
 
 
 def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: WorkloadLookup,
@@ -112,6 +143,8 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     namespace = meta.get("namespace") or spec.namespace
     spec = replace(spec, namespace=namespace)
 
+    pods = list(pods)
+    obs = Observation()
     if (meta.get("annotations") or {}).get(crd.CANCEL_ANNOTATION) and not before.phase.terminal:
         decisions = [cancel(before, now=now, reason="cancelled by the user")]
     else:
@@ -123,25 +156,122 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
             # The next attempt's gang does not exist yet: decide again so its CREATE is in this reconcile.
             decisions.append(decide(spec.policy(), decisions[-1].state, Observation(), now=now))
 
-    actions: list[Action] = []
+    # What the backend saw itself (a checkpoint a worker left, the gang admitted) is new by construction;
+    # what the engine's steps say is new only if the state moved (a create repeated until the JobSet
+    # shows in the cache says nothing new).
+    seen: list[Action] = []
     if _persisted(task) is None:
-        actions.append(RecordEvent(Event(time=now, type=EventType.SUBMITTED, message=f"task {name} submitted",
-                                         attempt=before.attempt)))
+        seen.append(RecordEvent(Event(time=now, type=EventType.SUBMITTED, message=f"task {name} submitted",
+                                      attempt=before.attempt)))
+    ledger = load_accounting(task)
+    commits = [c for c in adapter.checkpoints(pods) if c.attempt == before.attempt]
+    seen += _checkpoint_events(ledger, commits, now=now)
+    seen += _admitted(ledger, before, obs, now=now)
+    decided: list[Action] = []
     state = before
-    for d in decisions:
-        actions += [RecordEvent(e) for e in transition_events(state, d.state, d.action, now=now)]
-        actions += _carry_out(d, spec, owner_uid=meta.get("uid"))
+    for i, d in enumerate(decisions):
+        decided += [RecordEvent(e) for e in transition_events(state, d.state, d.action, now=now)]
+        if i == 0:
+            decided += _stop_notice(spec, d, obs.gang, pods, now=now)
+        decided += _carry_out(d, spec, owner_uid=meta.get("uid"))
         state = d.state
-    actions += _garbage(owned_jobsets, state, name, already={a.name for a in actions if isinstance(a, DeleteJobSet)})
-    status = _status_patch(task, state, now=now)
+    decided += _garbage(owned_jobsets, state, name, already={a.name for a in decided if isinstance(a, DeleteJobSet)})
+    if _status_patch(task, state, now=now, ledger=ledger) is None:
+        decided = [a for a in decided if not isinstance(a, RecordEvent)]
+    actions = seen + decided
+    for a in actions:  # the accounting is the timeline folded, event by event, as on the local backend
+        if isinstance(a, RecordEvent):
+            ledger = ledger.apply(a.event)
+    status = _status_patch(task, state, now=now, ledger=ledger)
     if status is None:
-        # Events describe transitions; an unchanged state (e.g. a create repeated until the JobSet
-        # shows in the cache) must not repeat them.
         actions = [a for a in actions if not isinstance(a, RecordEvent)]
     wake = decisions[-1].wake_at
     if wake is not None:
         actions.append(RequeueAt(wake))
     return status, actions
+
+
+def _checkpoint_events(ledger: Accounting, commits: Sequence[Commit], *, now: datetime) -> list[Action]:
+    """A CheckpointCommitted event for each commit newer than the newest one already accounted.
+
+    Stamped when it is read, so the timeline stays in order; when it committed is in the data (the
+    local backend does the same). A sharded save reported by several ranks is one commit.
+    """
+    newest = ledger.last_checkpoint.at if ledger.last_checkpoint is not None else None
+    unique: dict[tuple[int, object], Commit] = {}
+    for c in sorted(commits, key=lambda c: (c.at, c.rank)):
+        unique.setdefault((c.attempt, c.seq if c.seq is not None else c.at), c)
+    out: list[Action] = []
+    for c in sorted(unique.values(), key=lambda c: c.at):
+        if newest is not None and c.at <= newest:
+            continue
+        what = f"step {c.step}" if c.step is not None else f"seq {c.seq}"
+        out.append(RecordEvent(Event(time=now, type=EventType.CHECKPOINT, attempt=c.attempt,
+                                     message=f"checkpoint committed ({what}) by rank {c.rank}",
+                                     data={"step": c.step, "seq": c.seq, "uri": c.uri,
+                                           "committedAt": min(c.at, now).isoformat()})))
+    return out
+
+
+def _admitted(ledger: Accounting, before: TaskState, obs: Observation, *, now: datetime) -> list[Action]:
+    """An Admitted event the first time the attempt's gang is seen unsuspended: its queued time ends."""
+    gang = obs.gang
+    if ledger.queued_since is None or gang is None or gang.suspended or before.phase.terminal:
+        return []
+    reserved = find_condition(obs.workload.conditions, kueue.QUOTA_RESERVED) if obs.workload is not None else None
+    how = f" ({reserved.message})" if reserved is not None and reserved.is_true and reserved.message else ""
+    return [RecordEvent(Event(time=now, type=EventType.ADMITTED, attempt=before.attempt,
+                              message=f"gang of attempt {before.attempt} admitted by Kueue{how}"))]
+
+
+def stop_cause(spec: TaskSpec, d: Decision, gang: Gang | None, *, now: datetime) -> tuple[str, str, datetime] | None:
+    """(cause, message, deadline) of the stop this step starts, or None when the gang goes on.
+
+    The causes are those the local backend writes: Kueue's Evicted reason, the code of the error that
+    ends the attempt, Aborted, NodeDisruption.
+    """
+    grace = spec.termination_grace
+    kind = d.action.kind
+    if kind is ActionKind.ABORT:
+        return ABORTED, d.action.message, now + grace
+    if kind in (ActionKind.RETRY, ActionKind.FAIL):
+        last = d.state.evictions[-1] if d.state.evictions else None
+        if d.action.code == GANG_EVICTED and last is not None and last.attempt == d.action.attempt:
+            return last.reason or last.kind.value, d.action.message, now + grace  # Kueue's word, as locally
+        return d.action.code or ATTEMPT_ENDED, d.action.message, now + grace
+    if kind is not ActionKind.NONE:
+        return None
+    ev = d.state.eviction
+    if ev is not None:  # Kueue takes the gang back; the pods go once it suspends the JobSet
+        return ev.reason or ev.kind.value, ev.message, ev.at + grace
+    if gang is not None and gang.disruption_pending and spec.failure_policy.restart_on_disruption:
+        return NODE_DISRUPTION, d.state.info.reason, now + grace
+    return None
+
+
+def _stop_notice(spec: TaskSpec, d: Decision, gang: Gang | None, pods: Sequence[dict[str, Any]],
+                 *, now: datetime) -> list[Action]:
+    """Annotate the live worker pods of the attempt with the notice of the stop, once per cause."""
+    stop = stop_cause(spec, d, gang, now=now)
+    if stop is None:
+        return []
+    cause, message, deadline = stop
+    notice = json.dumps({"cause": cause, "message": message, "deadline": round(deadline.timestamp(), 3)},
+                        sort_keys=True)
+    names = []
+    for pod in pods:
+        md = pod.get("metadata") or {}
+        if (pod.get("status") or {}).get("phase") not in LIVE_PHASES or not md.get("name") \
+                or md.get("deletionTimestamp"):
+            continue  # a pod already going gets SIGTERM now: the kubelet refreshes no files of it
+        try:
+            old = json.loads((md.get("annotations") or {}).get(crd.STOP_NOTICE_ANNOTATION) or "{}")
+        except ValueError:
+            old = {}
+        if isinstance(old, dict) and old.get("cause") == cause:
+            continue  # told already; a new deadline for the same stop would only move it later
+        names.append(md["name"])
+    return [AnnotatePods(names=tuple(sorted(names)), notice=notice)] if names else []
 
 
 def _carry_out(d: Decision, spec: TaskSpec, *, owner_uid: str | None) -> list[Action]:
@@ -187,14 +317,15 @@ def _invalid(task: dict[str, Any], state: TaskState, problem: str, *,
 def _conditions(state: TaskState, old: Any, *, now: datetime) -> list[dict[str, Any]]:
     conds = [c for c in adapter.conditions({"status": {"conditions": old}})]
     phase = state.phase
-    waiting = state.eviction is not None
+    eviction = state.eviction
+    waiting = eviction is not None
     wanted = [
         Condition(type="Running", status=str(phase is Phase.RUNNING and not waiting),
                   reason="WaitingForReadmission" if phase is Phase.RUNNING and waiting else phase.value,
                   message=state.info.reason),
         Condition(type="Evicted", status=str(waiting),
-                  reason=(state.eviction.reason or state.eviction.kind.value) if waiting else "NotEvicted",
-                  message=state.eviction.message if state.eviction else ""),
+                  reason=(eviction.reason or eviction.kind.value) if eviction is not None else "NotEvicted",
+                  message=eviction.message if eviction is not None else ""),
         Condition(type="Finished", status=str(phase.terminal), reason=phase.value if phase.terminal else "NotFinished",
                   message=(state.message or state.info.reason) if phase.terminal else ""),
     ]
@@ -204,10 +335,13 @@ def _conditions(state: TaskState, old: Any, *, now: datetime) -> list[dict[str, 
              "lastTransitionTime": adapter.format_time(c.last_transition or now)} for c in conds]
 
 
-def _status_patch(task: dict[str, Any], state: TaskState, *, now: datetime) -> dict[str, Any] | None:
-    old = task.get("status") if isinstance(task.get("status"), dict) else {}
+def _status_patch(task: dict[str, Any], state: TaskState, *, now: datetime,
+                  ledger: Accounting | None = None) -> dict[str, Any] | None:
+    old = s if isinstance(s := task.get("status"), dict) else {}
     name = (task.get("metadata") or {}).get("name", "")
+    ledger = ledger if ledger is not None else load_accounting(task)
     new = {**state.for_storage(), "jobSet": jobset_name(name, state.attempt) if name else "",
+           "accounting": ledger.for_storage(),
            "observedGeneration": (task.get("metadata") or {}).get("generation", 0),
            "conditions": _conditions(state, old.get("conditions"), now=now)}
     if _without_nulls(new) == _without_nulls(old):

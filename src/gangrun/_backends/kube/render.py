@@ -11,7 +11,14 @@ controller creates. Rules that shape it (reference kueue-jobset.md §3.3–§3.4
   without the webhook and the JobSet controller never dereferences a nil;
 * a failurePolicy is always present (one failed Job must not fail the whole JobSet during an
   eviction window, jobset#1117), and `podReplacementPolicy: Failed` keeps a readmitted gang from
-  overlapping the old one while it still checkpoints.
+  overlapping the old one while it still checkpoints;
+* with `failurePolicy.restartOnDisruption` (the default) a pod with the DisruptionTarget condition
+  fails its Job by the Job's podFailurePolicy, and JobSet restarts the gang for it without counting
+  the restart (RestartJobSetAndIgnoreMaxRestarts);
+* `spec.podTemplate` is merged into the pod template (`gangrun._core.pod_template`), gangrun's own
+  fields winning; gangrun adds the stop-notice file (a downward-API projection of the pod annotation
+  the controller writes before it stops a gang), a writable run directory and, for `spec.shmSize`,
+  a memory-backed /dev/shm.
 """
 
 from __future__ import annotations
@@ -21,15 +28,19 @@ from decimal import Decimal
 from typing import Any
 
 from gangrun._backends.kube import crd
-from gangrun._core import jobset, kueue
+from gangrun._core import jobset, kueue, pod_template
+from gangrun._core import worker_env as wenv
 from gangrun._core.spec import TaskSpec
 from gangrun._errors import SpecError
 
 NAME_MAX = 41  # 63 - len("-workers-0-99999-abcde"), as Flyte bounds it
 REPLICATED_JOB = "workers"
-CONTAINER = "worker"
-MASTER_PORT = 29500
-GPU_RESOURCE = "nvidia.com/gpu"
+CONTAINER = pod_template.WORKER
+MASTER_PORT = wenv.DEFAULT_MASTER_PORT
+NOTICE_VOLUME, RUN_VOLUME, SHM_VOLUME = "gangrun-notice", "gangrun-run", "gangrun-shm"
+STOP_NOTICE_FILE = "stop-notice.json"  # the SDK reads GANGRUN_STOP_FILE when SIGTERM comes
+EVENTS_FILE = "events.jsonl"  # the SDK appends a line per committed checkpoint
+TERMINATION_LOG = "/dev/termination-log"  # the launcher leaves the newest checkpoint there for the controller
 DEFAULT_CHECKPOINT_ROOT = "file:///var/lib/gangrun/checkpoints"  # mount shared storage here, or set checkpoint.uri
 LAUNCHER = ("python", "-m", "gangrun.launch", "--")
 
@@ -81,12 +92,31 @@ def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = N
     if owner_uid:
         metadata["ownerReferences"] = [{"apiVersion": crd.API_VERSION, "kind": crd.KIND, "name": spec.name,
                                         "uid": owner_uid, "controller": True, "blockOwnerDeletion": True}]
-    pod_spec: dict[str, Any] = {
+    pod = {
         "restartPolicy": "Never",  # the Job's backoffLimit 0 + JobSet's failurePolicy own restarts
         "subdomain": name,
         "terminationGracePeriodSeconds": int(spec.termination_grace.total_seconds()),
-        "containers": [_container(spec, name, attempt)],
     }
+    template = pod_template.merge_pod_template(spec.pod_template, labels=own, annotations={}, pod=pod,
+                                               worker=_container(spec, name, attempt), volumes=_volumes(spec))
+    job: dict[str, Any] = {
+        "parallelism": spec.nodes,
+        "completions": spec.nodes,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "podReplacementPolicy": "Failed",
+        "template": template,
+    }
+    failure_policy: dict[str, Any] = {"maxRestarts": spec.failure_policy.max_restarts,
+                                      "restartStrategy": jobset.RESTART_STRATEGY_RECREATE}
+    if spec.failure_policy.restart_on_disruption:
+        # A pod with DisruptionTarget fails its Job with reason PodFailurePolicy, which JobSet restarts
+        # without counting it toward maxRestarts; the engine bounds such restarts in a row.
+        job["podFailurePolicy"] = {"rules": [{"action": "FailJob", "onPodConditions": [
+            {"type": jobset.DISRUPTION_TARGET, "status": "True"}]}]}
+        failure_policy["rules"] = [{"name": jobset.DISRUPTION_RULE, "action": jobset.RESTART_IGNORING_MAX_RESTARTS,
+                                    "onJobFailureReasons": [jobset.JOB_REASON_POD_FAILURE_POLICY],
+                                    "targetReplicatedJobs": [REPLICATED_JOB]}]
     return {
         "apiVersion": jobset.API_VERSION,
         "kind": jobset.KIND,
@@ -96,26 +126,35 @@ def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = N
             "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
             "successPolicy": {"operator": jobset.SUCCESS_POLICY_ALL, "targetReplicatedJobs": [REPLICATED_JOB]},
             "startupPolicy": {"startupPolicyOrder": jobset.STARTUP_ANY_ORDER},
-            "failurePolicy": {"maxRestarts": spec.failure_policy.max_restarts,
-                              "restartStrategy": jobset.RESTART_STRATEGY_RECREATE},
+            "failurePolicy": failure_policy,
             "replicatedJobs": [{
                 "name": REPLICATED_JOB,
                 "groupName": jobset.DEFAULT_GROUP_NAME,
                 "replicas": 1,
-                "template": {
-                    "metadata": {"labels": dict(own)},
-                    "spec": {
-                        "parallelism": spec.nodes,
-                        "completions": spec.nodes,
-                        "completionMode": "Indexed",
-                        "backoffLimit": 0,
-                        "podReplacementPolicy": "Failed",
-                        "template": {"metadata": {"labels": dict(own)}, "spec": pod_spec},
-                    },
-                },
+                "template": {"metadata": {"labels": dict(own)}, "spec": job},
             }],
         },
     }
+
+
+def _volumes(spec: TaskSpec) -> list[dict[str, Any]]:
+    """gangrun's own volumes: the stop notice (the pod's annotation as a file), a writable run
+    directory, and /dev/shm when spec.shmSize asks for one."""
+    field = f"metadata.annotations['{crd.STOP_NOTICE_ANNOTATION}']"
+    item = {"path": STOP_NOTICE_FILE, "fieldRef": {"fieldPath": field}}
+    notice = {"name": NOTICE_VOLUME, "downwardAPI": {"items": [item]}}
+    volumes = [notice, {"name": RUN_VOLUME, "emptyDir": {}}]
+    if spec.shm_size is not None:
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": _bytes(spec.shm_size)}})
+    return volumes
+
+
+def _mounts(spec: TaskSpec) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [{"name": NOTICE_VOLUME, "mountPath": pod_template.NOTICE_DIR, "readOnly": True},
+                                    {"name": RUN_VOLUME, "mountPath": pod_template.RUN_DIR}]
+    if spec.shm_size is not None:
+        mounts.append({"name": SHM_VOLUME, "mountPath": pod_template.SHM_PATH})
+    return mounts
 
 
 def _container(spec: TaskSpec, name: str, attempt: int) -> dict[str, Any]:
@@ -125,7 +164,10 @@ def _container(spec: TaskSpec, name: str, attempt: int) -> dict[str, Any]:
         "command": [*LAUNCHER, *spec.command],
         "env": worker_env(spec, name, attempt),
         "resources": _resources(spec),
-        "ports": [{"name": "rendezvous", "containerPort": MASTER_PORT, "protocol": "TCP"}],
+        "ports": [{"name": pod_template.OWN_PORT_NAME, "containerPort": MASTER_PORT, "protocol": "TCP"}],
+        "volumeMounts": _mounts(spec),
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
     }
     if spec.working_dir.startswith("/"):  # "." means the image's own working directory
         container["workingDir"] = spec.working_dir
@@ -133,32 +175,32 @@ def _container(spec: TaskSpec, name: str, attempt: int) -> dict[str, Any]:
 
 
 def worker_env(spec: TaskSpec, name: str, attempt: int) -> list[dict[str, Any]]:
-    """INTERFACE.md "Inside a worker"; RANK/LOCAL_RANK are set per process by the launcher."""
+    """The worker environment contract (gangrun._core.worker_env) as a container's env.
+
+    The per-process part (RANK, LOCAL_RANK, GROUP_RANK, TORCHELASTIC_RUN_ID) is derived in the pod by
+    `gangrun.launch`, from NODE_RANK and JOBSET_RESTART_ATTEMPT, which only the pod knows.
+    """
     def value(k: str, v: object) -> dict[str, Any]:
         return {"name": k, "value": str(v)}
 
     def field(k: str, path: str) -> dict[str, Any]:
         return {"name": k, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
-    env = [value(k, v) for k, v in sorted(spec.env.items())]
+    gang = wenv.gang_env(spec, attempt=attempt, gang=name, master_addr=rank0_host(name), master_port=MASTER_PORT,
+                         checkpoint_path=checkpoint_path(spec, attempt),
+                         prev_checkpoint_path=checkpoint_path(spec, attempt - 1),
+                         stop_file=f"{pod_template.NOTICE_DIR}/{STOP_NOTICE_FILE}",
+                         events_file=f"{pod_template.RUN_DIR}/{EVENTS_FILE}")
+    env = [value(k, v) for k, v in gang.items()]
     env += [
-        value("GANGRUN_TASK", spec.name),
-        value("GANGRUN_ATTEMPT", attempt),
-        field("JOBSET_RESTART_ATTEMPT", jobset.RESTART_ATTEMPT_FIELD_PATH),
+        field(wenv.RESTART_ATTEMPT, jobset.RESTART_ATTEMPT_FIELD_PATH),
         # The Job controller appends JOB_COMPLETION_INDEX after our variables, so `$(...)` cannot
         # reference it; the same index is on the pod's annotation.
-        field("NODE_RANK", jobset.JOB_COMPLETION_INDEX_FIELD_PATH),
-        value("NNODES", spec.nodes),
-        value("NPROC_PER_NODE", spec.nproc_per_node),
-        value("WORLD_SIZE", spec.world_size),
-        value("MASTER_ADDR", rank0_host(name)),
-        value("MASTER_PORT", MASTER_PORT),
-        value("GANGRUN_CHECKPOINT_PATH", checkpoint_path(spec, attempt)),
-        value("GANGRUN_PREV_CHECKPOINT_PATH", checkpoint_path(spec, attempt - 1)),
-        value("GANGRUN_GRACE_PERIOD", int(spec.termination_grace.total_seconds())),
-        value("GANGRUN_JOBSET", name),
-        field("POD_NAMESPACE", "metadata.namespace"),
+        field(wenv.NODE_RANK, jobset.JOB_COMPLETION_INDEX_FIELD_PATH),
+        field(wenv.POD_NAMESPACE, "metadata.namespace"),
+        value(wenv.TERMINATION_LOG, TERMINATION_LOG),
     ]
+    env += [value(k, v) for k, v in sorted(spec.env.items())]
     return env
 
 
@@ -167,8 +209,16 @@ def _resources(spec: TaskSpec) -> dict[str, Any]:
     requests = {"cpu": _quantity(r.cpu), "memory": _quantity(r.memory)}
     limits = {"memory": _quantity(r.memory)}
     if r.gpu:
-        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(r.gpu)
+        requests[spec.gpu_resource] = limits[spec.gpu_resource] = str(r.gpu)
     return {"requests": requests, "limits": limits}
+
+
+def _bytes(v: Decimal) -> str:
+    """A byte count as people write it when it is a whole number of a binary unit (8Gi), else exactly."""
+    for suffix, unit in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if v >= unit and v % unit == 0:
+            return f"{int(v // unit)}{suffix}"
+    return _quantity(v)
 
 
 def _quantity(v: Decimal) -> str:

@@ -17,27 +17,30 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
-class WorkQueue:
+class WorkQueue(Generic[K]):
     def __init__(self, *, clock: Callable[[], float] = time.monotonic, base_delay: float = 0.05,
                  max_delay: float = 60.0) -> None:
         self._clock = clock
         self._base, self._max = base_delay, max_delay
         self._cond = threading.Condition()
-        self._queue: deque[Hashable] = deque()
-        self._dirty: set[Hashable] = set()
-        self._processing: set[Hashable] = set()
-        self._waiting: list[tuple[float, int, Hashable]] = []  # (due, seq, key): a heap
+        self._queue: deque[K] = deque()
+        self._dirty: set[K] = set()
+        self._processing: set[K] = set()
+        self._waiting: list[tuple[float, int, K]] = []  # (due, seq, key): a heap
         self._seq = itertools.count()
-        self._failures: dict[Hashable, int] = {}
+        self._failures: dict[K, int] = {}
         self._shutdown = False
 
-    def add(self, key: Hashable) -> None:
+    def add(self, key: K) -> None:
         with self._cond:
             self._add_locked(key)
 
-    def _add_locked(self, key: Hashable) -> None:
+    def _add_locked(self, key: K) -> None:
         if self._shutdown or key in self._dirty:
             return
         self._dirty.add(key)
@@ -45,7 +48,7 @@ class WorkQueue:
             self._queue.append(key)
             self._cond.notify()
 
-    def add_after(self, key: Hashable, delay: float) -> None:
+    def add_after(self, key: K, delay: float) -> None:
         if delay <= 0:
             self.add(key)
             return
@@ -53,20 +56,20 @@ class WorkQueue:
             heapq.heappush(self._waiting, (self._clock() + delay, next(self._seq), key))
             self._cond.notify()
 
-    def add_rate_limited(self, key: Hashable) -> float:
+    def add_rate_limited(self, key: K) -> float:
         """Queue `key` again after its backoff; returns the delay used."""
         with self._cond:
             n = self._failures.get(key, 0)
             self._failures[key] = n + 1
-        delay = min(self._base * (2 ** n), self._max)
+        delay = min(self._base * 2.0**n, self._max)  # a float base: int ** int is typed Any
         self.add_after(key, delay)
         return delay
 
-    def forget(self, key: Hashable) -> None:
+    def forget(self, key: K) -> None:
         with self._cond:
             self._failures.pop(key, None)
 
-    def failures(self, key: Hashable) -> int:
+    def failures(self, key: K) -> int:
         with self._cond:
             return self._failures.get(key, 0)
 
@@ -78,7 +81,7 @@ class WorkQueue:
             self._add_locked(key)
         return self._waiting[0][0] - now if self._waiting else None
 
-    def get(self, timeout: float | None = None) -> Hashable | None:
+    def get(self, timeout: float | None = None) -> K | None:
         """The next key to process, or None on shutdown or after `timeout` seconds without one."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
@@ -99,7 +102,7 @@ class WorkQueue:
                     wait = left if wait is None else min(wait, left)
                 self._cond.wait(wait)
 
-    def done(self, key: Hashable) -> None:
+    def done(self, key: K) -> None:
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty:

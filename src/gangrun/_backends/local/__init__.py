@@ -1,21 +1,25 @@
 """The local backend: an embedded control plane with Kueue's admission and JobSet's gang semantics.
 
-`LocalBackend` (client.py) is the whole public surface; see docs/local-backend.md for the design.
+`LocalBackend` (backend.py) is the whole public surface; see docs/local-backend.md for the design.
+The modules mirror the Kubernetes backend's: the same concept has the same name in both.
 
-    client.py      LocalBackend: the Backend protocol, up/down/status, evict/deactivate/activate
-    protocol.py    JSON-lines RPC over the daemon's Unix socket
-    daemon.py      the single-threaded process: selector, pidfds, timers
-    controller.py  tasks in memory, operations, the admission cycle, recovery
-    reconcile.py   one task: twins move, engine decides, one write, one action
+    backend.py     LocalBackend: the Backend protocol, up/down/status, evict/deactivate/activate
+    protocol.py    JSON-lines RPC over the daemon's Unix socket (the API client's counterpart)
+    daemon.py      the single-threaded process: selector, pidfds, timers, the one clock
+    controller.py  the shell: tasks in memory, rounds of jobs → reconcile → store → act → admission
+    reconcile.py   pure: one task and its twins → new state + actions (CreateJobSet, DeleteJobSet, ...)
+    adapter.py     the twins as the engine's Observation
+    render.py      what the workers of an attempt are started with
+    task.py        a task in memory (state, accounting, twins) and its view
     admission.py   pure Kueue-like admission and preemption
+    jobs.py        Kueue's job reconciler on the twins: suspend, release, resume, finish
     workload.py    the Workload twin and Kueue's condition write order
-    gang.py        the JobSet twin: process gangs, restarts, suspension
+    gang.py        the JobSet twin: gangs of processes, restarts, suspension, node loss
     launcher.py    starting and killing workers so none is orphaned
     store.py       SQLite
-    tasks.py       a task in memory, its view and its accounting
     config.py      files under GANGRUN_HOME, quota, queues, priority classes
 """
 
-from gangrun._backends.local.client import LocalBackend
+from gangrun._backends.local.backend import LocalBackend
 
 __all__ = ["LocalBackend"]

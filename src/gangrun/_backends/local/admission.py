@@ -21,8 +21,16 @@ Semantics copied from Kueue (ClusterQueue `queueingStrategy: BestEffortFIFO`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from gangrun._core.spec import TaskSpec
+from gangrun._core.units import format_bytes
+from gangrun._errors import SpecError
+
+if TYPE_CHECKING:  # config.py builds on Resources, defined here
+    from gangrun._backends.local.config import Config
 
 RESOURCE_NAMES = ("cpu", "memory", "gpu")
 
@@ -60,6 +68,39 @@ class Resources:
 ZERO = Resources()
 
 
+def gang_request(spec: TaskSpec) -> tuple[Resources, Resources]:
+    """(per node, whole gang): what submit checks against the quota is what the Workload asks for."""
+    per_node = Resources(cpu=spec.resources.cpu, memory=spec.resources.memory, gpu=Decimal(spec.resources.gpu))
+    return per_node, per_node.scaled(spec.nodes)
+
+
+def check_submit(spec: TaskSpec, config: Config) -> None:
+    """Refuse at submit what could never be admitted: an unknown queue or priority class, a gang larger
+    than the whole quota. Raises SpecError naming the field."""
+    if spec.queue not in config.queues:
+        raise SpecError("spec.queue", f'unknown queue "{spec.queue}"; the local control plane has: '
+                                      f"{', '.join(config.queues)}")
+    pc = spec.priority_class or config.default_priority_class
+    if pc not in config.priority_classes:
+        known = ", ".join(f"{k} ({v})" for k, v in sorted(config.priority_classes.items(), key=lambda kv: kv[1]))
+        raise SpecError("spec.priorityClass", f'unknown priority class "{pc}"; known: {known}')
+    big = too_big(spec, config.quota)
+    if big is not None:
+        raise SpecError(f"spec.resources.{big[0]}",
+                        f"{big[1]}; lower it or raise the quota with `gangrun local up --{big[0]} ...`")
+
+
+def too_big(spec: TaskSpec, quota: Resources) -> tuple[str, str] | None:
+    """(resource, why) when the gang asks for more than the whole quota: it could never be admitted."""
+    per, need = gang_request(spec)
+    res = need.first_exceeding(quota)
+    if res is None:
+        return None
+    show = format_bytes if res == "memory" else str
+    return res, (f"the gang needs {show(getattr(need, res))} {res} ({spec.nodes} nodes × "
+                 f"{show(getattr(per, res))}) but the whole local quota is {show(getattr(quota, res))}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Request:
     """One gang's claim on the queue: a pending Workload, or an admitted one (with `admitted_at`)."""
@@ -77,6 +118,7 @@ class Plan:
     admit: tuple[str, ...] = ()
     preempt: tuple[tuple[str, str], ...] = ()  # (victim, preemptor)
     waiting: tuple[str, ...] = ()  # preemptors whose victims are still stopping
+    waiting_reasons: dict[str, str] = field(default_factory=dict)  # every pending gang not admitted: why
 
 
 def plan(quota: Resources, admitted: list[Request], pending: list[Request]) -> Plan:
@@ -92,26 +134,42 @@ def plan(quota: Resources, admitted: list[Request], pending: list[Request]) -> P
     admit: list[str] = []
     preempt: list[tuple[str, str]] = []
     waiting: list[str] = []
+    reasons: dict[str, str] = {}
     for w in sorted(pending, key=lambda p: (-p.priority, p.order, p.name)):
         if w.resources.fits_in(free):
             admit.append(w.name)
             free = free - w.resources
             continue
+        if not w.resources.fits_in(quota):
+            reasons[w.name] = f"the gang needs {_show(w.resources)}, more than the whole quota ({_show(quota)})"
+            continue
         if w.resources.fits_in(free + returning):
             # Kueue: "WaitingForPreemptedWorkloads" — the room is already on its way back.
             free, returning = free + returning - w.resources, ZERO
             waiting.append(w.name)
+            reasons[w.name] = "waiting for preempted gangs to stop and give their quota back"
             continue
         victims = _victims(w, free + returning, [c for c in candidates if c.priority < w.priority])
         if victims is None:
-            continue  # inadmissible for now; BestEffortFIFO lets smaller gangs behind it try
+            # Inadmissible for now; BestEffortFIFO lets smaller gangs behind it try.
+            reasons[w.name] = (f"waiting for quota: the gang needs {_show(w.resources)} and the gangs running "
+                               f"have the same or a higher priority")
+            continue
         for v in victims:
             preempt.append((v.name, w.name))
             candidates.remove(v)
             free = free + v.resources
         free, returning = free + returning - w.resources, ZERO
         waiting.append(w.name)
-    return Plan(admit=tuple(admit), preempt=tuple(preempt), waiting=tuple(waiting))
+        reasons[w.name] = f"preempting {len(victims)} lower-priority gang(s); waiting for them to stop"
+    return Plan(admit=tuple(admit), preempt=tuple(preempt), waiting=tuple(waiting), waiting_reasons=reasons)
+
+
+def _show(r: Resources) -> str:
+    parts = [f"{r.cpu} cpu", f"{format_bytes(r.memory)} memory"]
+    if r.gpu:
+        parts.append(f"{r.gpu} gpu")
+    return ", ".join(parts)
 
 
 def _victims(w: Request, room: Resources, candidates: list[Request]) -> list[Request] | None:

@@ -5,6 +5,7 @@
       daemon.sock                      the RPC socket (0600); see `socket_path` for long homes
       daemon.lock / daemon.pid         one daemon per home
       daemon.log                       the daemon's own output
+      .gangrun-home                    marks the directory as a gangrun home
       logs/<task>/attempt-<N>/restart-<R>/rank-<r>.log
       run/<task>/attempt-<N>/          stop notice and checkpoint events of that attempt's gang
       checkpoints/<task>/attempt-<N>/  default checkpoint root (spec.checkpoint.uri overrides it)
@@ -31,11 +32,13 @@ from gangrun._core.units import parse_quantity
 from gangrun._errors import UsageError
 
 CLUSTER_QUEUE = "local"
+CQ_PATH = f"/{CLUSTER_QUEUE}"  # how Kueue names a ClusterQueue in its preemption messages
 NAMESPACE = "local"
 DEFAULT_QUEUES = ("default",)
 DEFAULT_PRIORITY_CLASSES = {"low": 100, "normal": 1000, "high": 10000}
 DEFAULT_PRIORITY_CLASS = "normal"
 SOCKET_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
+MARKER = ".gangrun-home"  # says a directory is a gangrun home
 
 
 def default_home() -> Path:
@@ -76,9 +79,22 @@ class Paths:
     def checkpoint_root(self, task: str, uri: str) -> str:
         return f"{uri.rstrip('/')}/{task}" if uri else str(self.home / "checkpoints" / task)
 
+    @property
+    def marker(self) -> Path:
+        return self.home / MARKER
+
     def ensure(self) -> None:
+        """Create the home (0700), or check that an existing directory is one: gangrun never takes over
+        (and chmods) a directory of someone else's that is not empty."""
+        if self.home.exists() and not self.marker.exists():
+            if not self.home.is_dir():
+                raise UsageError(f"GANGRUN_HOME: {self.home} is not a directory")
+            if any(self.home.iterdir()) and not self.db.exists():
+                raise UsageError(f"GANGRUN_HOME: {self.home} is a directory gangrun did not create and it is not "
+                                 "empty; point GANGRUN_HOME at a new or empty directory")
         self.home.mkdir(parents=True, exist_ok=True)
         os.chmod(self.home, 0o700)
+        self.marker.touch()
 
 
 def socket_path(home: Path) -> Path:
@@ -115,6 +131,7 @@ class Config:
     priority_classes: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
     default_priority_class: str = DEFAULT_PRIORITY_CLASS
     pods_ready_backoff: float = 1.0  # seconds before requeue number 1 after PodsReadyTimeout (Kueue: 60)
+    metrics_port: int = 0  # 127.0.0.1:<port>/metrics serves the Prometheus series; 0: not served
 
     def priority_of(self, priority_class: str) -> int:
         return self.priority_classes[priority_class or self.default_priority_class]
@@ -129,14 +146,15 @@ class Config:
     def for_json(self) -> dict[str, Any]:
         return {"quota": self.quota.for_json(), "queues": list(self.queues),
                 "priorityClasses": self.priority_classes, "defaultPriorityClass": self.default_priority_class,
-                "podsReadyBackoffSeconds": self.pods_ready_backoff}
+                "podsReadyBackoffSeconds": self.pods_ready_backoff, "metricsPort": self.metrics_port}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Config:
         return cls(quota=Resources.from_json(d["quota"]), queues=tuple(d.get("queues", DEFAULT_QUEUES)),
                    priority_classes=dict(d.get("priorityClasses", DEFAULT_PRIORITY_CLASSES)),
                    default_priority_class=d.get("defaultPriorityClass", DEFAULT_PRIORITY_CLASS),
-                   pods_ready_backoff=float(d.get("podsReadyBackoffSeconds", 1.0)))
+                   pods_ready_backoff=float(d.get("podsReadyBackoffSeconds", 1.0)),
+                   metrics_port=int(d.get("metricsPort", 0)))
 
     @classmethod
     def default(cls) -> Config:

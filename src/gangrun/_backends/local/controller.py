@@ -1,157 +1,207 @@
-"""The local control plane's brain: every task in memory, the admission cycle, the operations.
+"""The local control plane's shell around the pure parts: every task in memory, one round at a time.
 
-No sockets and no event loop here (that is `daemon.py`): the controller is driven by calls —
-an operation from a client, a worker exit, a tick — and keeps SQLite up to date through
-`reconcile.persist`. `tick(now)` runs rounds of sync → admission → step until nothing changes.
+    tick(now):  until nothing changes (each step is a function below):
+        jobs       Kueue's job reconciler and JobSet's timers move the twins (`jobs.sync`); the SDK's
+                   checkpoint events are read
+        reconcile  the pure `reconcile(task)` → store state + events in ONE transaction → actions
+        admit      Kueue's scheduler (`scheduler.schedule`, on the pure `admission.plan`) → reserve / evict
+        jobs       again for the Workloads admission touched, so a gang starts or stops at once
 
-Recovery: on start the controller loads every row. Workers recorded as running belonged to a dead
-daemon: whatever is left of their process groups is killed, and the gang is marked lost, so the
-engine sees its gang gone and decides (a system retry; budgets and attempts come from the row).
+No socket, no selector, no clock read here (that is `daemon.py`): the controller is driven by calls
+— an operation from a client, a worker exit, a tick — each with the `now` of the daemon's one clock,
+and it starts and signals processes only through the `Processes` it is given (`effects.py`).
+
+Recovery (`load`, see `recovery.py`) marks every task dirty, so the first round reconciles them all
+BEFORE admission runs: a lost gang's next attempt competes for quota with its priority, and nothing
+is admitted, started and preempted again in the same second.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+import random
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
-from gangrun._backends.local import admission, reconcile
-from gangrun._backends.local.config import CLUSTER_QUEUE, NAMESPACE, Config, Paths
-from gangrun._backends.local.gang import DELETE
-from gangrun._backends.local.reconcile import Ctx
+from gangrun._backends.local import admission, jobs, recovery
+from gangrun._backends.local.config import Config, Paths
+from gangrun._backends.local.effects import Effects, Processes
+from gangrun._backends.local.gang import NODE_DISRUPTION, GangTwin, StopReason
+from gangrun._backends.local.inject import inject
+from gangrun._backends.local.reconcile import Action, CreateJobSet, DeleteJobSet, reconcile
+from gangrun._backends.local.scheduler import schedule
+from gangrun._backends.local.status import queue_positions, status
 from gangrun._backends.local.store import Store
-from gangrun._backends.local.tasks import TaskRecord, utc, view
-from gangrun._core import kueue
-from gangrun._core.engine import cancel
-from gangrun._core.spec import parse_manifest
+from gangrun._backends.local.task import LocalTask, view
+from gangrun._backends.local.workload import WorkloadTwin
+from gangrun._backends.metrics import Metrics
+from gangrun._core.actions import RecordEvent, RequeueAt
+from gangrun._core.pod_template import local_ignored
+from gangrun._core.spec import GENERATED_SUFFIX_LEN, parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
 from gangrun._errors import UsageError
 
 log = logging.getLogger(__name__)
 
-EVICT_REASONS = (kueue.EVICTED_BY_PREEMPTION, kueue.EVICTED_BY_PODS_READY_TIMEOUT, kueue.EVICTED_DUE_TO_NODE_FAILURES)
-CQ_PATH = f"/{CLUSTER_QUEUE}"
+ROUNDS_MAX = 50  # rounds of one tick; more means something keeps changing: the rest waits for the next tick
+TAIL_EVERY = timedelta(seconds=0.5)  # how often the checkpoint events of running gangs are read
+_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's alphabet for generated names: no vowels
 
 
 class Controller:
-    def __init__(self, paths: Paths, store: Store, spawn: Any) -> None:
+    def __init__(self, paths: Paths, store: Store, processes: Processes, *,
+                 rng: random.Random | None = None) -> None:
         self.paths, self.store = paths, store
+        self.effects = Effects(paths, processes)
+        self.rng = rng or random.Random()  # the suffixes of generated names
+        self.metrics = Metrics()
         stored = store.config()
         self.config = Config.from_json(stored) if stored else Config.default()
         if stored is None:
             store.put_config(self.config.for_json())
-        self.tasks: dict[str, TaskRecord] = {}
+        self.tasks: dict[str, LocalTask] = {}
+        self.broken: dict[str, str] = {}  # rows that no longer read: name → why
         self.dirty: set[str] = set()
-        self.ctx = Ctx(store=store, paths=paths, config=lambda: self.config, spawn=spawn)
+        self.last_now: datetime | None = None
+        self.next_tail: datetime | None = None  # when running gangs' checkpoint events are read next
+
+    def _now(self, now: datetime) -> datetime:
+        """Never go back in time, even if the wall clock does: the timeline stays in order."""
+        if self.last_now is not None and now < self.last_now:
+            now = self.last_now
+        self.last_now = now
+        return now
 
     # -- recovery ------------------------------------------------------------------------------------
 
-    def load(self, now: float, kill_leftovers: Any) -> None:
-        groups = []
-        for row in self.store.rows():
-            rec = TaskRecord.from_row(row)
-            self.tasks[rec.name] = rec
-            g = rec.gang
-            if g is not None and g.live:
-                groups += [(w.pid, w.started) for w in g.live]
-                for w in g.live:
-                    w.running = False
-                g.lost, g.stopping, g.kill_at, g.up_since = True, "", None, None
-                rec.add(Event(time=utc(now), type=EventType.CONTROL_PLANE, attempt=g.attempt,
-                              message="the local control plane restarted; the workers of this gang were gone"))
-            self.dirty.add(rec.name)
-        kill_leftovers(groups)
+    def load(self, now: datetime, *, kill_leftovers: Any) -> None:
+        now = self._now(now)
+        self.tasks, self.broken = recovery.load(self.store, self.effects, now=now, kill_leftovers=kill_leftovers)
+        self.dirty.update(self.tasks)
+        self._flush()
+
+    def heartbeat(self, now: datetime) -> None:
+        self.store.put_heartbeat(now.isoformat())
 
     # -- operations ----------------------------------------------------------------------------------
 
-    def submit(self, doc: dict[str, Any], now: float) -> str:
+    def submit(self, doc: dict[str, Any], now: datetime) -> str:
+        now = self._now(now)
         spec = parse_manifest(doc["manifest"], source=doc.get("source", ""))
-        if spec.name in self.tasks:
-            raise UsageError(f'a task named "{spec.name}" already exists (phase {self.tasks[spec.name].state.phase}); '
-                             "choose another metadata.name")
-        cfg = self.config
-        if spec.queue not in cfg.queues:
-            raise UsageError(f'spec.queue: unknown queue "{spec.queue}"; the local control plane has: '
-                             f"{', '.join(cfg.queues)}")
-        pc = spec.priority_class or cfg.default_priority_class
-        if pc not in cfg.priority_classes:
-            known = ", ".join(f"{k} ({v})" for k, v in sorted(cfg.priority_classes.items(), key=lambda kv: kv[1]))
-            raise UsageError(f'spec.priorityClass: unknown priority class "{pc}"; known: {known}')
-        per, need = reconcile.gang_request(spec)
-        too_big = need.first_exceeding(cfg.quota)
-        if too_big is not None:
-            raise UsageError(f"spec.resources.{too_big}: the gang needs {getattr(need, too_big)} {too_big} "
-                             f"({spec.nodes} nodes × {getattr(per, too_big)}) but the whole local quota is "
-                             f"{getattr(cfg.quota, too_big)}; lower it or raise the quota with "
-                             f"`gangrun local up --{too_big} ...`")
-        rec = TaskRecord(name=spec.name, seq=self.store.next_seq(), doc=doc, spec=spec,
-                         state=TaskState.new(now=utc(now)), acct={"submittedAt": now})
-        rec.add(Event(time=utc(now), type=EventType.SUBMITTED, attempt=1,
-                      message=f"submitted to queue {spec.queue} (priority class {pc} = {cfg.priority_of(pc)})"))
-        self.store.insert(rec.to_row(), rec.events)
-        rec.events, rec.saved = [], repr(rec.to_row())
-        self.tasks[rec.name] = rec
-        self.dirty.add(rec.name)
-        return rec.name
+        if not spec.name:
+            spec = replace(spec, name=self._generate(spec.generate_name))
+        name = spec.name
+        if name in self.broken:
+            raise UsageError(f'a task named "{name}" exists but cannot be read ({self.broken[name]}); '
+                             f"`gangrun delete {name}` removes it")
+        existing = self.tasks.get(name)
+        if existing is not None and existing.deleting:
+            raise UsageError(f'task "{name}" is being deleted (its workers are stopping); submit again in a moment')
+        if existing is not None:
+            if existing.doc == doc:
+                return name  # the same manifest again (a retried submit): the task it made
+            raise UsageError(f'a task named "{name}" already exists (phase {existing.state.phase}) with a '
+                             "different manifest; choose another metadata.name or delete it first")
+        admission.check_submit(spec, self.config)
+        task = LocalTask(name=name, seq=self.store.next_seq(), doc=doc, spec=spec, state=TaskState.new(now=now))
+        pc = spec.priority_class or self.config.default_priority_class
+        ignored = local_ignored(spec.pod_template)
+        task.record(Event(time=now, type=EventType.SUBMITTED, attempt=1, data={"ignoredLocally": ignored},
+                          message=f"submitted to queue {spec.queue} (priority class {pc} = "
+                                  f"{self.config.priority_of(pc)})" + (
+                                      f"; ignored locally: {', '.join(ignored)}" if ignored else "")))
+        self.store.insert(task.to_row(), task.events)
+        task.events, task.saved = [], task.fingerprint()
+        self.tasks[name] = task
+        self.dirty.add(name)
+        return name
 
-    def task(self, name: str) -> TaskRecord:
-        rec = self.tasks.get(name)
-        if rec is None:
+    def _generate(self, prefix: str) -> str:
+        """`metadata.generateName`: the prefix and 5 random characters, as the API server makes a name."""
+        while True:
+            name = prefix + "".join(self.rng.choices(_SUFFIX_CHARS, k=GENERATED_SUFFIX_LEN))
+            if name not in self.tasks and name not in self.broken:
+                return name
+
+    def task(self, name: str) -> LocalTask:
+        task = self.tasks.get(name)
+        if task is None:
+            if name in self.broken:
+                raise UsageError(f'task "{name}" cannot be read ({self.broken[name]}); '
+                                 f"`gangrun delete {name}` removes it")
             known = ", ".join(sorted(self.tasks)) or "none"
             raise UsageError(f'unknown task "{name}" (known tasks: {known})')
-        return rec
+        return task
 
-    def cancel(self, name: str, now: float) -> bool:
-        rec = self.task(name)
-        if rec.terminal:
+    def cancel(self, name: str, now: datetime) -> bool:
+        task = self.task(name)
+        if task.terminal or task.cancel_requested:
+            self._flush()
             return False
-        d = cancel(rec.state, now=utc(now))
-        before = rec.state
-        reconcile.record(rec, before, d.state, d.action, now)
-        reconcile.persist(rec, self.store)
-        reconcile.act(rec, d.action, self.ctx, now)
+        task.cancel_requested = True
+        self._flush()
         self.dirty.add(name)
+        self.tick(now)
         return True
 
-    def _live_workload(self, name: str):
-        rec = self.task(name)
-        wl = rec.workload
-        if rec.terminal or wl is None or wl.attempt != rec.state.attempt or wl.finished:
-            raise UsageError(f'task "{name}" has no live workload (phase {rec.state.phase})')
-        return rec, wl
+    def delete(self, name: str, *, force: bool, now: datetime) -> bool:
+        """Remove an ended task and its records. A running one is refused unless `force` (cancel first)."""
+        if name in self.broken and name not in self.tasks:
+            self.store.delete(name)
+            del self.broken[name]
+            return True
+        task = self.task(name)
+        if not task.terminal and not force:
+            raise UsageError(f'task "{name}" is {task.state.phase.value}; cancel it first or use --force')
+        task.deleting = True
+        self.cancel(name, now)
+        self._reap(task)
+        return True
 
-    def evict(self, name: str, reason: str, now: float) -> None:
-        if reason not in EVICT_REASONS:
-            raise UsageError(f"unknown eviction reason {reason!r}; use one of {', '.join(EVICT_REASONS)}")
-        rec, wl = self._live_workload(name)
+    def _reap(self, task: LocalTask) -> bool:
+        """Remove a task being deleted once it has ended and none of its workers is left."""
+        if not task.deleting or not task.terminal or (task.gang is not None and task.gang.live):
+            return False
+        self.store.delete(task.name)
+        self.tasks.pop(task.name, None)
+        self.dirty.discard(task.name)
+        return True
+
+    def _live_workload(self, name: str) -> tuple[LocalTask, WorkloadTwin]:
+        task = self.task(name)
+        wl = task.workload
+        if task.terminal or wl is None or wl.attempt != task.state.attempt or wl.finished:
+            raise UsageError(f'task "{name}" has no live workload (phase {task.state.phase})')
+        return task, wl
+
+    def evict(self, name: str, reason: str, now: datetime) -> None:
+        """Inject an eviction (B6), as Kueue or a node would cause it."""
+        now = self._now(now)
+        task, wl = self._live_workload(name)
         if not wl.reserved:
-            raise UsageError(f'task "{name}" is not admitted (nothing to evict); phase {rec.state.phase}')
-        dt = utc(now)
-        if reason == kueue.EVICTED_BY_PREEMPTION:
-            msg = kueue.preemption_message(workload_uid="gangrun-local-evict", job_uid="gangrun-local-evict",
-                                           reason=kueue.IN_CLUSTER_QUEUE, preemptor_path=CQ_PATH,
-                                           preemptee_path=CQ_PATH)
-            wl.evict(reason, msg, now=dt, preempted_reason=kueue.IN_CLUSTER_QUEUE, preemptor="(injected)")
-        elif reason == kueue.EVICTED_BY_PODS_READY_TIMEOUT:
-            wl.evict(reason, kueue.pods_ready_timeout_message(NAMESPACE, wl.name), now=dt)
-        else:
-            nodes = ", ".join(f"local-node-{i}" for i in range(rec.spec.nodes))
-            wl.evict(reason, kueue.node_failures_message(nodes), now=dt)
+            raise UsageError(f'task "{name}" is not admitted (nothing to evict); phase {task.state.phase}')
+        self.effects.apply(task, inject(reason, wl, task.gang, nodes=task.spec.nodes, now=now), now)
         self.dirty.add(name)
 
-    def set_active(self, name: str, active: bool, now: float) -> None:
+    def set_active(self, name: str, active: bool, now: datetime) -> None:
+        now = self._now(now)
         _, wl = self._live_workload(name)
         if active:
-            wl.activate(now=utc(now))
+            wl.activate(now=now)
         else:
-            wl.deactivate(now=utc(now))
+            wl.deactivate(now=now)
         self.dirty.add(name)
 
     def configure(self, *, cpu: str | None, memory: str | None, gpu: int | None,
-                  queues: list[str] | None = None, priority_classes: dict[str, int] | None = None) -> None:
+                  queues: list[str] | None = None, priority_classes: dict[str, int] | None = None,
+                  metrics_port: int | None = None) -> None:
         cfg = self.config.with_quota(cpu=cpu, memory=memory, gpu=gpu)
+        if metrics_port is not None:
+            if not 0 <= metrics_port <= 65535:
+                raise UsageError(f"--metrics-port: must be a TCP port from 1 to 65535 (0: off), got {metrics_port}")
+            cfg = replace(cfg, metrics_port=metrics_port)
         if queues or priority_classes:
             cfg = replace(cfg, queues=tuple(queues or cfg.queues),
                           priority_classes=dict(priority_classes or cfg.priority_classes))
@@ -159,147 +209,196 @@ class Controller:
         self.store.put_config(cfg.for_json())
         self.dirty.update(self.tasks)
 
-    def on_exit(self, name: str, attempt: int, rank: int, code: int, now: float) -> None:
-        rec = self.tasks.get(name)
-        g = rec.gang if rec is not None else None
-        if g is None or g.attempt != attempt:
+    def on_exit(self, name: str, attempt: int, rank: int, code: int, now: datetime) -> None:
+        now = self._now(now)
+        task = self.tasks.get(name)
+        g = task.gang if task is not None else None
+        if task is None or g is None or g.attempt != attempt:
             return
-        if code != 0 and not g.stopping:
-            rec.note_lost("WorkerFailed", now)
-            rec.add(Event(time=utc(now), type=EventType.WORKER_EXITED, attempt=attempt,
-                          message=f"worker rank {rank} exited with code {code}", data={"rank": rank, "code": code}))
-        launch = reconcile.launch_for(rec, self.paths) if g.attempt == rec.state.attempt else None
-        g.exited(rank, code, launch, self.ctx.spawn, now=utc(now))
+        if code != 0 and g.stopping is None:
+            lost = g.lost_with_its_node(rank)
+            task.record(Event(time=now, type=EventType.WORKER_EXITED, attempt=attempt,
+                              message=f"worker rank {rank} " + ("was lost with its node" if lost else "exited") +
+                                      f" (exit code {code})",
+                              data={"rank": rank, "code": code, **({"cause": NODE_DISRUPTION} if lost else {})}))
+        self.effects.apply(task, g.exited(rank, code, grace=task.spec.termination_grace, now=now), now)
         self.dirty.add(name)
 
-    # -- the loop's work -----------------------------------------------------------------------------
+    # -- the rounds ----------------------------------------------------------------------------------
 
-    def tick(self, now: float) -> None:
-        due = {n for n, r in self.tasks.items() if self._due(r, now)}
-        todo = self.dirty | due
+    def tick(self, now: datetime) -> None:
+        now = self._now(now)
+        tail = self.next_tail is None or now >= self.next_tail
+        if tail:
+            self.next_tail = now + TAIL_EVERY
+        todo = self.dirty | {n for n, t in self.tasks.items() if self._due(t, now, tail=tail)}
         self.dirty = set()
-        for _ in range(10):
+        for _ in range(ROUNDS_MAX):
             if not todo:
                 return
-            for name in todo:
-                self._isolated(name, reconcile.sync, now)
-            touched = self._admit(now)
-            for name in touched:  # Kueue's job reconciler reacts to admissions and evictions at once
-                self._isolated(name, reconcile.sync, now)
-            todo |= touched
-            changed = set()
-            for name in sorted(todo, key=lambda n: self.tasks[n].seq):
-                if self._isolated(name, reconcile.step, time.time()):  # after sync's spawns: timeline in order
-                    changed.add(name)
-            todo = changed | self.dirty
+            changed = {n for n in todo if self._isolated(n, self._jobs, now)}
+            planned = {n: self._isolated(n, self._reconcile, now) for n in sorted(todo, key=self._seq)}
+            self._flush()  # the decisions are stored before anything is done about them
+            for n, actions in planned.items():
+                if actions is not None:
+                    changed.add(n)
+                    self._isolated(n, lambda t, at, acts=actions: self._act(t, acts, at), now)
+            touched = schedule(self.tasks, self.config.quota, now=now)
+            changed |= {n for n in touched if self._isolated(n, self._jobs, now)}
+            self._flush()
+            for n in changed:
+                self._isolated(n, lambda t, _at: self._reap(t), now)
+            todo = (changed | touched | self.dirty) & self.tasks.keys()
             self.dirty = set()
+        log.error("gangrun: %d tasks still changing after %d rounds; they go on at the next tick", len(todo),
+                  ROUNDS_MAX)
+        self.dirty |= todo
 
-    def _isolated(self, name: str, fn: Any, now: float) -> Any:
-        """Run one task's reconcile step; a bug in it is logged and leaves every other task running."""
+    def _seq(self, name: str) -> int:
+        t = self.tasks.get(name)
+        return t.seq if t is not None else 0
+
+    def _isolated(self, name: str, fn: Any, now: datetime) -> Any:
+        """Run one task's step; a bug in it is logged and leaves every other task running."""
+        task = self.tasks.get(name)
+        if task is None:
+            return None
         try:
-            return fn(self.tasks[name], self.ctx, now)
+            return fn(task, now)
         except Exception:
+            self.metrics.errors.inc()
             log.exception("gangrun: reconciling task %s failed; the other tasks go on", name)
-            return False
+            return None
 
-    def _due(self, r: TaskRecord, now: float) -> bool:
-        g, wl = r.gang, r.workload
-        return bool((r.wake_at is not None and r.wake_at <= now) or (g is not None and g.live)
+    def _jobs(self, task: LocalTask, now: datetime) -> bool:
+        before = task.fingerprint()
+        g = task.gang
+        current = g is not None and g.attempt == task.state.attempt and not task.terminal
+        effects = jobs.sync(g, task.workload, current=current, grace=task.spec.termination_grace,
+                            backoff=timedelta(seconds=self.config.pods_ready_backoff), now=now)
+        self.effects.apply(task, effects, now)
+        self.effects.read_checkpoints(task, now)
+        return bool(task.events) or task.fingerprint() != before
+
+    def _reconcile(self, task: LocalTask, now: datetime) -> list[Action] | None:
+        """The engine's decision for `task`, adopted in memory. Returns the gang actions to carry out
+        once it is stored, or None when nothing changed."""
+        state, actions = reconcile(task, now=now)
+        if state is not None:
+            task.state = state
+        task.wake_at = next((a.at for a in actions if isinstance(a, RequeueAt)), None)
+        for a in actions:
+            if isinstance(a, RecordEvent):
+                task.record(a.event)
+        gang_actions: list[Action] = [a for a in actions if isinstance(a, CreateJobSet | DeleteJobSet)]
+        return gang_actions if state is not None or gang_actions or task.events else None
+
+    def _act(self, task: LocalTask, actions: list[Action], now: datetime) -> None:
+        for a in actions:
+            if isinstance(a, CreateJobSet):
+                self._create(task, a.attempt, now)
+            elif isinstance(a, DeleteJobSet):
+                self._delete(task, a, now)
+
+    def _flush(self) -> None:
+        """Store every task that changed, with its new events, in one transaction."""
+        dirty = [t for t in self.tasks.values() if t.dirty]
+        self.store.save([(t.to_row(), t.events) for t in dirty])
+        for t in dirty:
+            for e in t.events:
+                self.metrics.count(e)
+            t.events, t.saved = [], t.fingerprint()
+
+    def _create(self, task: LocalTask, attempt: int, now: datetime) -> None:
+        g = task.gang
+        if g is not None and (g.attempt == attempt or g.live):
+            return  # exists already, or the old attempt's workers are still stopping
+        spec = task.spec
+        pc = spec.priority_class or self.config.default_priority_class
+        task.gang = GangTwin(task=task.name, attempt=attempt, nodes=spec.nodes, nproc=spec.nproc_per_node,
+                             max_restarts=spec.failure_policy.max_restarts,
+                             restart_on_disruption=spec.failure_policy.restart_on_disruption)
+        task.workload = WorkloadTwin(task=task.name, attempt=attempt, queue=spec.queue,
+                                     priority=self.config.priority_of(pc), priority_class=pc,
+                                     resources=admission.gang_request(spec)[1].for_json(), order=task.seq)
+
+    def _delete(self, task: LocalTask, a: DeleteJobSet, now: datetime) -> None:
+        g = task.gang
+        if g is None or g.attempt != a.attempt or g.deleted:
+            return
+        effects = g.stop(StopReason.DELETE, grace=task.spec.termination_grace, now=now, notice=(a.cause, a.message))
+        self.effects.apply(task, effects, now)
+
+    def _due(self, task: LocalTask, now: datetime, *, tail: bool) -> bool:
+        g, wl = task.gang, task.workload
+        return bool((task.wake_at is not None and task.wake_at <= now) or (tail and g is not None and g.live)
                     or (g is not None and g.kill_at is not None and g.kill_at <= now)
                     or (wl is not None and wl.requeue_at is not None and wl.requeue_at <= now))
 
-    def next_wake(self, now: float) -> float | None:
-        wakes = []
-        for r in self.tasks.values():
-            g, wl = r.gang, r.workload
-            wakes += [t for t in (r.wake_at, g.kill_at if g else None, wl.requeue_at if wl else None) if t]
+    def next_wake(self, now: datetime) -> datetime | None:
+        wakes: list[datetime] = []
+        for task in self.tasks.values():
+            g, wl = task.gang, task.workload
+            wakes += [t for t in (task.wake_at, g.kill_at if g else None, wl.requeue_at if wl else None) if t]
             if g is not None and g.live:
-                wakes.append(now + 0.5)  # tail checkpoint events while workers run
+                wakes.append(self.next_tail or now)  # read checkpoint events while workers run
         return min(wakes) if wakes else None
-
-    def _admit(self, now: float) -> set[str]:
-        admitted, pending = [], []
-        for r in self.tasks.values():
-            wl, g = r.workload, r.gang
-            if wl is None or wl.finished:
-                continue
-            res = admission.Resources.from_json(wl.resources)
-            if wl.reserved:
-                deleting = g is not None and (g.stopping == DELETE or g.lost)
-                admitted.append(admission.Request(name=r.name, priority=wl.priority, order=wl.order, resources=res,
-                                                  admitted_at=wl.admitted_at or 0.0,
-                                                  evicting=wl.evicted is not None or deleting))
-            elif (not r.terminal and wl.attempt == r.state.attempt and wl.pending(now)
-                  and g is not None and not g.live and not g.stopping and not g.lost):
-                pending.append(admission.Request(name=r.name, priority=wl.priority, order=wl.order, resources=res))
-        if not pending:
-            return set()
-        plan = admission.plan(self.config.quota, admitted, pending)
-        dt = utc(now)
-        for victim, preemptor in plan.preempt:
-            pr = self.tasks[preemptor]
-            msg = kueue.preemption_message(workload_uid=pr.workload.uid, job_uid=pr.gang.name,
-                                           reason=kueue.IN_CLUSTER_QUEUE, preemptor_path=CQ_PATH,
-                                           preemptee_path=CQ_PATH)
-            self.tasks[victim].workload.evict(kueue.EVICTED_BY_PREEMPTION, msg, now=dt,
-                                              preempted_reason=kueue.IN_CLUSTER_QUEUE, preemptor=preemptor)
-        for name in plan.admit:
-            r = self.tasks[name]
-            r.workload.reserve(at=now, now=dt)
-            if r.acct.get("queuedSince") is not None:
-                r.add(Event(time=dt, type=EventType.ADMITTED, attempt=r.workload.attempt,
-                            message=f"admitted by ClusterQueue {CLUSTER_QUEUE} (queue {r.workload.queue}, "
-                                    f"priority {r.workload.priority_class} = {r.workload.priority})"))
-                r.note_queued(now, admitted=True)
-        return set(plan.admit) | {v for v, _ in plan.preempt}
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def view(self, name: str, now: float) -> dict[str, Any]:
-        return view(self.task(name), self.config, self.paths, now)
+    def _in_order(self) -> list[LocalTask]:
+        return sorted(self.tasks.values(), key=lambda t: t.seq)
 
-    def views(self, now: float) -> list[dict[str, Any]]:
-        return [view(r, self.config, self.paths, now) for r in sorted(self.tasks.values(), key=lambda r: r.seq)]
+    def view(self, name: str, now: datetime) -> dict[str, Any]:
+        return view(self.task(name), self.config, self.paths, now=now,
+                    queue_position=queue_positions(self.tasks.values()).get(name))
 
-    def status(self, now: float) -> dict[str, Any]:
-        used = admission.ZERO
-        gangs = []
-        for r in sorted(self.tasks.values(), key=lambda r: r.seq):
-            wl = r.workload
-            if wl is None or wl.finished:
-                continue
-            if wl.reserved:
-                used = used + admission.Resources.from_json(wl.resources)
-            state = ("Evicted" if wl.evicted and wl.reserved else "Admitted" if wl.reserved
-                     else "Inactive" if not wl.active else "Pending")
-            gangs.append({"task": r.name, "attempt": wl.attempt, "workload": wl.name, "state": state,
-                          "priority": wl.priority, "priorityClass": wl.priority_class, "queue": wl.queue,
-                          "resources": wl.resources, "phase": r.state.phase.value,
-                          "workers": len(r.gang.live) if r.gang else 0})
-        return {"running": True, "clusterQueue": CLUSTER_QUEUE, "quota": self.config.quota.for_json(),
-                "used": used.for_json(), "queues": list(self.config.queues),
-                "priorityClasses": self.config.priority_classes,
-                "defaultPriorityClass": self.config.default_priority_class, "gangs": gangs,
-                "admitted": [g["task"] for g in gangs if g["state"] in ("Admitted", "Evicted")],
-                "pending": [g["task"] for g in gangs if g["state"] in ("Pending", "Inactive")]}
+    def views(self, now: datetime) -> list[dict[str, Any]]:
+        positions = queue_positions(self.tasks.values())
+        return [view(t, self.config, self.paths, now=now, queue_position=positions.get(t.name))
+                for t in self._in_order()]
+
+    def status(self, now: datetime) -> dict[str, Any]:
+        return status(self._in_order(), self.config, broken=self.broken)
+
+    def render_metrics(self, now: datetime) -> str:
+        """The Prometheus exposition: the counters as they ran, the gauges from the tasks' views now."""
+        self.metrics.observe_views(self.views(now))
+        return self.metrics.render()
 
     def live_workers(self) -> int:
-        return sum(len(r.gang.live) for r in self.tasks.values() if r.gang is not None)
+        return sum(len(t.gang.live) for t in self.tasks.values() if t.gang is not None)
 
-    def stop_all(self, now: float) -> None:
+    # -- shutdown ------------------------------------------------------------------------------------
+
+    def stop_all(self, now: datetime) -> None:
         """`local down`: every live gang is stopped; the next daemon finds them lost (a system retry)."""
-        for r in self.tasks.values():
-            g = r.gang
+        now = self._now(now)
+        for t in self.tasks.values():
+            g = t.gang
             if g is not None and g.live:
-                g.stop(g.stopping or DELETE, r.spec.termination_grace.total_seconds(),
-                       notice=reconcile.notice_writer(r, self.paths, "Shutdown", "the local control plane is stopping"))
+                if g.up:
+                    t.record(Event(time=now, type=EventType.CONTROL_PLANE, attempt=g.attempt,
+                                   data={"downFrom": now.isoformat()},
+                                   message="the local control plane is stopping; the workers of this gang are stopped"))
+                effects = g.stop(g.stopping or StopReason.DELETE, grace=t.spec.termination_grace, now=now,
+                                 notice=("Shutdown", "the local control plane is stopping"))
+                self.effects.apply(t, effects, now)
+        self._flush()
 
-    def mark_lost_on_shutdown(self, now: float) -> None:
-        for r in self.tasks.values():
-            g = r.gang
-            if g is not None and g.stopping == DELETE and g.attempt == r.state.attempt and not r.terminal:
-                g.stopping, g.lost = "", True
-                r.add(Event(time=utc(now), type=EventType.CONTROL_PLANE, attempt=g.attempt,
-                            message="the local control plane stopped; the workers of this gang were stopped"))
-            reconcile.persist(r, self.store)
+    def kill_overdue(self, now: datetime) -> None:
+        for t in self.tasks.values():
+            if t.gang is not None:
+                self.effects.apply(t, t.gang.kill_overdue(now=now), now)
+
+    def mark_lost_on_shutdown(self, now: datetime) -> None:
+        """After `down`: the gangs stopped for it are lost; everything is persisted."""
+        for t in self.tasks.values():
+            g = t.gang
+            if (g is not None and g.stopping is StopReason.DELETE and g.attempt == t.state.attempt
+                    and not t.terminal and not t.cancel_requested):
+                g.stopping, g.lost = None, True
+                g.touch()
+        self._flush()
+        self.heartbeat(now)
 

@@ -1,11 +1,13 @@
-"""The local control plane process: one thread, one selector, no polling loop.
+"""The local control plane process: one thread, one selector, one clock, no polling loop.
 
     python -m gangrun._backends.local.daemon <home>
 
 The selector wakes on: a client connection (JSON-lines RPC, `protocol.py`), a worker exit (a pidfd
 per worker becomes readable when it exits), SIGTERM (through a wakeup socket), or the earliest timer
 the controller asks for (the engine's `wake_at`, a SIGKILL deadline, a requeue backoff, and a
-0.5 s checkpoint-events tail while workers run). With nothing to do it sleeps.
+0.5 s checkpoint-events read while workers run). With nothing to do it sleeps; every
+`HEARTBEAT` it notes that it is alive (so the next daemon knows how long this one was down) and
+checks that its socket is still there (re-binding it if someone deleted it).
 
 One daemon per home: an exclusive `flock` on `daemon.lock`; a second one exits at once. Single
 threaded on purpose: `preexec_fn` (PR_SET_PDEATHSIG) is only safe without threads, and one thread
@@ -27,60 +29,117 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
+from subprocess import Popen
 from typing import Any
 
+from gangrun._backends.clock import Clock, system_clock
 from gangrun._backends.local import launcher, protocol
 from gangrun._backends.local.config import Paths
 from gangrun._backends.local.controller import Controller
-from gangrun._backends.local.gang import GangTwin, Launch, Worker
+from gangrun._backends.local.gang import GangTwin, Worker
+from gangrun._backends.local.render import Launch, log_path
 from gangrun._backends.local.store import Store
-from gangrun._backends.local.tasks import utc
-from gangrun._core.timeline import Event, EventType
+from gangrun._backends.metrics import CONTENT_TYPE
+from gangrun._core.exit_status import exit_status
+from gangrun._errors import DaemonUnavailable, GangrunError
 
 log = logging.getLogger("gangrun.local")
 IDLE_TIMEOUT = 60.0
+HEARTBEAT = timedelta(seconds=5)
+READS = frozenset({"ping", "get", "list", "events", "status"})  # still answered while shutting down
+
+
+@dataclass
+class _Waiter:
+    conn: socket.socket
+    name: str
+    after: list[Any]
+    deadline: datetime
 
 
 class Daemon:
-    def __init__(self, paths: Paths) -> None:
-        self.paths = paths
+    def __init__(self, paths: Paths, *, clock: Clock = system_clock) -> None:
+        self.paths, self.clock = paths, clock
         self.sel = selectors.DefaultSelector()
         self.store = Store(paths.db)
-        self.ctl = Controller(paths, self.store, spawn=self._spawn)
-        self.waiters: list[tuple[socket.socket, str, list, float]] = []
+        self.ctl = Controller(paths, self.store, processes=self)
+        self.waiters: list[_Waiter] = []
         self.down_conns: list[socket.socket] = []
         self.stopping = False
+        self.server: socket.socket | None = None
+        self.socket_id: tuple[int, int] | None = None
+        self.http: socket.socket | None = None  # 127.0.0.1:<metrics port>, when one is configured
+        self.http_port = 0
+        self.next_heartbeat = self.clock()
 
-    # -- processes -----------------------------------------------------------------------------------
+    # -- Processes (what the controller may do to workers) ----------------------------------------------
 
-    def _spawn(self, g: GangTwin, w: Worker, launch: Launch, env: dict[str, str]) -> tuple[int, int]:
-        logfile = Path(launch.logs) / f"restart-{g.restarts}" / f"rank-{w.rank}.log"
-        p = launcher.spawn(launch.argv, env=env, cwd=launch.cwd, log=logfile)
+    def start(self, gang: GangTwin, worker: Worker, launch: Launch, env: dict[str, str]) -> tuple[int, int]:
+        p = launcher.spawn(launch.argv, env=env, cwd=launch.cwd, log=log_path(launch, gang, worker))
         try:
             fd = os.pidfd_open(p.pid)  # EMFILE is possible: then nobody would ever see this worker exit
         except OSError:
             launcher.signal_group(p.pid, signal.SIGKILL)  # the gang treats a raise as "nothing started"
             p.wait()
             raise
-        self.sel.register(fd, selectors.EVENT_READ, ("exit", g.task, g.attempt, w.rank, p, fd))
-        rec = self.ctl.tasks.get(g.task)
-        if rec is not None:
-            rec.add(Event(time=utc(time.time()), type=EventType.WORKER_READY, attempt=g.attempt,
-                          message=f"worker rank {w.rank} (node {w.node}) running, pid {p.pid}",
-                          data={"rank": w.rank, "pid": p.pid, "restart": g.restarts}))
+        self.sel.register(fd, selectors.EVENT_READ, ("exit", gang.task, gang.attempt, worker.rank, p, fd))
         return p.pid, launcher.start_time(p.pid) or 0
 
-    def _exited(self, task: str, attempt: int, rank: int, p: Any, fd: int) -> None:
+    def signal(self, pgids: Iterable[int], sig: int) -> None:
+        for pgid in pgids:
+            launcher.signal_group(pgid, sig)
+
+    def free_port(self) -> int:
+        return launcher.free_port()
+
+    def _exited(self, task: str, attempt: int, rank: int, p: Popen[bytes], fd: int) -> None:
         launcher.signal_group(p.pid, signal.SIGKILL)  # its leftovers; the zombie leader keeps the pgid ours
-        code = launcher.exit_code(p.wait())
+        code = exit_status(p.wait())
         self.sel.unregister(fd)
         os.close(fd)
-        self.ctl.on_exit(task, attempt, rank, code, time.time())
+        self.ctl.on_exit(task, attempt, rank, code, self.clock())
 
     # -- the loop ------------------------------------------------------------------------------------
 
     def serve(self) -> None:
+        self._bind()
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        signal.set_wakeup_fd(wake_w.fileno())
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        signal.signal(signal.SIGINT, lambda *_: None)
+        self.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
+        self.ctl.load(self.clock(), kill_leftovers=launcher.kill_leftovers)
+        self._serve_metrics()
+        log.info("gangrun local control plane: pid %s, %d tasks", os.getpid(), len(self.ctl.tasks))
+        try:
+            while True:
+                started = time.perf_counter()
+                self._guarded(self.ctl.tick if not self.stopping else self.ctl.kill_overdue)
+                self.ctl.metrics.reconcile.observe(time.perf_counter() - started)
+                if self.stopping and self.ctl.live_workers() == 0:
+                    break
+                self._housekeeping()
+                self._answer_waiters()
+                for key, _ in self.sel.select(self._timeout()):
+                    self._guarded(partial(self._dispatch, key))
+        finally:
+            self.ctl.mark_lost_on_shutdown(self.clock())
+            for conn in self.down_conns:
+                _reply(conn, protocol.ok(True))
+            self.paths.socket.unlink(missing_ok=True)
+            self.paths.pidfile.unlink(missing_ok=True)
+
+    def _bind(self) -> None:
+        if self.server is not None:
+            self.sel.unregister(self.server)
+            self.server.close()
         sock_path = self.paths.socket
         sock_path.unlink(missing_ok=True)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -92,61 +151,103 @@ class Daemon:
         server.listen(128)
         server.setblocking(False)
         self.sel.register(server, selectors.EVENT_READ, ("listen",))
-        wake_r, wake_w = socket.socketpair()
-        wake_r.setblocking(False)
-        wake_w.setblocking(False)
-        signal.set_wakeup_fd(wake_w.fileno())
-        signal.signal(signal.SIGTERM, lambda *_: None)
-        signal.signal(signal.SIGINT, lambda *_: None)
-        self.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
-        self.ctl.load(time.time(), launcher.kill_leftovers)
-        log.info("gangrun local control plane: pid %s, %d tasks", os.getpid(), len(self.ctl.tasks))
-        try:
-            while True:
-                self._guarded(self.ctl.tick if not self.stopping else self._shutdown_step)
-                if self.stopping and self.ctl.live_workers() == 0:
-                    break
-                self._answer_waiters()
-                for key, _ in self.sel.select(self._timeout()):
-                    self._guarded(lambda _n=0, key=key: self._dispatch(key))
-        finally:
-            self.ctl.mark_lost_on_shutdown(time.time())
-            for conn in self.down_conns:
-                _reply(conn, protocol.ok(True))
-            sock_path.unlink(missing_ok=True)
-            self.paths.pidfile.unlink(missing_ok=True)
+        self.server = server
+        st = sock_path.stat()
+        self.socket_id = (st.st_dev, st.st_ino)
 
-    def _guarded(self, fn: Any) -> None:
+    def _serve_metrics(self) -> None:
+        """Listen for Prometheus on 127.0.0.1:<metrics port> (in this thread's selector: no HTTP thread, since
+        the workers are started with a preexec_fn, which threads would make unsafe)."""
+        port = self.ctl.config.metrics_port
+        if port == self.http_port:
+            return
+        if self.http is not None:
+            self.sel.unregister(self.http)
+            self.http.close()
+            self.http, self.http_port = None, 0
+        if not port:
+            return
+        http = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        http.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            fn(time.time())
+            http.bind(("127.0.0.1", port))
+        except OSError as e:
+            http.close()
+            log.error("gangrun local control plane: cannot serve metrics on 127.0.0.1:%d: %s", port, e)
+            return
+        http.listen(16)
+        http.setblocking(False)
+        self.sel.register(http, selectors.EVENT_READ, ("http",))
+        self.http, self.http_port = http, port
+
+    def _answer_http(self, conn: socket.socket, buf: bytearray) -> None:
+        try:
+            chunk = conn.recv(1 << 14)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        buf += chunk
+        if chunk and b"\r\n\r\n" not in buf and len(buf) < 1 << 16:
+            return
+        self.sel.unregister(conn)
+        line = bytes(buf).split(b"\r\n", 1)[0].split()
+        path = line[1].split(b"?")[0] if len(line) > 1 else b""
+        if path == b"/metrics":
+            status, ctype, body = "200 OK", CONTENT_TYPE, self.ctl.render_metrics(self.clock()).encode()
+        else:
+            status, ctype, body = "404 Not Found", "text/plain; charset=utf-8", b"not found\n"
+        head = f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        conn.setblocking(True)
+        conn.settimeout(5)
+        _reply(conn, head + body)
+
+    def _housekeeping(self) -> None:
+        """Every HEARTBEAT: say we are alive, and bring our socket back if someone removed it."""
+        now = self.clock()
+        if now < self.next_heartbeat:
+            return
+        self.next_heartbeat = now + HEARTBEAT
+        self._guarded(self.ctl.heartbeat)
+        try:
+            st = self.paths.socket.stat()
+            here = (st.st_dev, st.st_ino) == self.socket_id
+        except OSError:
+            here = False
+        if not here and not self.stopping:
+            log.warning("gangrun local control plane: %s was removed; listening on it again", self.paths.socket)
+            self._bind()
+
+    def _guarded(self, fn: Callable[[datetime], Any]) -> None:
+        try:
+            fn(self.clock())
         except Exception:  # a bug in one reconcile must not take the control plane down
             log.error("gangrun: internal error\n%s", traceback.format_exc())
-            time.sleep(0.05)
 
     def _timeout(self) -> float:
-        now = time.time()
-        wake = self.ctl.next_wake(now)
-        deadlines = [d for _, _, _, d in self.waiters]
+        now = self.clock()
+        wakes = [self.ctl.next_wake(now), self.next_heartbeat, *(w.deadline for w in self.waiters)]
         if self.stopping:
-            deadlines.append(now + 0.1)
-        t = min([x for x in [wake, *deadlines] if x is not None], default=now + IDLE_TIMEOUT)
-        return max(0.0, min(t - now, IDLE_TIMEOUT))
+            wakes.append(now + timedelta(seconds=0.1))
+        t = min((x for x in wakes if x is not None), default=now + timedelta(seconds=IDLE_TIMEOUT))
+        return max(0.0, min((t - now).total_seconds(), IDLE_TIMEOUT))
 
-    def _shutdown_step(self, now: float) -> None:
-        for rec in self.ctl.tasks.values():
-            if rec.gang is not None:
-                rec.gang.kill_overdue(now)
-
-    def _dispatch(self, key: selectors.SelectorKey) -> None:
+    def _dispatch(self, key: selectors.SelectorKey, _now: datetime) -> None:
         kind = key.data[0]
         if kind == "exit":
             self._exited(*key.data[1:])
-        elif kind == "listen":
-            conn, _ = key.fileobj.accept()
+        elif kind == "listen" and self.server is not None:
+            conn, _ = self.server.accept()
             conn.setblocking(False)
             self.sel.register(conn, selectors.EVENT_READ, ("conn", conn, bytearray()))
         elif kind == "conn":
             self._read(key.data[1], key.data[2])
+        elif kind == "http" and self.http is not None:
+            conn, _ = self.http.accept()
+            conn.setblocking(False)
+            self.sel.register(conn, selectors.EVENT_READ, ("httpconn", conn, bytearray()))
+        elif kind == "httpconn":
+            self._answer_http(key.data[1], key.data[2])
         elif kind == "signal":
             try:
                 key.data[1].recv(64)
@@ -173,29 +274,30 @@ class Daemon:
             return
         try:
             req = json.loads(bytes(buf).split(b"\n", 1)[0])
-            answer = self._handle(conn, req.get("op", ""), req.get("args") or {})
-        except Exception as e:
-            if not isinstance(e, protocol.GangrunError):
+            answer = self._handle(conn, str(req.get("op", "")), req.get("args") or {})
+        except Exception as e:  # every error goes back to the client, typed
+            if not isinstance(e, GangrunError):
                 log.error("gangrun: request failed\n%s", traceback.format_exc())
             answer = protocol.error(e)
         if answer is not None:
             _reply(conn, answer)
 
     def _handle(self, conn: socket.socket, op: str, a: dict[str, Any]) -> bytes | None:
-        ctl, now = self.ctl, time.time()
+        ctl, now = self.ctl, self.clock()
         if op == "wait":
             after = list(a["after"])
             if self._key(a["name"]) != after:
                 return protocol.ok(ctl.view(a["name"], now))
-            self.waiters.append((conn, a["name"], after, now + float(a.get("timeout", 1.0))))
+            timeout = timedelta(seconds=float(a.get("timeout", 1.0)))
+            self.waiters.append(_Waiter(conn=conn, name=a["name"], after=after, deadline=now + timeout))
             return None
         if op == "down":
             self.down_conns.append(conn)
             self._begin_shutdown()
             return None
-        if self.stopping and op not in ("ping", "get", "list", "events", "status"):
-            raise protocol.DaemonUnavailable("the local control plane is shutting down")
-        result: Any
+        if self.stopping and op not in READS:
+            raise DaemonUnavailable("the local control plane is shutting down")
+        result: Any = None
         if op == "ping":
             result = {"pid": os.getpid()}
         elif op == "submit":
@@ -210,41 +312,50 @@ class Daemon:
             result = [e.for_json() for e in self.store.events(a["name"])]
         elif op == "cancel":
             result = ctl.cancel(a["name"], now)
+        elif op == "delete":
+            result = ctl.delete(a["name"], force=bool(a.get("force")), now=now)
         elif op == "evict":
-            result = ctl.evict(a["name"], a["reason"], now)
+            ctl.evict(a["name"], a["reason"], now)
         elif op == "deactivate":
-            result = ctl.set_active(a["name"], False, now)
+            ctl.set_active(a["name"], False, now)
         elif op == "activate":
-            result = ctl.set_active(a["name"], True, now)
+            ctl.set_active(a["name"], True, now)
         elif op == "configure":
             ctl.configure(cpu=a.get("cpu"), memory=a.get("memory"), gpu=a.get("gpu"), queues=a.get("queues"),
-                          priority_classes=a.get("priorityClasses"))
+                          priority_classes=a.get("priorityClasses"), metrics_port=a.get("metricsPort"))
+            self._serve_metrics()
             result = ctl.status(now)
         elif op == "status":
             result = ctl.status(now)
         else:
-            raise protocol.DaemonUnavailable(f"unknown request {op!r}")
-        self._guarded(ctl.tick)  # a reconcile's bug is logged; it must not fail this request too
+            raise DaemonUnavailable(f"unknown request {op!r}")
+        if op not in READS:  # carry the change out now; a reconcile's bug is logged, the request answered
+            self._guarded(ctl.tick)
         return protocol.ok(result)
 
-    def _key(self, name: str) -> list:
+    def _key(self, name: str) -> list[Any]:
         st = self.ctl.task(name).state
         return [st.attempt, st.info.version, st.phase.value]
 
     def _answer_waiters(self) -> None:
-        now, keep = time.time(), []
-        for conn, name, after, deadline in self.waiters:
-            if self._key(name) != after or now >= deadline or self.stopping:
-                _reply(conn, protocol.ok(self.ctl.view(name, now)))
+        now, keep = self.clock(), []
+        for w in self.waiters:
+            try:
+                done = self._key(w.name) != w.after or now >= w.deadline or self.stopping
+                answer = protocol.ok(self.ctl.view(w.name, now)) if done else None
+            except GangrunError as e:  # deleted while someone waited on it
+                answer = protocol.error(e)
+            if answer is None:
+                keep.append(w)
             else:
-                keep.append((conn, name, after, deadline))
+                _reply(w.conn, answer)
         self.waiters = keep
 
     def _begin_shutdown(self) -> None:
         if not self.stopping:
             log.info("gangrun local control plane: stopping")
             self.stopping = True
-            self.ctl.stop_all(time.time())
+            self.ctl.stop_all(self.clock())
 
 
 def _reply(conn: socket.socket, data: bytes) -> None:
@@ -260,14 +371,18 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     paths = Paths(Path(argv[1]).resolve())
     paths.ensure()
-    lock = open(paths.lock, "a")  # noqa: SIM115 - held for the life of the process
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return 0  # another daemon serves this home
-    paths.pidfile.write_text(str(os.getpid()))
-    os.environ["GANGRUN_HOME"] = str(paths.home)
-    Daemon(paths).serve()
+    with open(paths.lock, "a") as lock:  # held for the life of the process
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # another daemon serves this home
+        paths.pidfile.write_text(str(os.getpid()))
+        os.environ["GANGRUN_HOME"] = str(paths.home)
+        try:
+            Daemon(paths).serve()
+        except DaemonUnavailable as e:  # e.g. local.db is not a database: say so where the client looks
+            print(f"gangrun: error: {e}", file=sys.stderr)
+            return 3
     return 0
 
 

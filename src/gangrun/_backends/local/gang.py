@@ -1,37 +1,75 @@
-"""Process gangs with JobSet's semantics: the local twin of one attempt's JobSet.
+"""The local twin of one attempt's JobSet: a gang of worker processes with JobSet's semantics.
 
-A gang is `nodes × nprocPerNode` worker processes, laid out as Flyte lays out its JobSet: one
+A gang is `nodes × nprocPerNode` workers laid out as the Kubernetes backend lays out its JobSet: one
 replicated job `workers` whose pods are the nodes. The rules, as JobSet applies them:
 
-- created suspended (Kueue's webhook does that); `resume()` once admitted starts every worker together
-  with a fresh MASTER_PORT; `suspend()` stops them all (SIGTERM with a stop notice, SIGKILL at the
-  deadline) and exits seen while suspended are not failures (B4: Kueue deletes pods, it does not
-  fail them);
+- created suspended (Kueue's webhook does that); `resume()` once admitted starts every worker of a
+  round together; `suspend()` stops them all (stop notice, SIGTERM, SIGKILL at the deadline) and
+  exits seen during a stop are never failures (B4: Kueue deletes pods, it does not fail them);
 - a non-zero exit while running: if `restarts < maxRestarts`, `RestartingJobSet=True`, restarts + 1,
-  the others are stopped and the whole gang starts again when they are gone; otherwise
-  `Failed=True/ReachedMaxRestarts` (a failurePolicy is always set, as the Kubernetes backend does);
+  the others are stopped and the whole gang starts again once they are gone; otherwise
+  `Failed=True/ReachedMaxRestarts`;
+- a worker lost to its node (`disrupt()`, as a drained or reclaimed node kills its pods) restarts the
+  gang without counting towards maxRestarts (`restarts_count_towards_max` stays), as JobSet's
+  `RestartJobSetAndIgnoreMaxRestarts` does for a Job failed by a DisruptionTarget pod; its peers get
+  a stop notice with cause `NodeDisruption` (with `restartOnDisruption: false` it is a plain failure);
 - `Completed=True/AllJobsCompleted` when every worker exited 0.
 
-The twin holds only plain values (persisted as JSON); the daemon owns the live processes and gives
-`resume()` a `spawn` callable. `observe()` turns the twin into the engine's `Gang`.
+The twin is a plain value persisted as JSON. It never touches a process or reads a clock: every
+transition takes `now` and returns the `Effect`s the shell carries out (start a round, signal
+process groups, write the stop notice). `observe()` is the engine's `Gang`.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+import signal
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
-from gangrun._backends.local import launcher
-from gangrun._backends.local.workload import condition_from_json, condition_json
 from gangrun._core import jobset
 from gangrun._core.conditions import FALSE, TRUE, Condition, find_condition, set_condition
-from gangrun._core.observation import Gang
+from gangrun._core.observation import Disruption, Gang
+from gangrun._core.times import time_in, time_out
 
-# Why the workers of a gang are being stopped; what happens when the last one is gone.
-SUSPEND, RESTART, FAIL, DELETE = "suspend", "restart", "fail", "delete"
+
+class StopReason(StrEnum):
+    """Why the workers of a gang are being stopped, which says what happens once the last is gone."""
+
+    SUSPEND = "Suspend"  # Kueue took the gang back: it waits, suspended, for re-admission
+    RESTART = "Restart"  # a whole-gang restart: the next round starts
+    FAIL = "Fail"  # the JobSet failed: nothing starts again
+    DELETE = "Delete"  # the attempt ended (or the task was cancelled): the gang is gone for good
+
+
+@dataclass(frozen=True)
+class StartRound:
+    """Start every worker of the gang's current restart round (the shell picks the port and spawns)."""
+
+
+@dataclass(frozen=True)
+class Signal:
+    pgids: tuple[int, ...]
+    signal: int
+
+
+@dataclass(frozen=True)
+class WriteNotice:
+    """The stop notice (B3) the workers read before SIGTERM: why, and by when they must be gone."""
+
+    cause: str
+    message: str
+    deadline: datetime
+
+
+Effect = StartRound | Signal | WriteNotice
+NODE_DISRUPTION = "NodeDisruption"  # the stop notice's cause for the peers of a worker lost to its node
+
+
+def gang_name(task: str, attempt: int) -> str:
+    """The gang of attempt N is `<task>-a<N>` (the JobSet of attempt N is named alike on Kubernetes)."""
+    return f"{task}-a{attempt}"
 
 
 @dataclass(kw_only=True)
@@ -43,22 +81,6 @@ class Worker:
     started: int = 0  # /proc start time, to recognise the process after a daemon restart
     running: bool = False
     exit_code: int | None = None
-    exited_at: float | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Launch:
-    """Everything needed to start the workers of one (task, attempt): built by the daemon from the spec."""
-
-    argv: list[str]
-    cwd: str
-    env: dict[str, str]  # base env: the daemon's, the spec's and the attempt-wide gangrun variables
-    logs: Any  # Path of logs/<task>/attempt-<N>
-    max_restarts: int
-    grace: float
-
-
-Spawn = Callable[["GangTwin", Worker, Launch, dict[str, str]], tuple[int, int]]  # → (pid, start time)
 
 
 @dataclass(kw_only=True)
@@ -67,26 +89,35 @@ class GangTwin:
     attempt: int
     nodes: int
     nproc: int
+    max_restarts: int = 0
+    restart_on_disruption: bool = True  # failurePolicy.restartOnDisruption: a lost node's restart is not counted
     suspended: bool = True
     conditions: list[Condition] = field(default_factory=list)
     restarts: int = 0
+    restarts_count_towards_max: int = 0
     workers: list[Worker] = field(default_factory=list)
-    stopping: str = ""
-    kill_at: float | None = None
+    stopping: StopReason | None = None
+    kill_at: datetime | None = None
     port: int = 0
     first_failure: str = ""
     pending_failure: str = ""
-    up_since: float | None = None  # all workers of the current round running since: work lost counts from here
+    disruption: Disruption | None = None  # the newest worker lost to its node, and the round it was in
+    disrupted_node: int = -1  # the node it ran on
     lost: bool = False  # its workers vanished with an earlier daemon
+    events_offset: int = 0  # how far the SDK's checkpoint events file of this attempt has been read
+    generation: int = field(default=0, compare=False)  # bumped by every change: the shell persists on a bump
 
     def __post_init__(self) -> None:
         if not self.workers:
             self.workers = [Worker(rank=n * self.nproc + i, node=n, local_rank=i)
                             for n in range(self.nodes) for i in range(self.nproc)]
+        if not self.conditions:
+            self.conditions.append(Condition(type=jobset.SUSPENDED, status=TRUE, reason=jobset.SUSPENDED_JOBS,
+                                             message=jobset.MSG_SUSPENDED))
 
     @property
     def name(self) -> str:
-        return f"{self.task}-a{self.attempt}"
+        return gang_name(self.task, self.attempt)
 
     @property
     def live(self) -> list[Worker]:
@@ -100,148 +131,240 @@ class GangTwin:
     def failed(self) -> bool:
         return self._is(jobset.FAILED)
 
+    @property
+    def deleted(self) -> bool:
+        return self.stopping is StopReason.DELETE
+
+    @property
+    def up(self) -> bool:
+        """Every worker of the current round is running and nothing is stopping them."""
+        return not self.suspended and self.stopping is None and all(w.running for w in self.workers)
+
+    def job_name(self, node: int) -> str:
+        return f"{self.name}-workers-{node}"
+
     def _is(self, type_: str) -> bool:
         cond = find_condition(self.conditions, type_)
         return cond is not None and cond.is_true
 
     def _set(self, type_: str, status: str, reason: str, message: str, now: datetime) -> bool:
-        return set_condition(self.conditions, Condition(type=type_, status=status, reason=reason, message=message),
-                             now=now)
+        cond = Condition(type=type_, status=status, reason=reason, message=message)
+        return set_condition(self.conditions, cond, now=now)
 
-    def job_name(self, node: int) -> str:
-        return f"{self.name}-workers-{node}"
+    def touch(self) -> None:
+        """Record that the twin changed (every transition that changes it calls this)."""
+        self.generation += 1
 
     # -- JobSet controller ---------------------------------------------------------------------------
 
-    def resume(self, launch: Launch, spawn: Spawn, *, now: datetime) -> bool:
+    def resume(self, *, now: datetime) -> list[Effect]:
         """Admitted: unsuspend and start every worker of the current restart round."""
-        if self.live or self.completed or self.failed or self.stopping:
-            return False
+        if self.live or self.completed or self.failed or self.stopping is not None:
+            return []
+        self.touch()
         self.suspended = False
         self._set(jobset.SUSPENDED, FALSE, jobset.RESUME_JOBS, jobset.MSG_RESUMED, now)
-        self._start_round(launch, spawn)
-        return True
+        return self._new_round()
 
-    def _start_round(self, launch: Launch, spawn: Spawn) -> None:
-        self.port = launcher.free_port()
+    def _new_round(self) -> list[Effect]:
         self.first_failure = ""
         for w in self.workers:
-            w.running, w.exit_code, w.exited_at, w.pid = False, None, None, 0
-        for w in self.workers:
-            env = dict(launch.env)
-            env.update({"JOBSET_RESTART_ATTEMPT": str(self.restarts), "NODE_RANK": str(w.node),
-                        "RANK": str(w.rank), "LOCAL_RANK": str(w.local_rank), "GROUP_RANK": str(w.node),
-                        "MASTER_PORT": str(self.port)})
-            try:
-                w.pid, w.started = spawn(self, w, launch, env)
-            except OSError as e:  # the command cannot be started at all: a worker that can never start
-                self.pending_failure = f"rank {w.rank} cannot start {launch.argv[0]!r}: {e.strerror or e}"
-                break
-            w.running = True
-        if self.pending_failure:
-            self.stop(FAIL, launch.grace, notice=None)
-        elif all(w.running for w in self.workers):
-            self.up_since = time.time()
+            w.running, w.exit_code, w.pid, w.started = False, None, 0, 0
+        return [StartRound()]
 
-    def suspend(self, grace: float, notice: Callable[[float], None], *, now: datetime) -> bool:
-        """Kueue took the gang back (W2): suspended, every worker told why and stopped."""
-        if self.suspended and self.stopping in (SUSPEND, DELETE):
-            return False
+    def round_started(self, port: int, started: dict[int, tuple[int, int]], *, cannot_start: str,
+                      grace: timedelta, now: datetime) -> list[Effect]:
+        """The shell started the round: `started` maps rank → (pid, start time); `cannot_start` says why
+        the rest could not be (a worker that can never start, e.g. a missing executable)."""
+        self.touch()
+        self.port = port
+        for rank, (pid, start) in started.items():
+            w = self.workers[rank]
+            w.pid, w.started, w.running = pid, start, True
+        if cannot_start:
+            self.pending_failure = cannot_start
+            return self.stop(StopReason.FAIL, grace=grace, now=now)
+        return []
+
+    def suspend(self, *, cause: str, message: str, grace: timedelta, now: datetime) -> list[Effect]:
+        """Kueue took the gang back: suspended, every worker told why and stopped."""
+        if self.suspended and self.stopping in (StopReason.SUSPEND, StopReason.DELETE):
+            return []
+        self.touch()
         self.suspended = True
         self._set(jobset.SUSPENDED, TRUE, jobset.SUSPENDED_JOBS, jobset.MSG_SUSPENDED, now)
         if self._is(jobset.RESTARTING):
             self._set(jobset.RESTARTING, FALSE, jobset.JOBSET_SUSPENDED, jobset.MSG_SUSPENDED, now)
-        if self.stopping != DELETE:
-            self.stop(SUSPEND, grace, notice=notice)
-        return True
+        if self.stopping is StopReason.DELETE:
+            return []
+        return self.stop(StopReason.SUSPEND, grace=grace, now=now, notice=(cause, message))
 
-    def stop(self, why: str, grace: float, *, notice: Callable[[float], None] | None) -> None:
-        """SIGTERM every live worker (after the stop notice) and SIGKILL them at the deadline."""
+    def stop(self, why: StopReason, *, grace: timedelta, now: datetime,
+             notice: tuple[str, str] | None = None) -> list[Effect]:
+        """SIGTERM every live worker (after the stop notice, if any); SIGKILL them at the deadline."""
+        self.touch()
         self.stopping = why
-        self.up_since = None
-        if not self.live:
-            return
-        deadline = time.time() + grace
-        if notice is not None:
-            notice(deadline)
+        live = self.live
+        if not live:
+            return []
+        deadline = now + grace
         if self.kill_at is None or deadline < self.kill_at:
             self.kill_at = deadline
-        for w in self.live:
-            launcher.signal_group(w.pid, 15)
+        effects: list[Effect] = []
+        if notice is not None:
+            effects.append(WriteNotice(cause=notice[0], message=notice[1], deadline=deadline))
+        effects.append(Signal(tuple(w.pid for w in live), signal.SIGTERM))
+        return effects
 
-    def kill_overdue(self, now_ts: float) -> bool:
-        if self.kill_at is None or now_ts < self.kill_at or not self.live:
-            return False
-        for w in self.live:
-            launcher.signal_group(w.pid, 9)
-        return True
+    def kill_overdue(self, *, now: datetime) -> list[Effect]:
+        if self.kill_at is None or now < self.kill_at or not self.live:
+            return []
+        return [Signal(tuple(w.pid for w in self.live), signal.SIGKILL)]
 
-    def exited(self, rank: int, code: int, launch: Launch | None, spawn: Spawn, *, now: datetime) -> None:
+    def disrupt(self, node: int, *, reason: str, message: str, now: datetime) -> list[Effect]:
+        """The node of `node` is lost: its workers are killed at once, as a reclaimed node kills its pods."""
+        victims = [w for w in self.workers if w.node == node and w.running]
+        if not victims or self.stopping is not None:
+            return []
+        self.touch()
+        self.disruption = Disruption(reason=reason, message=message, restart_attempt=self.restarts,
+                                     worker=f"rank {victims[0].rank} (node {node})")
+        self.disrupted_node = node
+        return [Signal(tuple(w.pid for w in victims), signal.SIGKILL)]
+
+    def lost_with_its_node(self, rank: int) -> bool:
+        """Whether worker `rank` of this round is one a node disruption killed."""
+        return self._disrupted and self.workers[rank].node == self.disrupted_node
+
+    @property
+    def _disrupted(self) -> bool:
+        """A worker of this round was lost to its node (and the restart for it has not happened yet)."""
+        return self.disruption is not None and self.disruption.restart_attempt >= self.restarts
+
+    def exited(self, rank: int, code: int, *, grace: timedelta, now: datetime) -> list[Effect]:
         """One worker exited with `code`: JobSet's failure policy, or the end of a stop."""
         w = self.workers[rank]
-        w.running, w.exit_code, w.exited_at = False, code, time.time()
-        if self.stopping:
-            if not self.live:
-                self._stopped(launch, spawn, now=now)
-            return
+        if not w.running:
+            return []
+        self.touch()
+        w.running, w.exit_code = False, code
+        if self.stopping is not None:
+            return self._stopped(now=now) if not self.live else []
         if code != 0:
             job = self.job_name(w.node)
             self.first_failure = f"worker rank {w.rank} (node {w.node}) exited with code {code}"
-            if self.restarts < (launch.max_restarts if launch else 0):
-                self.restarts += 1  # JobSet counts the restart when it decides it
+            if self._disrupted and self.restart_on_disruption:  # not the application's fault: not counted
+                assert self.disruption is not None
+                self.restarts += 1
                 self._set(jobset.RESTARTING, TRUE, jobset.DEFAULT_FAILURE_POLICY, jobset.restarting_message(job), now)
-                self.stop(RESTART, launch.grace if launch else 0, notice=None)
+                d = self.disruption
+                notice = (NODE_DISRUPTION, f"worker lost to node disruption ({d.reason}): {d.message}; "
+                                           "restarting the gang")
+                effects = self.stop(StopReason.RESTART, grace=grace, now=now, notice=notice)
+            elif self.restarts_count_towards_max < self.max_restarts:
+                self.restarts += 1  # JobSet counts the restart when it decides it
+                self.restarts_count_towards_max += 1
+                self._set(jobset.RESTARTING, TRUE, jobset.DEFAULT_FAILURE_POLICY, jobset.restarting_message(job), now)
+                effects = self.stop(StopReason.RESTART, grace=grace, now=now)
             else:
-                self._set(jobset.FAILED, TRUE, jobset.REACHED_MAX_RESTARTS, jobset.reached_max_restarts_message(job),
-                          now)
-                self.stop(FAIL, launch.grace if launch else 0, notice=None)
-            if not self.live:
-                self._stopped(launch, spawn, now=now)
-            return
+                self._set(jobset.FAILED, TRUE, jobset.REACHED_MAX_RESTARTS,
+                          jobset.reached_max_restarts_message(job), now)
+                effects = self.stop(StopReason.FAIL, grace=grace, now=now)
+            return effects + (self._stopped(now=now) if not self.live else [])
         if all(x.exit_code == 0 for x in self.workers):
-            self.up_since = None
             self._set(jobset.COMPLETED, TRUE, jobset.ALL_JOBS_COMPLETED, jobset.MSG_COMPLETED, now)
+        return []
 
-    def _stopped(self, launch: Launch | None, spawn: Spawn, *, now: datetime) -> None:
+    def _stopped(self, *, now: datetime) -> list[Effect]:
         """The last worker of a stop is gone."""
-        why, self.stopping, self.kill_at = self.stopping, "", None
-        if why == RESTART and not self.suspended and launch is not None:
-            self._start_round(launch, spawn)
-            if not self.pending_failure:
-                self._set(jobset.RESTARTING, FALSE, jobset.JOBS_READY, jobset.MSG_JOBS_READY, now)
-        elif why == DELETE:
-            self.stopping = DELETE  # stays deleted
+        self.touch()
+        why, self.kill_at = self.stopping, None
+        if why is StopReason.DELETE:
+            return []  # stays deleted
+        self.stopping = None
+        if why is StopReason.RESTART and not self.suspended:
+            self._set(jobset.RESTARTING, FALSE, jobset.JOBS_READY, jobset.MSG_JOBS_READY, now)
+            return self._new_round()
+        return []
+
+    def workers_gone(self, *, now: datetime) -> list[Effect]:
+        """Recovery: the daemon that ran these workers died, and they with it (PR_SET_PDEATHSIG).
+
+        A stop that was in progress is finished (a suspension keeps its attempt, a restart starts its
+        next round); a gang that was simply running is lost, which the engine reads as a deletion.
+        """
+        if not self.live:
+            return []
+        self.touch()
+        for w in self.live:
+            w.running, w.exit_code = False, 137
+        if self.stopping is None:
+            self.lost = True
+            return []
+        return self._stopped(now=now)
 
     # -- views ---------------------------------------------------------------------------------------
 
     def observe(self) -> Gang:
-        launched = [w for w in self.workers if w.running or w.exit_code is not None]
         n = len(self.workers)
         running = len(self.live)
+        launched = sum(1 for w in self.workers if w.running or w.exit_code is not None)
         round_failed = any(w.exit_code not in (None, 0) for w in self.workers) and not self.suspended
         return Gang(
             suspended=self.suspended,
             conditions=tuple(self.conditions),
             restarts=self.restarts,
-            restarts_count_towards_max=self.restarts,
+            restarts_count_towards_max=self.restarts_count_towards_max,
             expected_workers=n,
-            scheduled_workers=0 if self.suspended else len(launched),
+            scheduled_workers=0 if self.suspended else launched,
             ready_workers=0 if self.suspended else running + sum(1 for w in self.workers if w.exit_code == 0),
-            jobs_ready=1 if not self.suspended and not self.stopping and running == n else 0,
+            jobs_ready=1 if self.up else 0,
             jobs_succeeded=1 if self.completed else 0,
-            jobs_failed=1 if round_failed else 0,
+            jobs_failed=1 if round_failed and not (self._disrupted and self.restart_on_disruption) else 0,
             first_failure=self.first_failure,
             pending_failure=self.pending_failure,
+            disruption=self.disruption,
         )
 
     def for_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["conditions"] = [condition_json(c) for c in self.conditions]
-        return d
+        return {"task": self.task, "attempt": self.attempt, "nodes": self.nodes, "nproc": self.nproc,
+                "maxRestarts": self.max_restarts, "restartOnDisruption": self.restart_on_disruption,
+                "suspended": self.suspended,
+                "conditions": [c.for_json() for c in self.conditions], "restarts": self.restarts,
+                "restartsCountTowardsMax": self.restarts_count_towards_max,
+                "workers": [{"rank": w.rank, "node": w.node, "localRank": w.local_rank, "pid": w.pid,
+                             "started": w.started, "running": w.running, "exitCode": w.exit_code}
+                            for w in self.workers],
+                "stopping": self.stopping.value if self.stopping else None, "killAt": time_out(self.kill_at),
+                "port": self.port, "firstFailure": self.first_failure, "pendingFailure": self.pending_failure,
+                "disruption": None if self.disruption is None else {
+                    "reason": self.disruption.reason, "message": self.disruption.message,
+                    "worker": self.disruption.worker, "restartAttempt": self.disruption.restart_attempt,
+                    "node": self.disrupted_node},
+                "lost": self.lost, "eventsOffset": self.events_offset}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> GangTwin:
-        d = dict(d)
-        d["workers"] = [Worker(**w) for w in d["workers"]]
-        d["conditions"] = [condition_from_json(c) for c in d["conditions"]]
-        return cls(**d)
+        return cls(task=d["task"], attempt=int(d["attempt"]), nodes=int(d["nodes"]), nproc=int(d["nproc"]),
+                   max_restarts=int(d.get("maxRestarts", 0)),
+                   restart_on_disruption=bool(d.get("restartOnDisruption", True)), suspended=bool(d["suspended"]),
+                   conditions=[Condition.from_json(c) for c in d.get("conditions", [])],
+                   restarts=int(d.get("restarts", 0)),
+                   restarts_count_towards_max=int(d.get("restartsCountTowardsMax", d.get("restarts", 0))),
+                   workers=[Worker(rank=int(w["rank"]), node=int(w["node"]), local_rank=int(w["localRank"]),
+                                   pid=int(w.get("pid", 0)), started=int(w.get("started", 0)),
+                                   running=bool(w.get("running")), exit_code=w.get("exitCode"))
+                            for w in d["workers"]],
+                   stopping=StopReason(d["stopping"]) if d.get("stopping") else None,
+                   kill_at=time_in(d.get("killAt")), port=int(d.get("port", 0)),
+                   first_failure=d.get("firstFailure", ""), pending_failure=d.get("pendingFailure", ""),
+                   disruption=_disruption_in(d.get("disruption")), lost=bool(d.get("lost", False)),
+                   disrupted_node=int((d.get("disruption") or {}).get("node", -1)),
+                   events_offset=int(d.get("eventsOffset", 0)))
+
+
+def _disruption_in(d: dict[str, Any] | None) -> Disruption | None:
+    if not d:
+        return None
+    return Disruption(reason=str(d["reason"]), message=str(d["message"]), worker=str(d.get("worker", "")),
+                      restart_attempt=int(d.get("restartAttempt", 0)))

@@ -43,7 +43,7 @@ def _preexec(parent: int) -> Callable[[], None]:
     return run
 
 
-def spawn(argv: list[str], *, env: dict[str, str], cwd: str, log: Path) -> subprocess.Popen:
+def spawn(argv: list[str], *, env: dict[str, str], cwd: str, log: Path) -> subprocess.Popen[bytes]:
     """Start one worker with its output appended to `log`. Raises OSError when it cannot start."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
@@ -108,9 +108,4 @@ def free_port() -> int:
     """A TCP port free on the loopback right now: the gang's MASTER_PORT for this start."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def exit_code(returncode: int) -> int:
-    """Popen's -N (killed by signal N) as a shell and Kubernetes report it: 128 + N."""
-    return 128 - returncode if returncode < 0 else returncode
+        return int(s.getsockname()[1])

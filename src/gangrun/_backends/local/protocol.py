@@ -4,8 +4,8 @@
     response  {"ok": true, "result": ...}\\n  |  {"ok": false, "error": {"type": "UsageError", "message": "..."}}\\n
 
 One request per connection keeps the daemon's single-threaded loop simple. Errors travel by the
-name of their class in `gangrun._errors`, so the client re-raises the very type the daemon raised
-(a user mistake stays a `UsageError`).
+name of their class in `gangrun._errors` with their attributes, so the client re-raises the very
+error the daemon raised (a `SpecError` keeps its `field`, a user mistake stays a `UsageError`).
 """
 
 from __future__ import annotations
@@ -30,20 +30,23 @@ def ok(result: Any) -> bytes:
 
 
 def error(exc: BaseException) -> bytes:
-    kind = type(exc).__name__ if isinstance(exc, GangrunError) else "BackendError"
-    message = str(exc) if isinstance(exc, GangrunError) else f"{type(exc).__name__}: {exc}"
-    return encode({"ok": False, "error": {"type": kind, "message": message}})
+    if isinstance(exc, GangrunError):
+        fields = {k: v for k, v in vars(exc).items() if isinstance(v, str | int | float | bool | None)}
+        return encode({"ok": False, "error": {"type": type(exc).__name__, "message": str(exc), "fields": fields}})
+    return encode({"ok": False, "error": {"type": "BackendError", "message": f"{type(exc).__name__}: {exc}"}})
 
 
-def raise_error(err: dict[str, Any]) -> None:
-    cls = getattr(_errors, err.get("type", ""), None)
-    message = err.get("message", "")
-    if isinstance(cls, type) and issubclass(cls, GangrunError):
-        try:
-            raise cls(message)
-        except TypeError:  # errors whose constructor takes more than a message
-            pass
-    raise _errors.BackendError(message)
+def decode_error(err: dict[str, Any]) -> GangrunError:
+    """The error the daemon raised: same class, message and attributes (a BackendError if unknown)."""
+    cls = getattr(_errors, str(err.get("type", "")), None)
+    if not (isinstance(cls, type) and issubclass(cls, GangrunError)):
+        cls = _errors.BackendError
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, str(err.get("message", "")))
+    fields = err.get("fields")
+    if isinstance(fields, dict):
+        exc.__dict__.update(fields)
+    return exc
 
 
 def call(path: Path, op: str, args: dict[str, Any] | None = None, *, timeout: float = 30.0) -> Any:
@@ -69,5 +72,5 @@ def call(path: Path, op: str, args: dict[str, Any] | None = None, *, timeout: fl
         raise DaemonUnavailable(f"the local control plane closed the connection during {op!r}")
     doc = json.loads(buf)
     if not doc.get("ok"):
-        raise_error(doc.get("error") or {})
+        raise decode_error(doc.get("error") or {})
     return doc.get("result")

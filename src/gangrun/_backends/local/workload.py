@@ -1,7 +1,7 @@
 """The Workload twin: one per attempt's gang, with Kueue's conditions written in Kueue's order.
 
 Only `gangrun._core.kueue` spells the strings; this module only sequences them. One preemption, as
-the daemon carries it out (reference brief kueue-jobset.md §3.3):
+the daemon carries it out (Kueue's own order, from its jobframework reconciler):
 
     W1  evict()          Evicted=True/Preempted + Preempted=True/InClusterQueue; quota still reserved
     W2  (gang.suspend)   the gang twin is suspended and its workers get SIGTERM
@@ -11,23 +11,24 @@ the daemon carries it out (reference brief kueue-jobset.md §3.3):
                          "Previously: ...", Admitted=True
     W8  (gang.resume)    the same attempt's workers start again, same restartAttempt
 
-Every transition takes `now` and returns whether it changed anything (STYLE.md §2).
+Every transition takes `now` and returns whether it changed anything.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gangrun._backends.local.config import CLUSTER_QUEUE
 from gangrun._core import kueue
 from gangrun._core.conditions import FALSE, TRUE, Condition, find_condition, set_condition
 from gangrun._core.observation import Workload
+from gangrun._core.times import time_in, time_out
 
 REQUEUE_ON = (kueue.EVICTED_BY_PREEMPTION, kueue.EVICTED_DUE_TO_NODE_FAILURES)  # Kueue's reconciler rule
-BACKOFF_MAX = 60.0
+BACKOFF_MAX = timedelta(seconds=60)
 
 
 def workload_name(task: str, attempt: int) -> str:
@@ -48,12 +49,14 @@ class WorkloadTwin:
     order: int  # submission order
     active: bool = True
     conditions: list[Condition] = field(default_factory=list)
-    admitted_at: float | None = None  # unix time of the quota reservation; None = no reservation
-    requeue_at: float | None = None  # PodsReadyTimeout backoff
+    admitted_at: datetime | None = None  # the quota reservation; None = no reservation
+    requeue_at: datetime | None = None  # PodsReadyTimeout backoff
     requeue_count: int = 0
     preempted_by: str = ""  # the task whose admission evicted this one (for the timeline)
     evictions: dict[str, int] = field(default_factory=dict)  # schedulingStats.evictions by reason
     finished: bool = False  # Finished=True: the gang is done or deleted; it never competes again
+    gpus: tuple[tuple[int, ...], ...] = ()  # per node, the GPU indices its quota reservation holds
+    generation: int = field(default=0, compare=False)  # bumped by every change: the shell persists on a bump
 
     @property
     def name(self) -> str:
@@ -72,16 +75,23 @@ class WorkloadTwin:
         cond = find_condition(self.conditions, kueue.EVICTED)
         return cond if cond is not None and cond.is_true else None
 
-    def pending(self, now: float) -> bool:
+    @property
+    def pending_message(self) -> str:
+        """QuotaReserved=False's message: why Kueue has not admitted it (or the eviction it is back from)."""
+        cond = find_condition(self.conditions, kueue.QUOTA_RESERVED)
+        return cond.message if cond is not None and not cond.is_true else ""
+
+    def pending(self, now: datetime) -> bool:
         """Whether it competes for quota: active, no reservation, not backing off."""
         return (self.active and not self.reserved and not self.finished
                 and (self.requeue_at is None or self.requeue_at <= now))
 
     # -- transitions ---------------------------------------------------------------------------------
 
-    def reserve(self, *, at: float, now: datetime) -> bool:
-        """W7 (and first admission): quota reserved and admitted; old eviction flips to 'Previously'."""
-        self.admitted_at = at
+    def reserve(self, *, now: datetime, gpus: tuple[tuple[int, ...], ...] = ()) -> bool:
+        """W7 (and first admission): quota reserved and admitted; old eviction flips to 'Previously'.
+        `gpus`: the GPUs of the machine its nodes may use (`gangrun._core.gpus`)."""
+        self.admitted_at, self.gpus = now, gpus
         for type_ in (kueue.EVICTED, kueue.PREEMPTED):
             old = find_condition(self.conditions, type_)
             if old is not None and old.is_true:
@@ -105,7 +115,7 @@ class WorkloadTwin:
         self.evictions[reason] = self.evictions.get(reason, 0) + 1
         return True
 
-    def release(self, *, at: float, now: datetime, backoff_base: float) -> bool:
+    def release(self, *, now: datetime, backoff_base: timedelta) -> bool:
         """W6: the gang has no worker left; give the quota back and requeue as Kueue does."""
         ev = self.evicted
         if not self.reserved or ev is None:
@@ -115,14 +125,14 @@ class WorkloadTwin:
         self._set(kueue.QUOTA_RESERVED, FALSE, kueue.PENDING, ev.message, now)
         self._set(kueue.ADMITTED, FALSE, kueue.NO_RESERVATION, kueue.MSG_NO_RESERVATION, now)
         self._set(kueue.PODS_READY, FALSE, kueue.PODS_READY_WAIT_FOR_START, kueue.MSG_PODS_NOT_READY, now)
-        self.admitted_at = None
+        self.admitted_at, self.gpus = None, ()
         if ev.reason == kueue.EVICTED_BY_PODS_READY_TIMEOUT:
             self.requeue_count += 1
-            self.requeue_at = at + min(BACKOFF_MAX, backoff_base * 2 ** (self.requeue_count - 1))
+            self.requeue_at = now + min(BACKOFF_MAX, backoff_base * 2 ** (self.requeue_count - 1))
         return True
 
-    def backoff_finished(self, *, now_ts: float, now: datetime) -> bool:
-        if self.requeue_at is None or self.requeue_at > now_ts:
+    def backoff_finished(self, *, now: datetime) -> bool:
+        if self.requeue_at is None or self.requeue_at > now:
             return False
         self.requeue_at = None
         self._set(kueue.REQUEUED, TRUE, kueue.BACKOFF_FINISHED, kueue.MSG_BACKOFF_FINISHED, now)
@@ -133,6 +143,7 @@ class WorkloadTwin:
         if not self.active:
             return False
         self.active = False
+        self.generation += 1
         self.requeue_at = None  # Kueue resets requeueState on deactivation
         ev = self.evicted
         if ev is None or not kueue.is_deactivation_reason(ev.reason):
@@ -153,10 +164,16 @@ class WorkloadTwin:
         """Finished=True (the gang ended or was deleted): the quota goes back, it never competes again."""
         if self.finished:
             return False
-        self.finished, self.admitted_at, self.requeue_at = True, None, None
+        self.finished, self.admitted_at, self.requeue_at, self.gpus = True, None, None, ()
         reason = kueue.FINISHED_SUCCEEDED if succeeded else kueue.FINISHED_FAILED
         self._set(kueue.FINISHED, TRUE, reason, message, now)
         return True
+
+    def waiting(self, message: str, *, now: datetime) -> bool:
+        """Not admitted, and why (QuotaReserved=False/Pending): shown as the gang's pending reason."""
+        if self.reserved or self.finished:
+            return False
+        return self._set(kueue.QUOTA_RESERVED, FALSE, kueue.PENDING, message, now)
 
     def pods_ready(self, ready: bool, *, recovering: bool, now: datetime) -> bool:
         if ready:
@@ -168,8 +185,10 @@ class WorkloadTwin:
         return self._set(kueue.PODS_READY, FALSE, kueue.PODS_READY_WAIT_FOR_START, kueue.MSG_PODS_NOT_READY, now)
 
     def _set(self, type_: str, status: str, reason: str, message: str, now: datetime) -> bool:
-        return set_condition(self.conditions, Condition(type=type_, status=status, reason=reason, message=message),
-                             now=now)
+        changed = set_condition(self.conditions, Condition(type=type_, status=status, reason=reason, message=message),
+                                now=now)
+        self.generation += changed
+        return changed
 
     # -- views ------------------------------------------------------------------------------------------
 
@@ -179,34 +198,25 @@ class WorkloadTwin:
     def for_json(self) -> dict[str, Any]:
         return {"task": self.task, "attempt": self.attempt, "queue": self.queue, "priority": self.priority,
                 "priorityClass": self.priority_class, "resources": self.resources, "order": self.order,
-                "active": self.active, "admittedAt": self.admitted_at, "requeueAt": self.requeue_at,
+                "active": self.active, "admittedAt": time_out(self.admitted_at), "requeueAt": time_out(self.requeue_at),
                 "requeueCount": self.requeue_count, "preemptedBy": self.preempted_by, "evictions": self.evictions,
-                "finished": self.finished, "conditions": [condition_json(c) for c in self.conditions]}
+                "finished": self.finished, "gpus": [list(n) for n in self.gpus],
+                "conditions": [c.for_json() for c in self.conditions]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> WorkloadTwin:
         return cls(task=d["task"], attempt=d["attempt"], queue=d["queue"], priority=d["priority"],
                    priority_class=d["priorityClass"], resources=d["resources"], order=d["order"],
-                   active=d["active"], admitted_at=d.get("admittedAt"), requeue_at=d.get("requeueAt"),
+                   active=d["active"], admitted_at=time_in(d.get("admittedAt")), requeue_at=time_in(d.get("requeueAt")),
                    requeue_count=d.get("requeueCount", 0), preempted_by=d.get("preemptedBy", ""),
                    evictions=d.get("evictions", {}), finished=d.get("finished", False),
-                   conditions=[condition_from_json(c) for c in d.get("conditions", [])])
+                   gpus=tuple(tuple(int(g) for g in n) for n in d.get("gpus", [])),
+                   conditions=[Condition.from_json(c) for c in d.get("conditions", [])])
 
     def summary(self) -> dict[str, Any]:
         """What `get` shows of it: name, admitted/active, and the conditions Kueue-style."""
         admitted = find_condition(self.conditions, kueue.ADMITTED)
         return {"name": self.name, "queue": self.queue, "clusterQueue": CLUSTER_QUEUE, "priority": self.priority,
                 "active": self.active, "admitted": bool(admitted and admitted.is_true),
-                "conditions": [condition_json(c) for c in self.conditions]}
+                "conditions": [c.for_json() for c in self.conditions]}
 
-
-def condition_json(c: Condition) -> dict[str, Any]:
-    """A condition as Kubernetes spells it; the gang twin stores its conditions the same way."""
-    return {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
-            "lastTransitionTime": c.last_transition.isoformat() if c.last_transition else None}
-
-
-def condition_from_json(d: dict[str, Any]) -> Condition:
-    t = d.get("lastTransitionTime")
-    return Condition(type=d["type"], status=d["status"], reason=d.get("reason", ""), message=d.get("message", ""),
-                     last_transition=datetime.fromisoformat(t) if t else None)

@@ -1,0 +1,140 @@
+"""`TaskRun`: a handle on one task of a backend, and `submit` / `attach`, which make one.
+
+A TaskRun holds only the task's name and its backend; every method asks the backend afresh, so
+several handles (or a handle and the CLI) see the same task. Nothing here starts an event loop or
+a thread that outlives the call, except `watch`, whose log readers end with the task.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gangrun._api.backends import open_backend
+from gangrun._api.task import ClusteredTask
+from gangrun._backends.base import Backend, SupportsFollow
+from gangrun._core.phases import TERMINAL
+from gangrun._core.pod_template import local_ignored
+from gangrun._errors import IgnoredLocally, UsageError, WaitTimeout
+
+if TYPE_CHECKING:
+    from gangrun._api.watch import Update
+
+TERMINAL_PHASES = frozenset(p.value for p in TERMINAL)
+POLL = 0.5
+
+
+class TaskRun:
+    """One task on one backend: `status()`, `wait()`, `logs()`, `events()`, `cancel()`, `delete()`."""
+
+    def __init__(self, name: str, backend: Backend, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._name, self._backend = name, backend
+        self._clock, self._sleep = clock, sleep
+
+    @property
+    def name(self) -> str:
+        """The task's name (the generated one when the task was submitted with `generate_name`)."""
+        return self._name
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    def status(self) -> dict[str, Any]:
+        """The task's status: the document `gangrun get NAME -o json` prints."""
+        return self._backend.get(self._name)
+
+    def done(self) -> bool:
+        """Whether the task has ended (Succeeded, Failed or Aborted)."""
+        return self.status()["phase"] in TERMINAL_PHASES
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the task ends and return its final status.
+
+        Raises WaitTimeout (a TimeoutError) after `timeout` seconds; the task goes on running.
+        """
+        deadline = None if timeout is None else self._clock() + timeout
+        view = self.status()
+        while view["phase"] not in TERMINAL_PHASES:
+            left = None if deadline is None else deadline - self._clock()
+            if left is not None and left <= 0:
+                raise WaitTimeout(f"task {self._name} is still {view['phase']} after {timeout:g}s "
+                                  f"({view['reason']})", view=view)
+            view = self._next(view, min(left, 1.0) if left is not None else 1.0)
+        return view
+
+    def _next(self, view: dict[str, Any], slice_: float) -> dict[str, Any]:
+        """The next status: at once when it changes where the backend can say so, else after a short poll."""
+        if isinstance(self._backend, SupportsFollow):
+            key = (view["attempt"], view["phaseVersion"], view["phase"])
+            return self._backend.wait_for_change(self._name, after_version=key, timeout=slice_)
+        self._sleep(min(POLL, slice_))
+        return self.status()
+
+    def logs(self, rank: int | None = 0, attempt: int | None = None) -> str:
+        """Worker output of `rank` (None: every rank, each line prefixed `[rank N]`) in `attempt` (None: the
+        current one), as one text."""
+        return "".join(line if line.endswith("\n") else line + "\n" for line in self.log_lines(rank, attempt))
+
+    def log_lines(self, rank: int | None = 0, attempt: int | None = None, *, follow: bool = False) -> Iterator[str]:
+        """The same output line by line; with `follow`, new lines as they are written, until the task ends."""
+        return self._backend.logs(self._name, rank=rank, attempt=attempt, follow=follow)
+
+    def events(self) -> list[dict[str, Any]]:
+        """The task's timeline, as `gangrun events NAME -o json` prints it."""
+        return [e.for_json() for e in self._backend.events(self._name)]
+
+    def cancel(self) -> bool:
+        """Stop the task (it ends Aborted). Returns False when it had already ended."""
+        return self._backend.cancel(self._name)
+
+    def delete(self, force: bool = False) -> bool:
+        """Remove the ended task and its records, so that its name can be used again. A task still running is
+        refused unless `force`, which cancels it first and returns once its workers have stopped."""
+        return self._backend.delete(self._name, force=force)
+
+    def watch(self, rank: int | None = 0) -> Iterator[Update]:
+        """What `gangrun run` shows, as it happens: timeline events, worker output of `rank` (None: every
+        rank) and the status, until the task ends (see `gangrun._api.watch`)."""
+        from gangrun._api.watch import watch
+
+        return watch(self._backend, self._name, rank=rank)
+
+    def __repr__(self) -> str:
+        return f"TaskRun(name={self._name!r}, backend={getattr(self._backend, 'name', '?')!r})"
+
+
+def submit(task: ClusteredTask | str | os.PathLike[str], backend: str | Backend | None = None, *,
+           namespace: str | None = None, kubeconfig: str | None = None, context: str | None = None,
+           home: str | Path | None = None) -> TaskRun:
+    """Submit `task` (a ClusteredTask or a manifest file) and return its TaskRun at once.
+
+    `backend` is "local" (the default, or `$GANGRUN_BACKEND`), "kubernetes", or a backend object; the
+    keywords pick the cluster (`namespace`, `kubeconfig`, `context`) or the local state (`home`).
+    """
+    if isinstance(task, (str, os.PathLike)):
+        task = ClusteredTask.from_file(task)
+    if not isinstance(task, ClusteredTask):
+        raise UsageError(f"task: must be a gangrun.ClusteredTask or a manifest file, got {type(task).__name__}")
+    be = open_backend(backend, namespace=namespace, kubeconfig=kubeconfig, context=context, home=home)
+    run = TaskRun(be.submit(task.spec), be)
+    ignored = local_ignored(task.spec.pod_template) if be.name == "local" else []
+    if ignored:  # said once, at submit: nothing the user wrote is dropped silently
+        warnings.warn(IgnoredLocally(f"{run.name}: the local backend runs processes, not pods, and ignores "
+                                     f"{', '.join(ignored)}"), stacklevel=2)
+    return run
+
+
+def attach(name: str, backend: str | Backend | None = None, *, namespace: str | None = None,
+           kubeconfig: str | None = None, context: str | None = None,
+           home: str | Path | None = None) -> TaskRun:
+    """A TaskRun for a task submitted before (by this process, another one, or the CLI). An unknown name is a
+    UsageError that lists the known ones."""
+    be = open_backend(backend, namespace=namespace, kubeconfig=kubeconfig, context=context, home=home)
+    be.get(name)
+    return TaskRun(name, be)

@@ -1,0 +1,301 @@
+"""`LocalBackend`: the client's handle on the local control plane (the `Backend` Protocol and more).
+
+Writes go to the daemon over its Unix socket, starting it on demand (`submit`, `up`, and the
+operations on a task the store knows). Reads (`get`, `list`, `events`) ask the daemon when it runs
+and otherwise read the SQLite store directly, so `gangrun get` after `gangrun local down` still
+answers without starting anything — and says what it cannot know: a gang recorded as running when
+its daemon died is reported as unknown since the daemon's last heartbeat. Logs are files under the
+home and are read directly.
+"""
+
+from __future__ import annotations
+
+import builtins
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gangrun._backends.clock import Clock, system_clock
+from gangrun._backends.local import launcher, protocol
+from gangrun._backends.local.config import Config, Paths, default_home
+from gangrun._backends.local.store import Store
+from gangrun._backends.local.task import LocalTask, log_files, view
+from gangrun._core.phases import Phase
+from gangrun._core.spec import TaskSpec
+from gangrun._core.timeline import Event
+from gangrun._errors import DaemonUnavailable, GangrunError, SpecError, UsageError
+
+START_TIMEOUT = 20.0
+SOCKET_BACK = 7.0  # a daemon re-binds a removed socket within its heartbeat (5 s)
+Offline = Callable[[Store, list[LocalTask], dict[str, str], Config, datetime], Any]
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, home: Path | str | None = None, *, clock: Clock = system_clock) -> None:
+        self.paths = Paths(Path(home).expanduser().resolve() if home else default_home().resolve())
+        self.clock = clock
+
+    # -- the daemon ----------------------------------------------------------------------------------
+
+    def _call(self, op: str, args: dict[str, Any] | None = None, *, start: bool = False,
+              timeout: float = 30.0) -> Any:
+        try:
+            return protocol.call(self.paths.socket, op, args, timeout=timeout)
+        except DaemonUnavailable:
+            if self._locked():  # a daemon runs but did not answer: its socket may be coming back
+                return self._call_again(op, args, timeout=timeout)
+            if not start:
+                raise
+        self._start()
+        return protocol.call(self.paths.socket, op, args, timeout=timeout)
+
+    def _call_again(self, op: str, args: dict[str, Any] | None, *, timeout: float) -> Any:
+        deadline = time.monotonic() + SOCKET_BACK
+        while True:
+            try:
+                return protocol.call(self.paths.socket, op, args, timeout=timeout)
+            except DaemonUnavailable:
+                if time.monotonic() > deadline or not self._locked():
+                    pid = self._pid()
+                    raise DaemonUnavailable(
+                        f"the local control plane (pid {pid or '?'}) holds {self.paths.lock} but does not answer "
+                        f"on {self.paths.socket}; stop it (kill {pid or '<pid>'}) and run `gangrun local up`"
+                    ) from None
+                time.sleep(0.2)
+
+    def _locked(self) -> bool:
+        """Whether a daemon holds this home's lock (alive, whether or not it answers)."""
+        if not self.paths.lock.exists():  # never created here: a read must leave the home as it is
+            return False
+        try:
+            with open(self.paths.lock, "rb") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return True
+                return False
+        except OSError:
+            return False
+
+    def _pid(self) -> int | None:
+        try:
+            return int(self.paths.pidfile.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _start(self) -> None:
+        """Start the daemon detached from this process (own session, output to daemon.log) and wait for it."""
+        self.paths.ensure()
+        env = dict(os.environ, GANGRUN_HOME=str(self.paths.home))
+        with open(self.paths.log, "ab") as out:
+            start = out.tell()
+            proc = subprocess.Popen([sys.executable, "-m", "gangrun._backends.local.daemon", str(self.paths.home)],
+                                    env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                    start_new_session=True, close_fds=True, cwd=str(self.paths.home))
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                protocol.call(self.paths.socket, "ping", timeout=5.0)
+                return
+            except DaemonUnavailable:
+                pass
+            if proc.poll() not in (None, 0):
+                break
+            time.sleep(0.02)
+        said = self.paths.log.read_bytes()[start:].decode(errors="replace").strip().splitlines()
+        error = next((line for line in reversed(said) if line.startswith("gangrun: error: ")), "")
+        if error:
+            raise DaemonUnavailable(error.removeprefix("gangrun: error: "))
+        raise DaemonUnavailable(f"the local control plane did not start; see {self.paths.log}")
+
+    def up(self, *, cpu: str | None = None, memory: str | None = None, gpu: int | None = None,
+           queues: list[str] | None = None, priority_classes: dict[str, int] | None = None,
+           metrics_port: int | None = None) -> dict[str, Any]:
+        """Start the daemon if needed and set the quota (None keeps the current value). Returns status()."""
+        args = {"cpu": cpu, "memory": memory, "gpu": gpu, "queues": queues, "priorityClasses": priority_classes,
+                "metricsPort": metrics_port}
+        self._call("configure", args, start=True)
+        return self.status()
+
+    def down(self) -> bool:
+        """Stop every gang and the daemon. Returns False when it was not running."""
+        try:
+            pid = self._call("ping")["pid"]
+            self._call("down", timeout=600.0)
+        except DaemonUnavailable:
+            return False
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.02)
+        return True
+
+    def status(self) -> dict[str, Any]:
+        try:
+            pid = self._call("ping")["pid"]
+            status = self._call("status")
+        except DaemonUnavailable:
+            return {"running": False, "home": str(self.paths.home)}
+        return {**status, "pid": pid, "home": str(self.paths.home), "socket": str(self.paths.socket)}
+
+    # -- Backend -------------------------------------------------------------------------------------
+
+    def submit(self, spec: TaskSpec) -> str:
+        base = Path(spec.source).resolve().parent if spec.source else Path.cwd()
+        cwd = (base / spec.working_dir).resolve()
+        if not cwd.is_dir():
+            raise SpecError("spec.workingDir", f"{spec.working_dir!r} is not a directory (relative to the manifest)")
+        doc = {"manifest": spec.raw, "source": str(Path(spec.source).resolve()) if spec.source else "", "cwd": str(cwd)}
+        return str(self._call("submit", doc, start=True))
+
+    def get(self, name: str) -> dict[str, Any]:
+        return dict(self._read("get", {"name": name},
+                               lambda store, tasks, broken, cfg, now: _offline_view(
+                                   _pick(tasks, broken, name), cfg, self.paths, store, now)))
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        return builtins.list(self._read("list", {}, lambda store, tasks, broken, cfg, now: [
+            _offline_view(t, cfg, self.paths, store, now) for t in tasks]))
+
+    def events(self, name: str) -> builtins.list[Event]:
+        docs = self._read("events", {"name": name}, lambda store, tasks, broken, cfg, now: [
+            e.for_json() for e in store.events(_pick(tasks, broken, name).name)])
+        return [Event.from_json(d) for d in docs]
+
+    def cancel(self, name: str) -> bool:
+        return bool(self._act("cancel", name))
+
+    def delete(self, name: str, *, force: bool = False, timeout: float = 120.0) -> bool:
+        """Remove an ended task and its records; with `force`, cancel a running one first and return
+        once its workers are gone (the name is free again then)."""
+        deleted = bool(self._act("delete", name, force=force))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.get(name)
+            except UsageError:
+                return deleted
+            time.sleep(0.1)
+        raise DaemonUnavailable(f'task "{name}" was cancelled but its workers did not stop within {timeout:.0f}s')
+
+    def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
+             follow: bool = False) -> Iterator[str]:
+        v = self.get(name)
+        n = v["attempt"] if attempt is None else attempt
+        if n < 1 or n > v["attempt"]:
+            raise UsageError(f'task "{name}" has attempts 1..{v["attempt"]}, not {n}')
+        if rank is not None and not 0 <= rank < v["worldSize"]:
+            raise UsageError(f'task "{name}" has ranks 0..{v["worldSize"] - 1}, not {rank}')
+        prefix = rank is None and v["worldSize"] > 1
+        offsets: dict[Path, int] = {}
+        while True:
+            done = Phase(self.get(name)["phase"]).terminal if follow else True
+            for _restart, r, path in log_files(self.paths, name, n, rank):
+                with open(path, "rb") as f:
+                    f.seek(offsets.get(path, 0))
+                    data = f.read()
+                end = data.rfind(b"\n") + 1 if follow and not done else len(data)
+                offsets[path] = offsets.get(path, 0) + end
+                for line in data[:end].decode(errors="replace").splitlines():
+                    yield f"[rank {r}] {line}" if prefix else line
+            if done:
+                return
+            time.sleep(0.2)
+
+    def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
+        try:
+            return dict(self._call("wait", {"name": name, "after": builtins.list(after_version), "timeout": timeout},
+                                   timeout=timeout + 30))
+        except DaemonUnavailable:
+            time.sleep(min(timeout, 0.5))
+            return self.get(name)
+
+    # -- fault injection (B6) ------------------------------------------------------------------------
+
+    def evict(self, name: str, reason: str) -> None:
+        self._act("evict", name, reason=reason)
+
+    def deactivate(self, name: str) -> None:
+        self._act("deactivate", name)
+
+    def activate(self, name: str) -> None:
+        self._act("activate", name)
+
+    def _act(self, op: str, name: str, **args: Any) -> Any:
+        """An operation on an existing task: starts the daemon only if the store knows the task, so a
+        mistyped name in a fresh home leaves nothing running."""
+        try:
+            return self._call(op, {"name": name, **args})
+        except DaemonUnavailable:
+            if self._locked():
+                raise
+        self._read("get", {"name": name},
+                   lambda store, tasks, broken, cfg, now: name in broken or _pick(tasks, broken, name), daemon=False)
+        return self._call(op, {"name": name, **args}, start=True)
+
+    # -- reads without a daemon ----------------------------------------------------------------------
+
+    def _read(self, op: str, args: dict[str, Any], offline: Offline, *, daemon: bool = True) -> Any:
+        """Ask the daemon; without one, `offline(store, tasks, broken, config, now)` answers from the store."""
+        if daemon:
+            try:
+                return self._call(op, args)
+            except DaemonUnavailable:
+                pass
+        if not self.paths.db.exists():
+            if op == "list":
+                return []
+            raise UsageError(f'unknown task "{args.get("name")}" (no local tasks yet)')
+        store = Store(self.paths.db, readonly=True)
+        try:
+            stored = store.config()
+            cfg = Config.from_json(stored) if stored else Config.default()
+            tasks, broken = [], {}
+            for row in store.rows():
+                try:
+                    tasks.append(LocalTask.from_row(row))
+                except (GangrunError, KeyError, ValueError, TypeError, AttributeError) as e:
+                    broken[row.name] = str(e)
+            return offline(store, tasks, broken, cfg, self.clock())
+        finally:
+            store.close()
+
+
+def _offline_view(task: LocalTask, cfg: Config, paths: Paths, store: Store, now: datetime) -> dict[str, Any]:
+    """The view of a task while no daemon runs. A gang recorded as running is not known to run."""
+    v = view(task, cfg, paths, now=now)
+    g = task.gang
+    if g is not None and g.live and not task.terminal:
+        seen = store.heartbeat()
+        since = f" since {datetime.fromisoformat(seen).isoformat(timespec='seconds')}" if seen else ""
+        v["reason"] = (f"unknown{since}: the local control plane is not running, so this gang's workers are "
+                       f"gone; `gangrun local up` restarts it and decides what follows")
+        v["controlPlane"] = {"running": False, "lastSeen": seen}
+    return v
+
+
+def _pick(tasks: list[LocalTask], broken: dict[str, str], name: str) -> LocalTask:
+    for t in tasks:
+        if t.name == name:
+            return t
+    if name in broken:
+        raise UsageError(f'task "{name}" cannot be read ({broken[name]}); `gangrun delete {name}` removes it')
+    raise UsageError(f'unknown task "{name}" (known tasks: {", ".join(t.name for t in tasks) or "none"})')
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    fields = launcher.proc_stat(pid)
+    return fields is not None and fields[0] != "Z"  # a zombie (our own child in tests) counts as gone

@@ -1,0 +1,125 @@
+"""Carrying out what the gang twin asks for: start a round of workers, signal them, write the stop notice.
+
+The twin decides (`gang.py` returns `Effect`s); `Effects.apply` does, through the small `Processes`
+interface the daemon implements with real processes and pidfds. It also reads the SDK's checkpoint
+events file of a running gang (`read_checkpoints`), the other file the workers and the daemon share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Protocol
+
+from gangrun._backends.clock import utc
+from gangrun._backends.local.config import Paths
+from gangrun._backends.local.gang import Effect, GangTwin, Signal, StartRound, Worker, WriteNotice
+from gangrun._backends.local.render import Launch, launch, worker_env
+from gangrun._backends.local.task import LocalTask
+from gangrun._core.timeline import Event, EventType
+
+
+class Processes(Protocol):
+    """How workers are started and signalled (the daemon: real processes watched by pidfds)."""
+
+    def start(self, gang: GangTwin, worker: Worker, launch: Launch, env: dict[str, str]) -> tuple[int, int]:
+        """Start one worker. Returns (pid, start time). Raises OSError when it cannot start."""
+        ...
+
+    def signal(self, pgids: Iterable[int], sig: int) -> None: ...
+
+    def free_port(self) -> int: ...
+
+
+class Effects:
+    def __init__(self, paths: Paths, processes: Processes) -> None:
+        self.paths, self.procs = paths, processes
+
+    def apply(self, task: LocalTask, effects: list[Effect], now: datetime) -> None:
+        for eff in effects:
+            if isinstance(eff, StartRound):
+                self._start_round(task, now)
+            elif isinstance(eff, Signal):
+                self.procs.signal(eff.pgids, eff.signal)
+            elif isinstance(eff, WriteNotice):
+                self._write_notice(task, eff)
+
+    def _start_round(self, task: LocalTask, now: datetime) -> None:
+        g = task.gang
+        assert g is not None, "a StartRound comes from a gang"
+        run = self.paths.run(task.name, g.attempt)
+        run.mkdir(parents=True, exist_ok=True)  # the SDK appends checkpoint events here
+        (run / "stop.json").unlink(missing_ok=True)
+        wl = task.workload
+        spec = launch(task.name, task.spec, g.attempt, cwd=task.doc.get("cwd") or "", paths=self.paths,
+                      gpus=wl.gpus if wl is not None and wl.attempt == g.attempt else ())
+        g.port = self.procs.free_port()
+        started: dict[int, tuple[int, int]] = {}
+        cannot = ""
+        for w in g.workers:
+            try:
+                started[w.rank] = self.procs.start(g, w, spec, worker_env(spec, g, w))
+            except OSError as e:  # the command cannot be started at all: a worker that can never start
+                cannot = f"rank {w.rank} cannot start {spec.argv[0]!r}: {e.strerror or e}"
+                break
+            task.record(Event(time=now, type=EventType.WORKER_READY, attempt=g.attempt,
+                              message=f"worker rank {w.rank} (node {w.node}) running, pid {started[w.rank][0]}",
+                              data={"rank": w.rank, "pid": started[w.rank][0], "restart": g.restarts}))
+        self.apply(task, g.round_started(g.port, started, cannot_start=cannot, grace=task.spec.termination_grace,
+                                         now=now), now)
+
+    def _write_notice(self, task: LocalTask, n: WriteNotice) -> None:
+        """The stop notice (B3), written atomically before the workers get SIGTERM."""
+        g = task.gang
+        run = self.paths.run(task.name, g.attempt if g else task.state.attempt)
+        run.mkdir(parents=True, exist_ok=True)
+        tmp = run / f".stop.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"cause": n.cause, "message": n.message, "deadline": n.deadline.timestamp()}))
+        os.replace(tmp, run / "stop.json")
+
+    def read_checkpoints(self, task: LocalTask, now: datetime) -> None:
+        """Turn the SDK's new `checkpoint_committed` lines of the gang's attempt into timeline events."""
+        g = task.gang
+        if g is None:
+            return
+        f = self.paths.run(task.name, g.attempt) / "events.jsonl"
+        try:
+            size = f.stat().st_size
+        except OSError:
+            return
+        if size <= g.events_offset:
+            return
+        with open(f, "rb") as fh:
+            fh.seek(g.events_offset)
+            data = fh.read(size - g.events_offset)
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time
+        if end == 0:
+            return
+        g.events_offset += end
+        g.touch()
+        for line in data[:end].splitlines():
+            e = _checkpoint_event(line, attempt=g.attempt, now=now)
+            if e is not None:
+                task.record(e)
+
+
+def _checkpoint_event(line: bytes, *, attempt: int, now: datetime) -> Event | None:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("type") != "checkpoint_committed":
+        return None
+    try:
+        committed = utc(float(doc.get("time") or 0))
+    except (TypeError, ValueError, OverflowError, OSError):
+        committed = now
+    step = doc.get("step")
+    what = f"step {step}" if step is not None else f"seq {doc.get('seq')}"
+    # Stamped when it is read, so the timeline stays in order; when it committed is in the data.
+    return Event(time=now, type=EventType.CHECKPOINT, attempt=doc.get("attempt", attempt),
+                 message=f"checkpoint committed ({what}) by rank {doc.get('rank', 0)}",
+                 data={"step": step, "seq": doc.get("seq"), "uri": doc.get("uri"),
+                       "committedAt": min(committed, now).isoformat()})

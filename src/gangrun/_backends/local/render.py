@@ -1,0 +1,62 @@
+"""What the workers of one (task, attempt) are started with: the local counterpart of rendering a JobSet.
+
+`launch(...)` gives the argv, working directory and the environment every worker of the gang shares
+(the daemon's own, the user's, and the gang's part of the worker contract, `gangrun._core.worker_env`);
+`worker_env(...)` adds what differs per worker and per restart round: its ranks, the round's
+MASTER_PORT and, for a gang with GPUs, its node's CUDA_VISIBLE_DEVICES.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gangrun._backends.local.config import Paths
+from gangrun._backends.local.gang import GangTwin, Worker, gang_name
+from gangrun._core import worker_env as contract
+from gangrun._core.spec import TaskSpec
+
+MASTER_ADDR = "127.0.0.1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]  # the daemon's, the user's and the gang's part of the contract
+    logs: Path  # logs/<task>/attempt-<N>
+    nproc_per_node: int = 1
+    gpus: tuple[tuple[int, ...], ...] = ()  # per node, the GPUs the gang was admitted with (none: not set)
+
+
+def launch(name: str, spec: TaskSpec, attempt: int, *, cwd: str, paths: Paths,
+           gpus: Sequence[Sequence[int]] = ()) -> Launch:
+    root = paths.checkpoint_root(name, spec.checkpoint_uri)
+    run = paths.run(name, attempt)
+    env = dict(os.environ)
+    env.update(contract.user_env(spec))
+    env.update(contract.gang_env(
+        spec, attempt=attempt, gang=gang_name(name, attempt), master_addr=MASTER_ADDR, master_port=None,
+        checkpoint_path=f"{root}/attempt-{attempt}",
+        prev_checkpoint_path=f"{root}/attempt-{attempt - 1}" if attempt > 1 else "",
+        stop_file=str(run / "stop.json"), events_file=str(run / "events.jsonl")))
+    env.update({"GANGRUN_BACKEND": "local", "GANGRUN_HOME": str(paths.home)})
+    env.setdefault("PYTHONUNBUFFERED", "1")  # worker output reaches its log as it is printed
+    return Launch(argv=list(spec.command), cwd=cwd or os.getcwd(), env=env, logs=paths.logs(name, attempt),
+                  nproc_per_node=spec.nproc_per_node, gpus=tuple(tuple(n) for n in gpus))
+
+
+def worker_env(launch: Launch, gang: GangTwin, worker: Worker) -> dict[str, str]:
+    env = dict(launch.env)
+    env.update(contract.process_env(nproc_per_node=launch.nproc_per_node, node_rank=worker.node,
+                                    local_rank=worker.local_rank, restart_attempt=gang.restarts, gang=gang.name))
+    env[contract.MASTER_PORT] = str(gang.port)
+    if launch.gpus:
+        env[contract.CUDA_VISIBLE_DEVICES] = ",".join(str(g) for g in launch.gpus[worker.node])
+    return env
+
+
+def log_path(launch: Launch, gang: GangTwin, worker: Worker) -> Path:
+    return launch.logs / f"restart-{gang.restarts}" / f"rank-{worker.rank}.log"

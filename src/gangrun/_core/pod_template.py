@@ -1,0 +1,364 @@
+"""`spec.podTemplate`: a Kubernetes PodTemplateSpec merged into every worker pod, and its rules.
+
+What users may put in it, what stays gangrun's, and how the two are merged, as pure functions on
+plain dicts (the manifest's own shape; no Kubernetes client types):
+
+    parse_pod_template(doc, path, ...)   validate; every refusal names the field
+    merge_pod_template(template, ...)    the worker pod template: the user's merged with gangrun's
+    local_ignored(template)              the fields a local run cannot apply, to report once at submit
+    worker_plain_env(template)           the worker container's plain `env` values (they apply locally)
+
+Ownership. gangrun owns what makes a pod a gang worker: the worker container's command, image,
+working directory, resources and termination message, the environment contract
+(`gangrun._core.worker_env`), the pod's restart policy, hostname, subdomain and grace period, its
+gangrun/Kueue/JobSet labels and annotations, and the volumes and mounts it adds (names starting
+with `gangrun-`, /dev/shm when `spec.shmSize` is set). A template that sets one is refused naming
+the field (`spec.podTemplate.spec.containers[worker].command: set by gangrun (spec.command)`).
+
+Merge, the way Kubernetes merges lists of named things (strategic merge keys): metadata maps and
+`nodeSelector` key by key, `containers`/`initContainers`/`volumes`/`env`/`ports` by name,
+`volumeMounts` by mountPath; where both set the same key gangrun's value wins. Everything else
+(tolerations, affinity, serviceAccountName, imagePullSecrets, securityContext, sidecars, init
+containers, ...) passes through unchanged.
+
+Field names are checked against PodSpec and Container of Kubernetes v1.36 (k8s.io/api v0.36): a typo
+is refused here instead of being pruned without a word by the JobSet CRD. Values below them are
+validated by the API server when the pods are created.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gangrun._errors import SpecError
+
+WORKER = "worker"  # the worker container's name, in the template and in every pod
+RESERVED_PREFIX = "gangrun-"  # volumes gangrun adds are named gangrun-*
+SHM_PATH = "/dev/shm"
+NOTICE_DIR = "/etc/gangrun"  # the stop notice, a downward-API file of the pod's annotation
+RUN_DIR = "/var/run/gangrun"  # an emptyDir the worker writes (checkpoint events), root filesystem read-only or not
+OWN_MOUNT_PATHS = (NOTICE_DIR, RUN_DIR)
+# Label and annotation keys under these prefixes are gangrun's, Kueue's, JobSet's or the Job controller's.
+OWNED_KEY_PREFIXES = ("gangrun.dev/", "kueue.x-k8s.io/", "jobset.sigs.k8s.io/", "batch.kubernetes.io/")
+KEY_HINTS = {"kueue.x-k8s.io/queue-name": "spec.queue", "kueue.x-k8s.io/priority-class": "spec.priorityClass"}
+
+# Kubernetes v1.36 (k8s.io/api v0.36.3 core/v1 types.go).
+POD_SPEC_FIELDS = frozenset({
+    "volumes", "initContainers", "containers", "ephemeralContainers", "restartPolicy",
+    "terminationGracePeriodSeconds", "activeDeadlineSeconds", "dnsPolicy", "nodeSelector", "serviceAccountName",
+    "serviceAccount", "automountServiceAccountToken", "nodeName", "hostNetwork", "hostPID", "hostIPC",
+    "shareProcessNamespace", "securityContext", "imagePullSecrets", "hostname", "subdomain", "affinity",
+    "schedulerName", "tolerations", "hostAliases", "priorityClassName", "priority", "dnsConfig", "readinessGates",
+    "runtimeClassName", "enableServiceLinks", "preemptionPolicy", "overhead", "topologySpreadConstraints",
+    "setHostnameAsFQDN", "os", "hostUsers", "schedulingGates", "resourceClaims", "resources", "hostnameOverride",
+    "schedulingGroup",
+})
+CONTAINER_FIELDS = frozenset({
+    "name", "image", "command", "args", "workingDir", "ports", "envFrom", "env", "resources", "resizePolicy",
+    "restartPolicy", "restartPolicyRules", "volumeMounts", "volumeDevices", "livenessProbe", "readinessProbe",
+    "startupProbe", "lifecycle", "terminationMessagePath", "terminationMessagePolicy", "imagePullPolicy",
+    "securityContext", "stdin", "stdinOnce", "tty",
+})
+# Pod fields gangrun sets, and where the user says what they want instead.
+OWNED_POD_FIELDS = {
+    "restartPolicy": "the gang restarts as a whole: spec.failurePolicy",
+    "terminationGracePeriodSeconds": "spec.terminationGracePeriod",
+    "hostname": "rank 0's DNS name is derived from it",
+    "subdomain": "rank 0's DNS name is derived from it",
+    "hostnameOverride": "rank 0's DNS name is derived from the hostname",
+    "nodeName": "the scheduler places every worker; use nodeSelector or affinity",
+    "resources": "spec.resources, per node",
+    "ephemeralContainers": "they cannot be set on a new pod",
+}
+OWNED_WORKER_FIELDS = {
+    "image": "spec.image",
+    "command": "spec.command",
+    "args": "spec.command",
+    "workingDir": "spec.workingDir",
+    "resources": "spec.resources",
+    "terminationMessagePath": "it carries the worker's newest checkpoint to the controller",
+    "terminationMessagePolicy": "it carries the worker's newest checkpoint to the controller",
+    "restartPolicy": "the gang restarts as a whole: spec.failurePolicy",
+    "restartPolicyRules": "the gang restarts as a whole: spec.failurePolicy",
+}
+OWN_PORT_NAME = "rendezvous"
+
+_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+ANNOTATIONS_MAX_BYTES = 256 * 1024  # the API server's limit on all annotations of an object
+CONTAINERS_MAX = 64  # per list; the CRD schema admits as many (its CEL rules' cost budget needs a bound)
+
+
+# -- reading ----------------------------------------------------------------------------------------
+
+
+def _describe(v: Any) -> str:
+    kinds = {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "nothing"}
+    if type(v) in kinds and not isinstance(v, str):
+        return kinds[type(v)]
+    r = repr(v)
+    return r if len(r) <= 60 else r[:40] + "…" + r[-10:]
+
+
+def _mapping(v: Any, path: str) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise SpecError(path, f"must be a mapping, got {_describe(v)}")
+    for key in v:
+        if not isinstance(key, str):
+            raise SpecError(path, f"keys must be strings, got {_describe(key)}")
+    return v
+
+
+def _list(v: Any, path: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise SpecError(path, f"must be a list, got {_describe(v)}")
+    return v
+
+
+def _known(doc: Mapping[str, Any], path: str, known: Iterable[str]) -> None:
+    allowed = set(known)
+    for key in doc:
+        if key not in allowed:
+            raise SpecError(f"{path}.{key}", "unknown field of a Kubernetes v1.36 "
+                            + ("PodSpec" if path.endswith(".spec") else "Container" if "]" in path else "object"))
+
+
+def _owned(path: str, why: str) -> SpecError:
+    return SpecError(path, f"set by gangrun ({why})")
+
+
+def _qualified_key(key: str, path: str) -> None:
+    """A label or annotation key: an optional DNS-subdomain prefix and a name of at most 63 characters."""
+    prefix, _, name = key.rpartition("/")
+    if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or not name or len(name) > 63 \
+            or not _QUALIFIED_NAME.match(name):
+        raise SpecError(path, "is not a valid key: [prefix/]name, a name of at most 63 letters, digits, '-', '_' "
+                              "or '.' starting and ending with a letter or digit")
+
+
+def _string_map(v: Any, path: str, *, label_values: bool, owned_keys: bool) -> dict[str, str]:
+    doc = _mapping(v, path)
+    for key, value in doc.items():
+        where = f"{path}[{key}]"
+        _qualified_key(key, where)
+        if owned_keys and key.startswith(OWNED_KEY_PREFIXES):
+            hint = KEY_HINTS.get(key, "its keys under " + ", ".join(p.rstrip("/") for p in OWNED_KEY_PREFIXES)
+                                 + " are gangrun's, Kueue's and JobSet's")
+            raise _owned(where, hint)
+        if not isinstance(value, str):
+            raise SpecError(where, f"must be a string, got {_describe(value)} (quote it)")
+        if label_values and (len(value) > 63 or not _LABEL_VALUE.match(value)):
+            raise SpecError(where, f"must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and "
+                                   f"ending with a letter or digit, got {_describe(value)}")
+    return doc
+
+
+def _named(items: list[Any], path: str, *, seen: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """A list of mappings with a unique string `name` (containers, volumes)."""
+    seen = {} if seen is None else seen
+    out = []
+    for i, item in enumerate(items):
+        item = _mapping(item, f"{path}[{i}]")
+        name = item.get("name")
+        if not isinstance(name, str) or not _DNS_1123_LABEL.match(name) or len(name) > 63:
+            raise SpecError(f"{path}[{i}].name", f"must be a DNS-1123 label like my-volume, got {_describe(name)}")
+        if name in seen:
+            raise SpecError(f"{path}[{name}]", f"is given twice (also in {seen[name]})")
+        seen[name] = path
+        out.append(item)
+    return out
+
+
+# -- parse ------------------------------------------------------------------------------------------
+
+
+def parse_pod_template(v: Any, path: str, *, reserved_env: frozenset[str], spec_env: Mapping[str, str],
+                       shm: bool) -> dict[str, Any]:
+    """Validate `spec.podTemplate`; return a copy of it. `shm`: spec.shmSize is set (gangrun mounts /dev/shm)."""
+    doc = copy.deepcopy(_mapping(v, path))
+    for key in doc:
+        if key not in ("metadata", "spec"):
+            raise SpecError(f"{path}.{key}", "unknown field (a pod template has metadata and spec)")
+    meta = _mapping(doc.get("metadata", {}), f"{path}.metadata")
+    for key in meta:
+        if key not in ("labels", "annotations"):
+            raise SpecError(f"{path}.metadata.{key}", "unknown field (a pod template's metadata holds labels and "
+                                                      "annotations; gangrun names the pods)")
+    _string_map(meta.get("labels", {}), f"{path}.metadata.labels", label_values=True, owned_keys=True)
+    annotations = _string_map(meta.get("annotations", {}), f"{path}.metadata.annotations", label_values=False,
+                              owned_keys=True)
+    if sum(len(k) + len(a) for k, a in annotations.items()) > ANNOTATIONS_MAX_BYTES:
+        raise SpecError(f"{path}.metadata.annotations", "must total at most 256 KiB, the API server's limit")
+    pod = _mapping(doc.get("spec", {}), f"{path}.spec")
+    _known(pod, f"{path}.spec", POD_SPEC_FIELDS)
+    for key, why in OWNED_POD_FIELDS.items():
+        if key in pod:
+            raise _owned(f"{path}.spec.{key}", why)
+    names: dict[str, str] = {}
+    for key in ("initContainers", "containers"):
+        listed = _list(pod.get(key, []), f"{path}.spec.{key}")
+        if len(listed) > CONTAINERS_MAX:
+            raise SpecError(f"{path}.spec.{key}", f"must have at most {CONTAINERS_MAX} entries, got {len(listed)}")
+        containers = _named(listed, f"{path}.spec.{key}", seen=names)
+        for c in containers:
+            where = f"{path}.spec.{key}[{c['name']}]"
+            _known(c, where, CONTAINER_FIELDS)
+            if c["name"] == WORKER:
+                if key == "initContainers":
+                    raise SpecError(where, "the worker container belongs in containers")
+                _worker(c, where, reserved_env=reserved_env, spec_env=spec_env, shm=shm)
+            else:
+                _mounts(c, where, shm=shm)
+    for vol in _named(_list(pod.get("volumes", []), f"{path}.spec.volumes"), f"{path}.spec.volumes"):
+        if vol["name"].startswith(RESERVED_PREFIX):
+            raise _owned(f"{path}.spec.volumes[{vol['name']}]", f"volume names starting with {RESERVED_PREFIX} are "
+                                                                "gangrun's")
+    if "nodeSelector" in pod:
+        _string_map(pod["nodeSelector"], f"{path}.spec.nodeSelector", label_values=True, owned_keys=False)
+    for key in ("tolerations", "imagePullSecrets", "topologySpreadConstraints", "schedulingGates", "hostAliases",
+                "readinessGates", "resourceClaims"):
+        if key in pod:
+            for i, item in enumerate(_list(pod[key], f"{path}.spec.{key}")):
+                _mapping(item, f"{path}.spec.{key}[{i}]")
+    for key in ("serviceAccountName", "serviceAccount"):
+        value = pod.get(key)
+        if value is not None and (not isinstance(value, str) or not _DNS_SUBDOMAIN.match(value)):
+            raise SpecError(f"{path}.spec.{key}", f"must be a ServiceAccount name like trainer, got {_describe(value)}")
+    return doc
+
+
+def _worker(c: dict[str, Any], where: str, *, reserved_env: frozenset[str], spec_env: Mapping[str, str],
+            shm: bool) -> None:
+    for key, why in OWNED_WORKER_FIELDS.items():
+        if key in c:
+            raise _owned(f"{where}.{key}", why)
+    seen: set[str] = set()
+    for i, entry in enumerate(_list(c.get("env", []), f"{where}.env")):
+        entry = _mapping(entry, f"{where}.env[{i}]")
+        name = entry.get("name")
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise SpecError(f"{where}.env[{i}].name", f"is not a valid environment variable name: {_describe(name)}")
+        at = f"{where}.env[{name}]"
+        if name in reserved_env:
+            raise _owned(at, "the worker environment contract")
+        if name in spec_env:
+            raise SpecError(at, "is also in spec.env; set it in one place")
+        if name in seen:
+            raise SpecError(at, "is given twice")
+        seen.add(name)
+        if "value" in entry and not isinstance(entry["value"], str):
+            raise SpecError(f"{at}.value", f"must be a string, got {_describe(entry['value'])} (quote it)")
+        if "value" in entry and "valueFrom" in entry:
+            raise SpecError(at, "has both value and valueFrom; give one")
+        if isinstance(entry.get("value"), str) and "\0" in entry["value"]:
+            raise SpecError(f"{at}.value", "contains a NUL byte, which no environment variable can hold")
+    for i, item in enumerate(_list(c.get("envFrom", []), f"{where}.envFrom")):
+        _mapping(item, f"{where}.envFrom[{i}]")
+    for i, port in enumerate(_list(c.get("ports", []), f"{where}.ports")):
+        port = _mapping(port, f"{where}.ports[{i}]")
+        if port.get("name") == OWN_PORT_NAME:
+            raise _owned(f"{where}.ports[{OWN_PORT_NAME}]", "the rendezvous port, MASTER_PORT")
+    _mounts(c, where, shm=shm)
+
+
+def _mounts(c: dict[str, Any], where: str, *, shm: bool) -> None:
+    own = OWN_MOUNT_PATHS + ((SHM_PATH,) if shm else ())
+    for i, mount in enumerate(_list(c.get("volumeMounts", []), f"{where}.volumeMounts")):
+        mount = _mapping(mount, f"{where}.volumeMounts[{i}]")
+        path = mount.get("mountPath")
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise SpecError(f"{where}.volumeMounts[{i}].mountPath", f"must be an absolute path, got {_describe(path)}")
+        if path.rstrip("/") in own:
+            why = "spec.shmSize" if path.rstrip("/") == SHM_PATH else "gangrun mounts its own files there"
+            raise _owned(f"{where}.volumeMounts[{path}]", why)
+        name = mount.get("name")
+        if isinstance(name, str) and name.startswith(RESERVED_PREFIX):
+            raise _owned(f"{where}.volumeMounts[{path}].name", f"volume names starting with {RESERVED_PREFIX} are "
+                                                               "gangrun's")
+
+
+# -- use --------------------------------------------------------------------------------------------
+
+
+def worker_container(template: Mapping[str, Any]) -> dict[str, Any] | None:
+    for c in (template.get("spec") or {}).get("containers") or []:
+        if isinstance(c, dict) and c.get("name") == WORKER:
+            return dict(c)
+    return None
+
+
+def worker_plain_env(template: Mapping[str, Any]) -> dict[str, str]:
+    """The worker container's `env` entries that carry a plain value, in order."""
+    worker = worker_container(template)
+    env = (worker or {}).get("env") or []
+    return {e["name"]: e["value"] for e in env if isinstance(e.get("value"), str) and "valueFrom" not in e}
+
+
+def local_ignored(template: Mapping[str, Any]) -> list[str]:
+    """The fields of a podTemplate that a local run ignores: everything but the worker's plain env.
+
+    A local backend reports them once, at submit, so nothing a user wrote is dropped silently.
+    """
+    base = "spec.podTemplate"
+    out = [f"{base}.metadata.{k}" for k, v in (template.get("metadata") or {}).items() if v]
+    for key, value in (template.get("spec") or {}).items():
+        if key != "containers":
+            if value not in (None, [], {}):
+                out.append(f"{base}.spec.{key}")
+            continue
+        for c in value:
+            where = f"{base}.spec.containers[{c['name']}]"
+            if c["name"] != WORKER:
+                out.append(where)
+                continue
+            out += [f"{where}.{k}" for k, v in c.items() if k not in ("name", "env") and v not in (None, [], {})]
+            out += [f"{where}.env[{e['name']}]" for e in c.get("env") or [] if "value" not in e]
+    return out
+
+
+def merge_named(theirs: Iterable[dict[str, Any]], ours: Iterable[dict[str, Any]], *keys: str,
+                ours_first: bool = False) -> list[dict[str, Any]]:
+    """Merge two lists of named things: an item of `theirs` that shares any of `keys` with one of
+    `ours` is dropped (ours wins); `ours_first` puts gangrun's items before the user's."""
+    ours = [dict(o) for o in ours]
+    taken = {(k, o[k]) for o in ours for k in keys if k in o}
+    kept = [dict(t) for t in theirs if not any((k, t.get(k)) in taken for k in keys if k in t)]
+    return ours + kept if ours_first else kept + ours
+
+
+def merge_pod_template(template: Mapping[str, Any], *, labels: Mapping[str, str], annotations: Mapping[str, str],
+                       pod: Mapping[str, Any], worker: Mapping[str, Any], volumes: Iterable[dict[str, Any]] = ()
+                       ) -> dict[str, Any]:
+    """The worker pods' template: the user's `template` with gangrun's pod fields, worker container and
+    volumes merged in. gangrun's values win wherever both set the same key."""
+    tpl = copy.deepcopy(dict(template))
+    meta = tpl.get("metadata") or {}
+    spec = dict(tpl.get("spec") or {})
+    out_meta: dict[str, Any] = {"labels": {**(meta.get("labels") or {}), **labels}}
+    merged_annotations = {**(meta.get("annotations") or {}), **annotations}
+    if merged_annotations:
+        out_meta["annotations"] = merged_annotations
+    theirs = worker_container(tpl) or {}
+    own_worker = dict(worker)
+    container = {**own_worker, **{k: v for k, v in theirs.items() if k not in own_worker}}
+    container["env"] = merge_named(theirs.get("env") or [], own_worker.get("env") or [], "name", ours_first=True)
+    container["ports"] = merge_named(theirs.get("ports") or [], own_worker.get("ports") or [], "name",
+                                     "containerPort")
+    mounts = merge_named(theirs.get("volumeMounts") or [], own_worker.get("volumeMounts") or [], "mountPath")
+    if mounts:
+        container["volumeMounts"] = mounts
+    containers = [container] + [c for c in spec.get("containers") or [] if c.get("name") != WORKER]
+    spec.update({k: v for k, v in pod.items()})
+    if "nodeSelector" in pod:
+        spec["nodeSelector"] = {**(tpl.get("spec", {}).get("nodeSelector") or {}), **pod["nodeSelector"]}
+    spec["containers"] = containers
+    all_volumes = merge_named(spec.get("volumes") or [], volumes, "name")
+    if all_volumes:
+        spec["volumes"] = all_volumes
+    return {"metadata": out_meta, "spec": spec}

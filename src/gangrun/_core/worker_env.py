@@ -1,0 +1,144 @@
+"""The worker environment contract: the one place that says which variables a worker sees, and their values.
+
+Both backends build a worker's environment here, so the same script sees the same variables on
+either. The contract splits in two, because on Kubernetes part of it is only known inside the pod:
+
+    gang_env(...)     the same for every worker of the gang: task, attempt, sizes, rendezvous address,
+                      checkpoint locations, stop notice and events files, grace period
+    process_env(...)  one worker process: its node rank (the pod's completion index on Kubernetes),
+                      local rank, the gang's restart round, and what follows from them (RANK,
+                      GROUP_RANK, TORCHELASTIC_RUN_ID)
+    worker_env(...)   both, with concrete values: what the local backend gives each process
+
+The Kubernetes renderer writes `gang_env` into the pod template as literal values and points
+NODE_RANK and JOBSET_RESTART_ATTEMPT at the pod's own annotations; `gangrun.launch`, the first
+process of every worker pod, then calls `process_env` with those, so the rules for the derived
+variables exist once. With nprocPerNode > 1 the launcher runs torchrun, which derives the same
+per-process values by the same rules (RANK = NODE_RANK × NPROC_PER_NODE + LOCAL_RANK).
+
+`user_env(spec)` is the user's own variables (spec.env, then the podTemplate worker container's plain
+`env` values), which never share a name with the contract (the manifest refuses that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the spec imports this module for the reserved names
+    from gangrun._core.spec import TaskSpec
+
+# -- names ------------------------------------------------------------------------------------------
+
+GANGRUN_TASK = "GANGRUN_TASK"
+GANGRUN_ATTEMPT = "GANGRUN_ATTEMPT"
+GANGRUN_GANG = "GANGRUN_GANG"  # the gang's name (the JobSet's on Kubernetes): half of the rendezvous id
+NNODES = "NNODES"
+NPROC_PER_NODE = "NPROC_PER_NODE"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+WORLD_SIZE = "WORLD_SIZE"
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+CHECKPOINT_PATH = "GANGRUN_CHECKPOINT_PATH"
+PREV_CHECKPOINT_PATH = "GANGRUN_PREV_CHECKPOINT_PATH"
+STOP_FILE = "GANGRUN_STOP_FILE"
+EVENTS_FILE = "GANGRUN_EVENTS_FILE"
+GRACE_PERIOD = "GANGRUN_GRACE_PERIOD"
+
+NODE_RANK = "NODE_RANK"
+GROUP_RANK = "GROUP_RANK"
+RANK = "RANK"
+LOCAL_RANK = "LOCAL_RANK"
+RESTART_ATTEMPT = "JOBSET_RESTART_ATTEMPT"
+RUN_ID = "TORCHELASTIC_RUN_ID"
+
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # local only: Kubernetes' device plugin picks the GPUs
+POD_NAMESPACE = "POD_NAMESPACE"  # Kubernetes only, from the downward API
+TERMINATION_LOG = "GANGRUN_TERMINATION_LOG"  # Kubernetes only: where the launcher leaves the newest checkpoint
+
+GANG_VARS = (GANGRUN_TASK, GANGRUN_ATTEMPT, GANGRUN_GANG, NNODES, NPROC_PER_NODE, LOCAL_WORLD_SIZE, WORLD_SIZE,
+             MASTER_ADDR, MASTER_PORT, CHECKPOINT_PATH, PREV_CHECKPOINT_PATH, STOP_FILE, EVENTS_FILE, GRACE_PERIOD)
+PROCESS_VARS = (NODE_RANK, GROUP_RANK, RANK, LOCAL_RANK, RESTART_ATTEMPT, RUN_ID)
+# Names no manifest may set: gangrun gives them to every worker. CUDA_VISIBLE_DEVICES is not among
+# them: a gang without GPUs keeps whatever the user sets.
+RESERVED = frozenset(GANG_VARS + PROCESS_VARS + (POD_NAMESPACE, TERMINATION_LOG))
+
+DEFAULT_MASTER_PORT = 29500
+
+
+# -- values -----------------------------------------------------------------------------------------
+
+
+def grace_seconds(spec: TaskSpec) -> str:
+    """The grace period as the SDK reads it: seconds, without a needless `.0`."""
+    return f"{spec.termination_grace.total_seconds():g}"
+
+
+def gang_env(spec: TaskSpec, *, attempt: int, gang: str, master_addr: str, master_port: int | None,
+             checkpoint_path: str, prev_checkpoint_path: str, stop_file: str, events_file: str) -> dict[str, str]:
+    """The variables every worker of the gang shares. `master_port` None: set per round (local)."""
+    env = {
+        GANGRUN_TASK: spec.name,
+        GANGRUN_ATTEMPT: str(attempt),
+        GANGRUN_GANG: gang,
+        NNODES: str(spec.nodes),
+        NPROC_PER_NODE: str(spec.nproc_per_node),
+        LOCAL_WORLD_SIZE: str(spec.nproc_per_node),
+        WORLD_SIZE: str(spec.world_size),
+        MASTER_ADDR: master_addr,
+        **({MASTER_PORT: str(master_port)} if master_port is not None else {}),
+        CHECKPOINT_PATH: checkpoint_path,
+        PREV_CHECKPOINT_PATH: prev_checkpoint_path,
+        STOP_FILE: stop_file,
+        EVENTS_FILE: events_file,
+        GRACE_PERIOD: grace_seconds(spec),
+    }
+    return env
+
+
+def run_id(gang: str, restart_attempt: int) -> str:
+    """The rendezvous id of one restart round: a restarted gang never joins the previous round's."""
+    return f"{gang}-{restart_attempt}"
+
+
+def process_env(*, nproc_per_node: int, node_rank: int, local_rank: int, restart_attempt: int,
+                gang: str) -> dict[str, str]:
+    """The variables of one worker process (torchrun's names and rules)."""
+    return {
+        NODE_RANK: str(node_rank),
+        GROUP_RANK: str(node_rank),
+        RANK: str(node_rank * nproc_per_node + local_rank),
+        LOCAL_RANK: str(local_rank),
+        RESTART_ATTEMPT: str(restart_attempt),
+        RUN_ID: run_id(gang, restart_attempt),
+    }
+
+
+def node_env(*, node_rank: int, restart_attempt: int, gang: str) -> dict[str, str]:
+    """The per-node part alone, for a node whose processes torchrun starts (it sets RANK and LOCAL_RANK)."""
+    env = process_env(nproc_per_node=1, node_rank=node_rank, local_rank=0, restart_attempt=restart_attempt, gang=gang)
+    del env[RANK], env[LOCAL_RANK]
+    return env
+
+
+def worker_env(spec: TaskSpec, *, attempt: int, gang: str, node_rank: int, local_rank: int, restart_attempt: int,
+               master_addr: str, master_port: int, checkpoint_path: str, prev_checkpoint_path: str, stop_file: str,
+               events_file: str, gpus: Sequence[int] | None = None) -> dict[str, str]:
+    """The whole contract for one process, with concrete values. `gpus`: this node's GPU indices
+    (local backend; see `gangrun._core.gpus`), None to leave CUDA_VISIBLE_DEVICES alone."""
+    env = gang_env(spec, attempt=attempt, gang=gang, master_addr=master_addr, master_port=master_port,
+                   checkpoint_path=checkpoint_path, prev_checkpoint_path=prev_checkpoint_path, stop_file=stop_file,
+                   events_file=events_file)
+    env.update(process_env(nproc_per_node=spec.nproc_per_node, node_rank=node_rank, local_rank=local_rank,
+                           restart_attempt=restart_attempt, gang=gang))
+    if gpus is not None:
+        env[CUDA_VISIBLE_DEVICES] = ",".join(str(g) for g in gpus)  # gangrun._core.gpus assigns them
+    return env
+
+
+def user_env(spec: TaskSpec) -> dict[str, str]:
+    """The user's own variables that apply on both backends: spec.env, then the worker container's
+    plain `env` values of spec.podTemplate (a `valueFrom` needs a cluster; see `local_ignored`)."""
+    from gangrun._core.pod_template import worker_plain_env
+
+    return {**spec.env, **worker_plain_env(spec.pod_template)}
