@@ -1,4 +1,4 @@
-"""gangrun.context(): the worker environment (INTERFACE.md "Inside a worker") read into a Context."""
+"""gangrun.context(): the worker environment every backend sets, read into a Context."""
 
 from __future__ import annotations
 

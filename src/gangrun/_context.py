@@ -1,4 +1,4 @@
-"""Who and where a worker is: `gangrun.context()`, read from the worker environment (INTERFACE.md).
+"""Who and where a worker is: `gangrun.context()`, read from the worker environment a backend sets.
 
 Inside a gang the backend sets ``GANGRUN_TASK``, ``GANGRUN_ATTEMPT``, ``JOBSET_RESTART_ATTEMPT``,
 ``NNODES``, ``NODE_RANK``, ``NPROC_PER_NODE``, ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
@@ -163,8 +163,8 @@ def _parse(env: Mapping[str, str]) -> Context:
         if prev and split_attempt_path(prev) != (split[0], attempt - 1):
             # Earlier attempts are found by the layout rule; a different PREV means the backend and
             # the SDK disagree on the layout, which would silently lose progress.
-            raise WorkerEnvError("GANGRUN_PREV_CHECKPOINT_PATH",
-                                 f"must be {split[0]}/attempt-{attempt - 1}, got {prev!r}")
+            want = f"{split[0]}/attempt-{attempt - 1}"
+            raise WorkerEnvError("GANGRUN_PREV_CHECKPOINT_PATH", f"must be {want}, got {prev!r}")
         ckpt = Checkpoint(
             split[0], attempt=attempt, task=task, rank=rank, world_size=world,
             restart_attempt=_int(env, "JOBSET_RESTART_ATTEMPT", 0), events_file=env.get(EVENTS_FILE_ENV) or None,

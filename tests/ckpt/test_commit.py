@@ -109,6 +109,7 @@ def test_b2_retention_keeps_last_n_across_attempts_and_removes_leftovers(store, 
     ckpt.save(b"step-4", step=4)  # seq 1 of attempt 3
     storage.makedirs(f"{ckpt._root_path}/attempt-1/{entry_name(5)}.tmp-x")  # an old killed save
     ckpt.save(b"step-5", step=5)
+    ckpt.wait()  # retention runs in the background, after the commit
     kept = []
     for attempt in (1, 2, 3):
         for name in sorted(storage.list_names(f"{ckpt._root_path}/attempt-{attempt}")):
@@ -122,4 +123,5 @@ def test_b2_keep_last_none_keeps_everything(store, run_history) -> None:
     run_history(store, {1: [1, 2, 3, 4]})
     ckpt = store(1, keep_last=None)
     ckpt.save(b"step-5", step=5)
+    ckpt.wait()
     assert len(ckpt._storage.list_names(ckpt._attempt_path)) == 5

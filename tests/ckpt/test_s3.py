@@ -49,6 +49,7 @@ def test_s3_torn_save_without_manifest_is_ignored_and_cleaned_up(s3_root, tmp_pa
     ckpt = _ck(s3_root, tmp_path, 1)
     assert ckpt.load().read_bytes() == b"good" and ckpt.loaded_seq == 1
     assert ckpt.save(b"next", step=2).seq == 3  # never reuses the torn seq
+    ckpt.wait()  # retention runs in the background, after the commit
     fs.invalidate_cache()
     assert not fs.exists(torn), "retention removes the torn leftover"
     assert _ck(s3_root, tmp_path, 1).load().read_bytes() == b"next"

@@ -13,12 +13,16 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from gangrun import Checkpoint
+from gangrun._ckpt import transfer
 from gangrun._errors import CheckpointError, CommitFailed, GangrunError, UsageError
+from gangrun.checkpoint import SaveInfo
 
 RANK_SCRIPT = """
 import json, sys, pathlib, gangrun
@@ -104,22 +108,53 @@ def test_save_that_a_rank_never_joins_is_abandoned_cleaned_up_and_logged(tmp_pat
     with pytest.raises(CommitFailed, match="rank\\(s\\) 1 did not finish"):
         ckpt.save(b"lonely", step=2, shard=True)  # rank 1 died before saving step 2
     assert "abandoned the sharded save of step 2" in capsys.readouterr().err
-    assert sorted(os.listdir(root / "attempt-1")) == ["ckpt-000001"], "nothing of the abandoned save is left"
+    left = sorted(os.listdir(root / "attempt-1"))
+    assert left == ["ckpt-000001", "shards-r0-s2.json"], "nothing of the abandoned save is left but its mark"
+    assert "abandoned" in json.loads((root / "attempt-1" / "shards-r0-s2.json").read_text())
+    with pytest.raises(CommitFailed, match="abandoned by rank 0"):  # rank 1, late: told at once
+        _ck(root, 1, 2, shard_timeout=30, protocol=protocol).save(b"late", step=2, shard=True)
     loaded = [_ck(root, r, 2).load().read_bytes() for r in range(2)]
     assert loaded == [b"p0", b"p1"]
+    _gang_in_threads(2, lambda r: _ck(root, r, 2, protocol=protocol).save(f"q{r}".encode(), step=3, shard=True))
+    assert "shards-r0-s2.json" not in os.listdir(root / "attempt-1"), "the next save removes the mark"
 
 
-def test_rank_whose_write_fails_ends_the_save_at_once_on_every_rank(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "bad",
+    [pytest.param({1}, id="rank-1"), pytest.param({0}, id="rank-0"), pytest.param({0, 1}, id="every-rank")],
+)
+def test_rank_with_nothing_to_save_ends_the_save_at_once_on_every_rank(tmp_path: Path, bad: set[int]) -> None:
     root = tmp_path / "ck" / "train"
     missing = tmp_path / "no-such-dir"
 
     def save(r: int) -> object:
-        data = b"ok" if r == 0 else missing
+        data = missing if r in bad else b"ok"
         return _ck(root, r, 2, shard_timeout=30).save(data, step=1, shard=True)
 
+    started = time.monotonic()
     results = _gang_in_threads(2, save)
-    assert isinstance(results[1], UsageError)  # nothing to save: raised before it joined
-    assert isinstance(results[0], CommitFailed)
+    assert time.monotonic() - started < 10, f"no rank waited for the 30 s timeout: {results}"
+    for r in range(2):  # the rank with bad input gets its own error; the others learn the save is off
+        assert isinstance(results[r], UsageError if r in bad else CommitFailed), results
+    assert "nothing to save" in str(results[min(bad)])
+    left = os.listdir(root / "attempt-1") if (root / "attempt-1").exists() else []
+    assert not [n for n in left if n.startswith("ckpt-")], f"nothing of it is left: {left}"
+
+
+def test_rank_0_failing_mid_write_ends_the_save_on_every_rank(tmp_path: Path) -> None:
+    root = tmp_path / "ck" / "train"
+
+    def save(r: int) -> object:
+        ck = _ck(root, r, 2, shard_timeout=30)
+        if r == 0:
+            ck._storage.put_bytes = _fail  # type: ignore[method-assign]
+        return ck.save(f"p{r}".encode(), step=1, shard=True)
+
+    started = time.monotonic()
+    results = _gang_in_threads(2, save)
+    assert time.monotonic() - started < 10, f"rank 1 did not wait for the 30 s timeout: {results}"
+    assert all(isinstance(x, CommitFailed) for x in results), results
+    assert "No space left" in str(results[0]) and "abandoned" in str(results[1])
 
 
 def test_rank_failing_mid_write_makes_rank_0_give_up_without_waiting(tmp_path: Path) -> None:
@@ -137,7 +172,7 @@ def test_rank_failing_mid_write_makes_rank_0_give_up_without_waiting(tmp_path: P
     results = _gang_in_threads(2, save)
     assert all(isinstance(x, CommitFailed) for x in results), results
     assert "rank(s) 1 failed" in str(results[0])
-    assert not [n for n in os.listdir(root / "attempt-1") if "shard" in n or n.startswith("shards-")]
+    assert os.listdir(root / "attempt-1") == ["shards-r0-s1.json"], "no part is left, only the abandoned mark"
 
 
 def _fail(*_a: object, **_k: object) -> object:
@@ -199,3 +234,43 @@ def test_worker_context_gives_the_checkpoint_the_gangs_world_size_and_restart(tm
     ckpt = Context.from_env(env, install_stop_handler=False).checkpoint
     assert ckpt is not None
     assert (ckpt.rank, ckpt.world_size, ckpt.restart_attempt, ckpt.attempt) == (2, 4, 3, 2)
+
+
+@pytest.mark.parametrize("where", ["rename", "marker", "s3"])
+def test_save_at_the_step_a_killed_gang_was_saving_commits_after_a_readmission(tmp_path: Path, request, where: str) -> None:
+    """A preempted gang killed mid-save left that save's rendezvous. Readmitted, it runs the same
+    attempt with the same restart attempt (a readmission is not a JobSet restart), resumes from
+    the previous checkpoint and saves the same step again: a rank that reads the leftover
+    rendezvous before rank 0 replaces it must still end up in the new save, not wait for the old one."""
+    from gangrun._ckpt import shards
+
+    if where == "s3":
+        root, opts = request.getfixturevalue("s3_root")
+        protocol = None
+    else:
+        root, opts, protocol = str(tmp_path / "ck" / "train"), None, where
+
+    def ck(rank: int) -> Checkpoint:
+        return Checkpoint.for_path(root, rank=rank, world_size=2, shard_timeout=20, protocol=protocol,
+                                   storage_options=opts, cache_dir=tmp_path / f"c{rank}-{uuid.uuid4().hex[:6]}")  # fmt: skip
+
+    _gang_in_threads(2, lambda r: ck(r).save(f"one-{r}".encode(), step=1, shard=True))
+    killed = ck(1)
+    # What the killed gang left of its save of step 2: rank 0 opened it (pending folder and
+    # rendezvous) and rank 1 wrote its part, then both were killed before the commit.
+    stale = shards.open_save(killed._storage, killed._attempt_path, rank=0, restart=0, step=2, seq_floor=1, timeout=5, protocol=protocol)
+    shards.write_part(stale, 1, transfer.source_of(b"old-1"))
+
+    def readmitted(r: int) -> object:
+        if r == 0:
+            time.sleep(0.5)  # rank 1 reaches the save first and finds the old rendezvous
+        return ck(r).save(f"two-{r}".encode(), step=2, shard=True)
+
+    started = time.monotonic()
+    results = _gang_in_threads(2, readmitted)
+    assert all(isinstance(x, SaveInfo) for x in results), results
+    assert time.monotonic() - started < 10, "committed without waiting for the old save to time out"
+    assert results[0].seq == results[1].seq > stale.seq
+    loaded = [ck(r) for r in range(2)]
+    assert [c.load().read_bytes() for c in loaded] == [b"two-0", b"two-1"]
+    assert {c.loaded_seq for c in loaded} == {results[0].seq}

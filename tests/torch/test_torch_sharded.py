@@ -46,14 +46,17 @@ def test_b1_sharded_save_commits_once_with_every_ranks_files(tmp_path: Path, wor
     assert bool((sd["w"] == 5).all()) and bool((sd["b"] == -5).all()) and sd["meta"] == {"note": "x"}
 
 
-def test_world_size_change_is_detected_and_resharded_4_to_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("saved", "loading"), [(4, 2), (2, 4)], ids=["shrink-4-to-2", "grow-2-to-4"])
+def test_world_size_change_is_detected_and_resharded(tmp_path: Path, saved: int, loading: int) -> None:
     root = tmp_path / "train"
-    Gang(root, world=4, mode="save", env={"STEP": "9", "ASYNC": "1"}).wait()
-    loaded = Gang(root, world=2, mode="load", attempt=2, env={"GLOBAL_ROWS": "16"}).wait()
+    Gang(root, world=saved, mode="save", env={"STEP": "9", "ASYNC": "1"}).wait()
+    rows = 4 * saved  # worker.py: ROWS=4 per saving rank
+    loaded = Gang(root, world=loading, mode="load", attempt=2, env={"GLOBAL_ROWS": str(rows)}).wait()
+    assert len(loaded) == loading
     for r in loaded:
         assert r["ok"], f"rank {r['rank']} got wrong values after resharding: {r}"
-        assert (r["step"], r["world_size"], r["resharded"], r["from"]) == (9, 4, True, "previous")
-        assert r["local_rows"] == 8, "16 saved rows over 2 ranks"
+        assert (r["step"], r["world_size"], r["resharded"], r["from"]) == (9, saved, True, "previous")
+        assert r["local_rows"] == rows // loading, f"{rows} saved rows over {loading} ranks"
         assert r["meta"] == {"note": "x"}
 
 

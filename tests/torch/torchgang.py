@@ -41,6 +41,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def rank_env(root: Path | str, *, rank: int, world: int, port: int, attempt: int = 1, task: str = "train",
+             env: dict[str, str] | None = None) -> dict[str, str]:  # fmt: skip
+    """The environment a gangrun backend gives rank `rank` of a one-node gang of `world`."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        "GANGRUN_TASK": task, "GANGRUN_ATTEMPT": str(attempt), "JOBSET_RESTART_ATTEMPT": "0",
+        "NNODES": "1", "NODE_RANK": "0", "NPROC_PER_NODE": str(world), "RANK": str(rank),
+        "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port), "GANGRUN_CHECKPOINT_PATH": f"{root}/attempt-{attempt}",
+        "GANGRUN_PREV_CHECKPOINT_PATH": f"{root}/attempt-{attempt - 1}" if attempt > 1 else "",
+        "GANGRUN_GRACE_PERIOD": "60", "OMP_NUM_THREADS": "1",
+        **(env or {}),
+    }  # fmt: skip
+
+
 class Gang:
     """`world` worker processes running worker.py `mode`; `results()` parses their JSON lines."""
 
@@ -49,17 +65,7 @@ class Gang:
         port = free_port()
         self.procs: list[subprocess.Popen[str]] = []
         for rank in range(world):
-            wenv = {
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
-                "GANGRUN_TASK": task, "GANGRUN_ATTEMPT": str(attempt), "JOBSET_RESTART_ATTEMPT": "0",
-                "NNODES": "1", "NODE_RANK": "0", "NPROC_PER_NODE": str(world), "RANK": str(rank),
-                "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(port), "GANGRUN_CHECKPOINT_PATH": f"{root}/attempt-{attempt}",
-                "GANGRUN_PREV_CHECKPOINT_PATH": f"{root}/attempt-{attempt - 1}" if attempt > 1 else "",
-                "GANGRUN_GRACE_PERIOD": "60", "OMP_NUM_THREADS": "1",
-                **(env or {}),
-            }  # fmt: skip
+            wenv = rank_env(root, rank=rank, world=world, port=port, attempt=attempt, task=task, env=env)
             argv = [sys.executable, str(WORKER), mode]
             self.procs.append(subprocess.Popen(argv, env=wenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
 
@@ -86,3 +92,29 @@ class Gang:
             for stream in (p.stdout, p.stderr):
                 if stream is not None:
                     stream.close()
+
+
+class Zygote:
+    """A process with torch imported that forks gang ranks on request (zygote.py): for tests that
+    start many gangs, each rank then costs a fork rather than an interpreter and a torch import."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen([sys.executable, str(WORKER.with_name("zygote.py"))], env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+
+    def fork(self, mode: str, env: dict[str, str], out: Path) -> int:
+        """Start one rank running worker.py `mode` with `env`, its output appended to `out`; its pid."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"mode": mode, "env": env, "out": str(out)}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, "the zygote died"
+        return int(json.loads(line)["pid"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(30)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()

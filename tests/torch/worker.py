@@ -8,7 +8,7 @@ Modes:
   save   save at step STEP (blocking unless ASYNC=1), print the save
   load   build the state for this world size, load, check every element, print what was loaded
   stop   train until ctx.should_stop(); SIGTERM reaches one rank only; then a final blocking save
-  churn  save steps 1, 2, 3, ... (blocking) until killed; prints each committed step
+  churn  save steps START+1, START+2, ... (blocking) until killed; prints each committed step
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ import gangrun
 import torch
 from gangrun.torch import load_state, save_state, wait
 
-ROWS = int(os.environ.get("ROWS", "4"))
-COLS = int(os.environ.get("COLS", "8"))
-OPTS = json.loads(os.environ.get("STORAGE_OPTIONS", "null"))
+ROWS, COLS, OPTS = 4, 8, None  # read from the environment by main(): a forked rank (zygote.py) imports this early
 
 
 def state(world: int, fill: float) -> dict[str, Any]:
@@ -44,6 +42,9 @@ def global_rows() -> int:
 
 
 def main(mode: str) -> None:
+    global ROWS, COLS, OPTS
+    ROWS, COLS = int(os.environ.get("ROWS", "4")), int(os.environ.get("COLS", "8"))
+    OPTS = json.loads(os.environ.get("STORAGE_OPTIONS", "null"))
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     ctx = gangrun.context()
@@ -77,7 +78,7 @@ def main(mode: str) -> None:
         save_state(state(world, float(step)), step=step, blocking=True)
         print(json.dumps({"rank": rank, "stopped_at": step, "local_flag": ctx.stop_requested}), flush=True)
     elif mode == "churn":
-        step = 0
+        step = int(os.environ.get("START", "0"))
         while True:
             step += 1
             save_state(state(world, float(step)), step=step, blocking=True, storage_options=OPTS)

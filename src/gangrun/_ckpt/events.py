@@ -1,4 +1,4 @@
-"""The checkpoint side of the task's event timeline (DESIGN.md B5).
+"""The checkpoint side of the task's event timeline.
 
 When the backend sets ``GANGRUN_EVENTS_FILE``, every commit appends one JSON line to it. The line is
 written with a single ``write`` on an ``O_APPEND`` descriptor, so lines from many ranks and processes

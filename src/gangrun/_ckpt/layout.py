@@ -1,7 +1,7 @@
 """Where checkpoints live, and how their names are read back.
 
-One task's checkpoints sit under one root; every attempt has its own folder (INTERFACE.md: attempt N
-saves under ``<root>/attempt-<N>``), and every save inside it is numbered::
+One task's checkpoints sit under one root; every attempt has its own folder (the worker contract:
+attempt N saves under ``<root>/attempt-<N>``), and every save inside it is numbered::
 
     <spec.checkpoint.uri>/<task>/            # the root
       attempt-1/
@@ -23,6 +23,7 @@ saves under ``<root>/attempt-<N>``), and every save inside it is numbered::
         ckpt-000004.shard-r0-s140/           # a sharded save in progress (rename stores), the same
                                              #   name on every rank: restart attempt 0, step 140
       shards-r0-s140.json                    # its rendezvous: the seq rank 0 chose, read by the others
+                                             #   (marked abandoned if rank 0 gave the save up)
 
 The newest complete checkpoint is found by listing names only: attempts by number, then saves by seq,
 both newest first; no byte of data is read until a candidate is chosen.

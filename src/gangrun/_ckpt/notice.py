@@ -1,4 +1,4 @@
-"""The stop notice (DESIGN.md B3): SIGTERM turned into a flag, hooks, a cause and a deadline.
+"""The stop notice: SIGTERM turned into a flag, hooks, a cause and a deadline.
 
 Contract with the backends: before it sends SIGTERM, a backend may write
 ``{"cause": "Preempted", "message": "...", "deadline": <unix seconds>}`` atomically to the file named
@@ -85,9 +85,8 @@ def read_notice(env: Mapping[str, str], *, now: float) -> StopNotice:
         with open(path, "rb") as f:
             doc = json.load(f)
         deadline = float(doc["deadline"]) if doc.get("deadline") is not None else fallback.deadline
-        cause, message = doc.get("cause"), doc.get("message")
-        return StopNotice(None if cause is None else str(cause), None if message is None else str(message),
-                          deadline, now)
+        cause, message = (None if doc.get(k) is None else str(doc[k]) for k in ("cause", "message"))
+        return StopNotice(cause, message, deadline, now)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return fallback
 

@@ -1,6 +1,6 @@
 """Run one function over many files on a few threads: the parallelism of a save, a snapshot and a load.
 
-Threads rather than processes: file I/O, fsync, `os.copy_file_range` and `zlib.crc32` release the
+Threads rather than processes: file I/O, fsync, `os.copy_file_range` and the CRC (crc32c) release the
 GIL, so a few threads keep both the CPU and the disk queue busy (concurrent fsyncs let the
 filesystem merge journal commits, which is most of what a save of many small files costs).
 

@@ -10,7 +10,8 @@ by restart attempt `r`:
    stores, ``ckpt-<N>/`` on marker stores.
 2. Every rank writes its part under ``data/rank-<rank>/``, makes it durable, then writes its part
    marker ``parts/rank-<rank>.json`` (what the part holds: files, sizes, CRC-32s) last. A rank
-   whose write fails leaves ``parts/rank-<rank>.failed`` instead, so rank 0 gives up at once.
+   that has no part (its write failed, its input was bad) leaves ``parts/rank-<rank>.failed``
+   instead, so rank 0 gives up at once.
 3. Rank 0 waits for every marker, checks that every listed file is there with its size, and
    commits with the same protocol as any save (commit.py): the manifest (kind "sharded", every
    part) and a rename on local filesystems, the manifest written last on object stores. The other
@@ -19,7 +20,13 @@ by restart attempt `r`:
 A rank killed at any moment leaves no committed checkpoint with a missing or torn part: the commit
 happens only after every marker, and a marker only after its part's data is durable. A save that
 cannot complete (a rank died or failed, or the timeout passed) is abandoned: rank 0 removes the
-pending folder and the rendezvous and says so; the other ranks see the folder vanish and raise.
+pending folder, marks the rendezvous abandoned (for ranks that have not read it yet) and says so;
+the other ranks see the folder vanish, or the mark, and raise.
+
+A gang killed mid-save leaves its rendezvous behind. Readmitted after a preemption, it runs the
+same attempt and restart attempt again and may save the same step: a rank can then read the old
+rendezvous before rank 0 replaces it. Such a rank notices the new one while it waits for the
+commit and moves its part there (`wait_committed`).
 """
 
 from __future__ import annotations
@@ -27,8 +34,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 from gangrun._ckpt import catalog, transfer
 from gangrun._ckpt.commit import PendingCheckpoint, shared_pending
@@ -63,7 +70,16 @@ class ShardSave:
     restart: int
     step: int
     seq: int
-    pending: PendingCheckpoint
+    protocol: str | None  # the commit protocol override (tests), None: what the storage supports
+
+    @property
+    def pending(self) -> PendingCheckpoint:
+        """The same location on every rank: the folder is named by the seq, restart and step alone."""
+        final = join(self.attempt_dir, entry_name(self.seq))
+        return shared_pending(self.storage, final, tag=shard_tag(self.restart, self.step), protocol=self.protocol)
+
+    def at_seq(self, seq: int) -> ShardSave:
+        return replace(self, seq=seq)
 
     @property
     def rendezvous(self) -> str:
@@ -76,24 +92,50 @@ class ShardSave:
         return join(self.pending.location, PARTS, part_name(rank) + suffix)
 
 
-def _poll(check: Callable[[], bool], *, timeout: float, local: bool) -> bool:
-    """Call `check` until it returns True (then True) or `timeout` seconds pass (then False).
+class _Polls:
+    """Look again and again until `timeout` seconds pass: ``for _ in _Polls(...): if done(): break``.
 
     A look at a local folder costs microseconds, so it is repeated often (the ranks of a save finish
     close together, and every wasted interval is added to the save); a look at an object store is
-    a request, so it backs off to a few per second.
+    a request, so it backs off to a few per second. `restart()` gives the full timeout again.
     """
-    first, most = (0.0005, 0.005) if local else (0.01, 0.2)
-    deadline = time.monotonic() + timeout
-    delay = first
-    while True:
-        if check():
-            return True
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        time.sleep(min(delay, left))
-        delay = min(most, delay * 2)
+
+    def __init__(self, *, timeout: float, local: bool) -> None:
+        self.timeout = timeout
+        self._first, self._most = (0.0005, 0.005) if local else (0.01, 0.2)
+        self.restart()
+
+    def restart(self) -> None:
+        self._deadline = time.monotonic() + self.timeout
+        self._delay = self._first
+
+    def __iter__(self) -> Iterator[None]:
+        while True:
+            yield
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(self._delay, left))
+            self._delay = min(self._most, self._delay * 2)
+
+
+@dataclass(frozen=True)
+class _Rendezvous:
+    seq: int
+    abandoned: str | None  # why, once rank 0 gave the save up (late ranks learn it here)
+
+
+def _read_rendezvous(storage: Storage, path: str) -> _Rendezvous | None:
+    """The rendezvous at `path`; None while it is absent (or, on a store without atomic writes,
+    not yet whole)."""
+    try:
+        doc = json.loads(storage.read_bytes(path))
+    except (FileNotFoundError, ValueError):
+        return None
+    if not isinstance(doc, dict) or type(doc.get("seq")) is not int or doc["seq"] < 1:
+        return None
+    why = doc.get("abandoned")
+    return _Rendezvous(doc["seq"], None if why is None else str(why))
 
 
 def open_save(
@@ -107,36 +149,34 @@ def open_save(
     timeout: float,
     protocol: str | None = None,
 ) -> ShardSave:
-    """Step 1: rank 0 picks the seq and publishes it; every other rank reads it (waits up to `timeout`)."""
+    """Step 1: rank 0 picks the seq and publishes it; every other rank reads it (waits up to `timeout`).
+
+    The rendezvous a rank reads may be a leftover: a gang killed during its save of this step,
+    readmitted with the same restart attempt (a readmission is not a JobSet restart), saves the
+    same step again, and a rank can get there before rank 0 replaces the file. That cannot be
+    told from the outside, so `wait_committed` watches for it and moves the part (see there).
+    """
     name = rendezvous_name(restart, step)
-    tag = shard_tag(restart, step)
     if rank == 0:
         seq = max(catalog.next_seq(storage, attempt_dir), seq_floor)
+        save = ShardSave(storage, attempt_dir, restart, step, seq, protocol)
+        save.pending.create()  # first: the new seq is above every leftover before any rank can read it
         for stale in storage.list_names(attempt_dir):  # one sharded save at a time: others are leftovers
             if is_rendezvous(stale):
                 storage.remove(join(attempt_dir, stale))
-        pending = shared_pending(storage, join(attempt_dir, entry_name(seq)), tag=tag, protocol=protocol)
-        pending.create()
-        # sync=False: the claim is never needed after a crash.
-        storage.write_bytes(join(attempt_dir, name), json.dumps({"seq": seq}).encode(), sync=False)
-        return ShardSave(storage, attempt_dir, restart, step, seq, pending)
-    found: list[int] = []
-
-    def read() -> bool:
-        try:
-            doc = json.loads(storage.read_bytes(join(attempt_dir, name)))
-        except (FileNotFoundError, ValueError):
-            return False
-        if isinstance(doc, dict) and type(doc.get("seq")) is int and doc["seq"] >= 1:
-            found.append(doc["seq"])
-            return True
-        return False
-
-    if not _poll(read, timeout=timeout, local=storage.local):
+        # No fsync: a rendezvous is never needed after a crash.
+        storage.write_bytes(join(attempt_dir, name), json.dumps({"seq": save.seq}).encode(), sync=False)
+        return save
+    found: _Rendezvous | None = None
+    for _ in _Polls(timeout=timeout, local=storage.local):
+        found = _read_rendezvous(storage, join(attempt_dir, name))
+        if found is not None:
+            break
+    if found is None:
         raise ShardSaveAbandoned(f"sharded save of step {step}: rank 0 did not start it within {timeout:.0f}s")
-    seq = found[0]
-    pending = shared_pending(storage, join(attempt_dir, entry_name(seq)), tag=tag, protocol=protocol)
-    return ShardSave(storage, attempt_dir, restart, step, seq, pending)
+    if found.abandoned is not None:
+        raise ShardSaveAbandoned(f"sharded save of step {step} was abandoned by rank 0: {found.abandoned}")
+    return ShardSave(storage, attempt_dir, restart, step, found.seq, protocol)
 
 
 def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
@@ -148,17 +188,39 @@ def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
         files, dirs = transfer.write_source(storage, folder, src)
         storage.sync_tree(folder)  # durable before the marker that vouches for it
         part = Part(rank=rank, kind=src.kind, name=src.name, files=tuple(files), dirs=tuple(dirs))
-        storage.makedirs(join(save.pending.location, PARTS))
-        # Visible whole or not at all; made durable by rank 0's sync before the commit.
-        storage.write_bytes(save.marker(rank), json.dumps(part.to_doc()).encode(), sync=False)
+        _write_marker(save, part)
         return part
     except BaseException as e:
-        try:  # tell rank 0 at once rather than let it wait for the timeout
-            storage.makedirs(join(save.pending.location, PARTS))
-            storage.write_bytes(save.marker(rank, ".failed"), repr(e).encode(), sync=False)
-        except Exception:  # rank 0's timeout still ends the save
-            log.debug("gangrun: could not report the failed part to rank 0", exc_info=True)
+        why = _abandoned(save) if rank != 0 else None
+        if why is not None:  # rank 0 gave up and removed the folder this rank was writing into
+            raise ShardSaveAbandoned(f"sharded save of step {save.step} was abandoned by rank 0: {why}") from e
+        report_failure(save, rank, e)
         raise
+
+
+def _abandoned(save: ShardSave) -> str | None:
+    """Why rank 0 abandoned this save (or the one that replaced it), if it did."""
+    try:
+        news = _read_rendezvous(save.storage, save.rendezvous)
+    except Exception:  # the store is failing too: the caller reports its own error
+        return None
+    return news.abandoned if news is not None and news.seq >= save.seq else None
+
+
+def _write_marker(save: ShardSave, part: Part) -> None:
+    save.storage.makedirs(join(save.pending.location, PARTS))
+    # Visible whole or not at all; made durable by rank 0's sync before the commit.
+    save.storage.write_bytes(save.marker(part.rank), json.dumps(part.to_doc()).encode(), sync=False)
+
+
+def report_failure(save: ShardSave, rank: int, why: object) -> None:
+    """Tell rank 0 at once that this rank has no part for the save (a ``.failed`` marker), rather
+    than let it wait for the timeout. Best effort: the timeout still ends the save."""
+    try:
+        save.storage.makedirs(join(save.pending.location, PARTS))
+        save.storage.write_bytes(save.marker(rank, ".failed"), repr(why).encode(), sync=False)
+    except Exception:
+        log.debug("gangrun: could not report the failed part to rank 0", exc_info=True)
 
 
 def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, ...]:
@@ -170,20 +232,18 @@ def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, 
     parts_dir = join(save.pending.location, PARTS)
     wanted = {part_name(r) + ".json": r for r in range(world_size)}
     failed: list[int] = []
-    missing: list[int] = []
-
-    def all_in() -> bool:
+    missing: list[int] = list(range(world_size))
+    for _ in _Polls(timeout=timeout, local=storage.local):
         names = set(storage.list_names(parts_dir))
-        failed[:] = [r for r in range(world_size) if part_name(r) + ".failed" in names]
-        missing[:] = [r for n, r in wanted.items() if n not in names]
-        return bool(failed) or not missing
-
-    if not _poll(all_in, timeout=timeout, local=storage.local):
-        raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank(s) {_ranks(missing)} "
-                                 f"did not finish within {timeout:.0f}s")
+        failed = [r for r in range(world_size) if part_name(r) + ".failed" in names]
+        missing = [r for n, r in wanted.items() if n not in names]
+        if failed or not missing:
+            break
+    what = f"sharded save of step {save.step}"
     if failed:
-        raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank(s) {_ranks(failed)} "
-                                 "failed to write their part")
+        raise ShardSaveAbandoned(f"{what}: rank(s) {_ranks(failed)} failed to write their part")
+    if missing:
+        raise ShardSaveAbandoned(f"{what}: rank(s) {_ranks(missing)} did not finish within {timeout:.0f}s")
     parts: list[Part] = []
     sizes = storage.sizes(save.pending.data_dir)
     for r in range(world_size):
@@ -195,44 +255,72 @@ def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, 
             raise ShardSaveAbandoned(f"sharded save of step {save.step}: rank {r}'s marker names rank {part.rank}")
         for f in part.files:
             if sizes.get(f"{part_name(r)}/{f.path}") != f.size:
-                raise ShardSaveAbandoned(f"sharded save of step {save.step}: "
-                                         f"rank {r}'s {f.path} is not as its marker says")
+                raise ShardSaveAbandoned(f"{what}: rank {r}'s {f.path} is not as its marker says")
         parts.append(part)
     return tuple(parts)
 
 
-def wait_committed(save: ShardSave, *, timeout: float) -> None:
-    """The other ranks: return once rank 0 committed; raise if it abandoned the save or timed out."""
+def wait_committed(save: ShardSave, part: Part, *, timeout: float) -> ShardSave:
+    """The other ranks, once their part is in: return once rank 0 committed; raise if it abandoned
+    the save or `timeout` seconds passed without news. Returns the save that committed.
+
+    That is not `save` when `save` was a leftover (see `open_save`): rank 0 then publishes a
+    rendezvous with a higher seq, which a killed gang's file never gets, and this rank moves its
+    part into that save (a rename of its folder on a filesystem) and writes its marker there. The
+    part's data is durable already, and the marker still comes after it.
+    """
     storage = save.storage
-    final = save.pending.final
-    gone: list[bool] = []
-
-    def done() -> bool:
-        if storage.exists(join(final, MANIFEST)):
-            return True
-        if save.pending.location != final and not storage.exists(save.pending.location):
+    polls = _Polls(timeout=timeout, local=storage.local)
+    for _ in polls:
+        if storage.exists(join(save.pending.final, MANIFEST)):
+            return save
+        news = _read_rendezvous(storage, save.rendezvous)
+        if news is not None and news.seq > save.seq and news.abandoned is None:
+            newer = save.at_seq(news.seq)
+            log.info("gangrun: step %d is saved as seq %d, not as the leftover seq %d: moving this rank's part there",
+                     save.step, newer.seq, save.seq)  # fmt: skip
+            try:
+                storage.move_tree(save.part_dir(part.rank), newer.part_dir(part.rank))
+                _write_marker(newer, part)
+            except BaseException as e:
+                report_failure(newer, part.rank, e)
+                raise
+            save = newer
+            polls.restart()
+            continue
+        if news is not None and news.seq >= save.seq and news.abandoned is not None:
+            raise ShardSaveAbandoned(f"sharded save of step {save.step} was abandoned by rank 0: {news.abandoned}")
+        if not storage.exists(save.pending.location):
             # Renamed (committed) or removed (abandoned) since the first look: look again.
-            gone.append(not storage.exists(join(final, MANIFEST)))
-            return True
-        if save.pending.location == final and not storage.exists(save.rendezvous):
-            gone.append(not storage.exists(join(final, MANIFEST)))
-            return True
-        return False
-
-    if not _poll(done, timeout=timeout, local=storage.local):
-        raise ShardSaveAbandoned(f"sharded save of step {save.step}: not committed within {timeout:.0f}s")
-    if gone and gone[0]:
-        raise ShardSaveAbandoned(f"sharded save of step {save.step} was abandoned (see rank 0's log)")
+            if storage.exists(join(save.pending.final, MANIFEST)):
+                return save
+            raise ShardSaveAbandoned(f"sharded save of step {save.step} was abandoned (see rank 0's log)")
+    raise ShardSaveAbandoned(f"sharded save of step {save.step}: not committed within {timeout:.0f}s")
 
 
 def abandon(save: ShardSave, why: object) -> None:
-    """Rank 0: remove everything of a save that cannot complete, and say so."""
-    for path in (save.pending.location, save.rendezvous):
+    """Rank 0: give up a save that cannot complete, remove what it wrote, and say so.
+
+    The rendezvous stays, marked abandoned, so that a rank that has not read it yet raises at
+    once instead of waiting; rank 0's next sharded save removes it.
+    """
+    doc = {"seq": save.seq, "abandoned": str(why)[:500]}
+    for step in (lambda: save.storage.write_bytes(save.rendezvous, json.dumps(doc).encode(), sync=False),
+                 lambda: save.storage.remove(save.pending.location)):  # fmt: skip
         try:
-            save.storage.remove(path)
-        except Exception:  # a leftover is removed by a later retention pass
-            log.debug("gangrun: could not remove %s", path, exc_info=True)
+            step()
+        except Exception:  # a leftover is removed by a later retention pass; the timeout ends the wait
+            log.debug("gangrun: could not clean up the abandoned save of step %d", save.step, exc_info=True)
     say(f"gangrun: abandoned the sharded save of step {save.step} (seq {save.seq}): {why}")
+
+
+def give_up(save: ShardSave, rank: int, why: object) -> None:
+    """This rank has no part for an open save (its input was bad, its snapshot failed): rank 0
+    abandons the save, any other rank reports the failure so that rank 0 abandons it."""
+    if rank == 0:
+        abandon(save, why)
+    else:
+        report_failure(save, rank, why)
 
 
 def finish(save: ShardSave) -> None:

@@ -8,13 +8,16 @@ files and directories, and an atomic rename. Everything else (``s3://``, ``memor
 Everything `LocalStorage` creates is private to the user: directories 0700, files 0600 (checkpoints
 hold model state; a shared machine must not let other users read them). The umask may only narrow it.
 
-Every transfer streams fixed-size chunks and returns the CRC-32 and size of what went through, so a
-checksum costs no second read. Callers run transfers of different files on a few threads at once
-(`Storage.workers`, see pool.py); each thread reuses one buffer.
+Every transfer returns the checksum and size of what it wrote. Local copies run in the kernel
+(`copy_file_range`, as `shutil.copytree`) and then checksum the copy through a memory map; copies to
+and from other stores stream fixed-size chunks through one reused buffer per thread and checksum
+them on the way. Callers run transfers of different files on a few threads at once
+(`Storage.workers`, see pool.py).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import threading
@@ -25,6 +28,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from gangrun._ckpt import pool
+from gangrun._ckpt.layout import join
 from gangrun._ckpt.manifest import CHECKSUM, Crc
 
 # 1 MiB: the chunk stays in the CPU cache between the CRC and the write. 8 MiB measured half as
@@ -85,6 +89,10 @@ class Storage:
         raise NotImplementedError
 
     def rename(self, src: str, dst: str) -> None:
+        raise NotImplementedError
+
+    def move_tree(self, src: str, dst: str) -> None:
+        """Move the tree `src` to `dst`, whose parent exists and which does not."""
         raise NotImplementedError
 
     def sync_tree(self, path: str) -> None:
@@ -150,10 +158,42 @@ def makedirs_private(path: str) -> None:
                 raise
 
 
-def _copy_local(src: str, dst: str, checksum: str = CHECKSUM) -> Crc:
-    # Unbuffered files: readinto and write are one syscall each, without a second in-process copy.
+def kernel_copy(src: str, dst: str) -> None:
+    """Copy the file `src` to a new private file `dst` inside the kernel (`copy_file_range`: page
+    cache to page cache, or a block clone on filesystems with reflinks), as `shutil.copytree` does;
+    a plain read/write loop where the kernel cannot (an old kernel, another filesystem)."""
     with open(src, "rb", buffering=0) as fin, open(open_private(dst), "wb", buffering=0) as fout:
-        return _copy_stream(fin.readinto, _write_all(fout), checksum)
+        size = os.fstat(fin.fileno()).st_size
+        try:
+            while os.copy_file_range(fin.fileno(), fout.fileno(), max(size, 1 << 30)):
+                pass  # until 0: end of file (reading to the end also catches a file that grew)
+            return
+        except OSError:  # e.g. EXDEV on old kernels, or a filesystem without it: plain copy
+            fin.seek(0)
+            fout.seek(0)
+            fout.truncate()
+        shutil.copyfileobj(fin, fout, CHUNK)
+
+
+def file_checksum(path: str, checksum: str = CHECKSUM) -> Crc:
+    """Size and checksum of a local file, read through a memory map: one pass over the page cache,
+    without copying the bytes into the process first."""
+    crc = Crc(checksum)
+    with open(path, "rb", buffering=0) as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return crc
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            crc.update(m)  # type: ignore[arg-type]  # a buffer, as bytes are
+    return crc
+
+
+def _copy_local(src: str, dst: str, checksum: str = CHECKSUM) -> Crc:
+    # The copy in the kernel, then the checksum of what landed in `dst`: two passes over the page
+    # cache instead of read + checksum + write through a buffer in the process, which measured
+    # 1.6x slower than copytree on a 1 GiB tree here. Taken from the copy, the checksum vouches for
+    # the bytes of the checkpoint itself, whatever happens to `src` meanwhile.
+    kernel_copy(src, dst)
+    return file_checksum(dst, checksum)
 
 
 def _write_all(f: Any) -> Callable[[memoryview], None]:
@@ -214,8 +254,7 @@ class LocalStorage(Storage):
         if move:
             # The source is a snapshot we staged on this filesystem: move it, then checksum it.
             os.rename(src, dst)
-            with open(dst, "rb", buffering=0) as f:
-                return _copy_stream(f.readinto, lambda _b: None)
+            return file_checksum(dst)
         # No fsync here: sync_tree() fsyncs every file once all are written, so the kernel writes
         # back early files while later ones are copied instead of stalling after each.
         return _copy_local(src, dst)
@@ -244,6 +283,9 @@ class LocalStorage(Storage):
                 pass
 
     def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def move_tree(self, src: str, dst: str) -> None:
         os.rename(src, dst)
 
     def sync_tree(self, path: str) -> None:
@@ -324,6 +366,13 @@ class FsspecStorage(Storage):
         except FileNotFoundError:
             pass
         self._fresh(path)
+
+    def move_tree(self, src: str, dst: str) -> None:
+        # No rename on object stores: a copy of every object (server-side where the store can),
+        # then the originals are removed.
+        for rel in self.sizes(src):  # one by one: fsspec's recursive copy names targets by its own rules
+            self.fs.copy(join(src, rel), join(dst, rel))
+        self.remove(src)
 
 
 def open_storage(uri: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, str]:

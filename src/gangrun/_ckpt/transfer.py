@@ -19,7 +19,7 @@ from pathlib import Path
 from gangrun._ckpt import pool
 from gangrun._ckpt.layout import BYTES_NAME, DATA, MANIFEST, join, part_name
 from gangrun._ckpt.manifest import FileEntry, Kind, Manifest, Part
-from gangrun._ckpt.storage import PRIVATE_DIR, Storage, makedirs_private, open_private
+from gangrun._ckpt.storage import PRIVATE_DIR, Storage, kernel_copy, makedirs_private
 from gangrun._errors import CheckpointError, UsageError
 
 
@@ -86,25 +86,11 @@ def snapshot(src: Source, staging: str) -> Source:
             makedirs_private(os.path.join(staging, d))
         out.files = [(rel, os.path.join(staging, rel)) for rel, _ in src.files]
         jobs = _largest_first([(path, dst) for (_, path), (_, dst) in zip(src.files, out.files, strict=True)], key=0)
-        pool.run_all(lambda job: _kernel_copy(*job), jobs)
+        pool.run_all(lambda job: kernel_copy(*job), jobs)
         return out
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-
-
-def _kernel_copy(src: str, dst: str) -> None:
-    with open(src, "rb", buffering=0) as fin, open(open_private(dst), "wb", buffering=0) as fout:
-        size = os.fstat(fin.fileno()).st_size
-        try:
-            while os.copy_file_range(fin.fileno(), fout.fileno(), max(size, 1 << 30)):
-                pass  # until 0: end of file (reading to the end also catches a file that grew)
-            return
-        except OSError:  # e.g. EXDEV on old kernels, or a filesystem without it: plain copy
-            fin.seek(0)
-            fout.seek(0)
-            fout.truncate()
-        shutil.copyfileobj(fin, fout, 1 << 20)
 
 
 def _largest_first(jobs: list[tuple[str, str]], key: int) -> list[tuple[str, str]]:
@@ -165,8 +151,8 @@ def read_checkpoint(storage: Storage, path: str, manifest: Manifest, cache: Path
 def read_part(storage: Storage, path: str, manifest: Manifest, part: Part, cache: Path) -> Path:
     """`read_checkpoint` for one rank's part of a committed sharded checkpoint."""
     final = cache / f"attempt-{manifest.attempt}-seq-{manifest.seq}-{part_name(part.rank)}"
-    return _restore(storage, join(path, DATA, part_name(part.rank)), part.kind, part.files, part.dirs, final,
-                    manifest.checksum)
+    data = join(path, DATA, part_name(part.rank))
+    return _restore(storage, data, part.kind, part.files, part.dirs, final, manifest.checksum)
 
 
 def check_parts(storage: Storage, path: str, manifest: Manifest) -> None:
@@ -184,7 +170,12 @@ def check_parts(storage: Storage, path: str, manifest: Manifest) -> None:
 
 
 def _restore(
-    storage: Storage, data_src: str, kind: Kind, files: tuple[FileEntry, ...], dirs: tuple[str, ...], final: Path,
+    storage: Storage,
+    data_src: str,
+    kind: Kind,
+    files: tuple[FileEntry, ...],
+    dirs: tuple[str, ...],
+    final: Path,
     checksum: str,
 ) -> Path:
     work = final.parent / f".{final.name}.part-{uuid.uuid4().hex[:8]}"

@@ -6,7 +6,7 @@
     ckpt.save("state/", step=140, blocking=False)   # snapshot now, upload in the background
     ckpt.wait()                               # flush; a background failure is raised here, once
 
-Load order (DESIGN.md S10, B1): this attempt's saves newest first, then each earlier attempt's, newest
+Load order: this attempt's saves newest first, then each earlier attempt's, newest
 first. A save that cannot be read (missing data, size or checksum mismatch, bad manifest) is skipped
 with a log line and the next one is tried. `JOBSET_RESTART_ATTEMPT` plays no part: a readmission or a
 JobSet restart re-runs the same attempt, whose own saves are the newest state.
@@ -243,8 +243,8 @@ class Checkpoint:
             if rank == self.rank and self._loaded is not None:
                 self._shard_paths[rank] = self._loaded
             else:
-                self._shard_paths[rank] = transfer.read_part(self._storage, self._loaded_path, manifest, part,
-                                                             self._cache())
+                restored = transfer.read_part(self._storage, self._loaded_path, manifest, part, self._cache())
+                self._shard_paths[rank] = restored
         return self._shard_paths[rank]
 
     async def aload(self) -> Path | None:
@@ -272,15 +272,20 @@ class Checkpoint:
 
         What blocking=False blocks for: bytes are snapshotted for free (an immutable copy), but a
         file or directory is copied whole (a kernel copy on the same filesystem; a hard link would
-        not protect it from training rewriting a file in place). That copy runs at memory speed
-        and so costs a sizeable part of a save that itself runs near copy speed (about a third on
-        ext4 here), not the 5% a background save should. To block for well under 1%, pass bytes,
-        or write each checkpoint to a fresh directory and pass snapshot=False.
+        not protect it from training rewriting a file in place). That copy is most of what a
+        blocking save itself does, so it cannot be the 5% of one that a background save should
+        block for: it measured 25-35% of a 1 GiB save on ext4 here (nearly nothing on a
+        filesystem with reflinks, XFS or Btrfs, where the kernel clones the blocks instead). To
+        block for well under 1%, pass bytes, or write each checkpoint to a fresh directory and
+        pass snapshot=False; for torch state dicts, gangrun.torch.save_state stages the tensors
+        into buffers it reuses.
 
         shard=True: every rank of the gang calls it with its own part and the same `step` (which
         must grow from one sharded save to the next); the checkpoint commits once all
-        `world_size` parts are written. A save that cannot complete within `shard_timeout`
-        seconds (a rank died) is abandoned and raises CommitFailed on every rank still running.
+        `world_size` parts are written. A save that cannot complete is abandoned and raises
+        CommitFailed on every rank still running: at once when a rank's write fails or it has
+        nothing to save (that rank raises its own error), after `shard_timeout` seconds when a
+        rank died. keep_last retention runs after the commit, in the background (`wait()`).
         """
         if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
             raise TypeError(f"step must be an int or None, not {type(step).__name__}")
@@ -299,9 +304,15 @@ class Checkpoint:
             info = SaveInfo(seq, self.attempt, step, self._uri_of(self.attempt, seq))
             if blocking:
                 self._run_blocking(lambda: self._commit(src, seq, step), info)
+                self._bg.submit(lambda: self._retain(seq))
             else:
                 staged = transfer.snapshot(src, self._staging(seq)) if snapshot else src
-                self._bg.submit(lambda: self._commit(staged, seq, step))
+
+                def job() -> None:
+                    self._commit(staged, seq, step)
+                    self._retain(seq)
+
+                self._bg.submit(job)
         return info
 
     def _save_shard(
@@ -311,24 +322,53 @@ class Checkpoint:
             raise UsageError("a sharded save needs step= (the same on every rank)")
         if self.world_size is None:
             raise UsageError("a sharded save needs the gang's world_size (gangrun.context() sets it)")
-        src = transfer.source_of(data)
+        try:
+            src: transfer.Source | None = transfer.source_of(data)
+            bad: Exception | None = None
+        except (TypeError, UsageError) as e:
+            # Raised below, once the save is open: the other ranks are told that this rank has no
+            # part, so they give up at once instead of waiting for it until the timeout.
+            src, bad = None, e
         with self._lock:
             self._bg.wait()
             if self._last_shard_step is not None and step <= self._last_shard_step:
                 raise UsageError(f"sharded save steps must grow: step {step} after step {self._last_shard_step}")
             self._last_shard_step = step
-            save = shards.open_save(
-                self._storage, self._attempt_path, rank=self.rank, restart=self.restart_attempt, step=step,
-                seq_floor=self._last_seq + 1, timeout=self.shard_timeout, protocol=self._protocol,
-            )  # fmt: skip
+            try:
+                save = shards.open_save(
+                    self._storage, self._attempt_path, rank=self.rank, restart=self.restart_attempt, step=step,
+                    seq_floor=self._last_seq + 1, timeout=self.shard_timeout, protocol=self._protocol,
+                )  # fmt: skip
+            except CommitFailed:
+                if bad is not None:  # this rank's own mistake is what it must report
+                    raise bad from None
+                raise
             self._last_seq = save.seq
             info = SaveInfo(save.seq, self.attempt, step, self._uri_of(self.attempt, save.seq))
-            if blocking:
-                self._run_blocking(lambda: self._commit_shard(save, src), info)
-            else:
-                staged = transfer.snapshot(src, self._staging(save.seq)) if snapshot else src
-                self._bg.submit(lambda: self._commit_shard(save, staged))
-        return info
+            try:
+                if bad is not None:
+                    raise bad
+                assert src is not None
+                staged = transfer.snapshot(src, self._staging(save.seq)) if snapshot and not blocking else src
+            except BaseException as e:
+                shards.give_up(save, self.rank, e)
+                raise
+            if not blocking:
+                # In the rare case that this rank joined a killed gang's leftover save (shards.py),
+                # the commit has a higher seq than `info` says; a blocking save returns the right one.
+                def job() -> None:
+                    self._commit_shard(save, staged)
+                    if self.rank == 0:  # who commits, prunes
+                        self._retain(save.seq)
+
+                self._bg.submit(job)
+                return info
+            committed: list[shards.ShardSave] = []
+            self._run_blocking(lambda: committed.append(self._commit_shard(save, staged)), info)
+            if self.rank == 0:
+                self._bg.submit(lambda: self._retain(save.seq))
+            done = committed[0]
+            return SaveInfo(done.seq, self.attempt, step, self._uri_of(self.attempt, done.seq))
 
     def _run_blocking(self, job: Callable[[], None], info: SaveInfo) -> None:
         writer_mod.ACTIVE.enter()
@@ -377,16 +417,18 @@ class Checkpoint:
             src.discard()
         self._committed(seq, step)
 
-    def _commit_shard(self, save: shards.ShardSave, src: transfer.Source) -> None:
+    def _commit_shard(self, save: shards.ShardSave, src: transfer.Source) -> shards.ShardSave:
+        """Write this rank's part and see the save committed (rank 0 commits it); returns the save
+        that committed, which on a rank other than 0 may be a newer one than `save` (shards.py)."""
         try:
-            part = shards.write_part(save, self.rank, src)
             if self.rank != 0:
-                shards.wait_committed(save, timeout=self.shard_timeout)
-                return
+                part = shards.write_part(save, self.rank, src)
+                return shards.wait_committed(save, part, timeout=self.shard_timeout)
             try:
+                mine = shards.write_part(save, 0, src)
                 assert self.world_size is not None  # checked by save()
                 parts = shards.collect(save, self.world_size, timeout=self.shard_timeout)
-                parts = tuple(part if p.rank == 0 else p for p in parts)
+                parts = (mine, *parts[1:])
                 manifest = Manifest(
                     kind="sharded", name="", seq=save.seq, attempt=self.attempt, task=self.task, rank=0,
                     step=save.step, created=time.time(), world_size=self.world_size, parts=parts,
@@ -399,6 +441,7 @@ class Checkpoint:
             src.discard()
         shards.finish(save)
         self._committed(save.seq, save.step)
+        return save
 
     def _committed(self, seq: int, step: int | None) -> None:
         uri = self._uri_of(self.attempt, seq)
@@ -406,6 +449,12 @@ class Checkpoint:
         events.checkpoint_committed(
             self._events_file, task=self.task, attempt=self.attempt, rank=self.rank, seq=seq, step=step, uri=uri
         )
+
+    def _retain(self, seq: int) -> None:
+        """After the commit of `seq`: remove what `keep_last` no longer keeps. Run by the background
+        writer, also after a blocking save: removing a checkpoint as large as the one just written
+        takes a sizeable part of a save (a fifth of a sharded 1 GiB save here), and nobody waits for
+        it, except `wait()`, the next save and the exit flush."""
         try:
             catalog.apply_retention(
                 self._storage, self._root_path, attempt=self.attempt, committed_seq=seq, keep_last=self.keep_last

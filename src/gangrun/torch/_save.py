@@ -106,6 +106,8 @@ class Saver:
                     self._write(state_dict, seq, step, location, pending, group)
                 finally:
                     writer_mod.ACTIVE.exit()
+                if pending is not None:  # rank 0, which committed, prunes: in the background
+                    self._bg.submit(lambda: self._retain(seq))
                 return StateSave(seq, self.target.attempt, step, self.target.uri_of(self.target.attempt, seq), 0.0)
             # Staged before the save is opened: a failed copy (out of memory) leaves nothing behind.
             started = time.perf_counter()
@@ -113,7 +115,13 @@ class Saver:
             staging = time.perf_counter() - started
             seq, location, pending = self._open(group)
             uri = self.target.uri_of(self.target.attempt, seq)
-            self._bg.submit(lambda: self._write(staged, seq, step, location, pending, group))
+
+            def job() -> None:
+                self._write(staged, seq, step, location, pending, group)
+                if pending is not None:
+                    self._retain(seq)
+
+            self._bg.submit(job)
             return StateSave(seq, self.target.attempt, step, uri, staging)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -157,8 +165,13 @@ class Saver:
         return staged
 
     def _write(
-        self, state_dict: dict[str, Any], seq: int, step: int | None, location: str,
-        pending: PendingCheckpoint | None, group: Any,
+        self,
+        state_dict: dict[str, Any],
+        seq: int,
+        step: int | None,
+        location: str,
+        pending: PendingCheckpoint | None,
+        group: Any,
     ) -> None:
         """Steps 2-4, on every rank."""
         t = self.target
@@ -210,11 +223,16 @@ class Saver:
         events.checkpoint_committed(
             os.environ.get(EVENTS_FILE_ENV) or None, task=t.task, attempt=t.attempt, rank=0, seq=seq, step=step, uri=uri
         )
+        return None
+
+    def _retain(self, seq: int) -> None:
+        """Rank 0, after the commit of `seq` (and after telling every rank): `keep_last` retention.
+        Off the save's path: removing an old checkpoint costs a tenth of a save, nobody waits for it."""
+        t = self.target
         try:
             catalog.apply_retention(t.storage, t.root_path, attempt=t.attempt, committed_seq=seq, keep_last=t.keep_last)
         except Exception as e:  # the commit stands; old saves go at the next commit
             log.warning("gangrun: could not remove old checkpoints under %s: %r", t.root, e)
-        return None
 
 
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()
