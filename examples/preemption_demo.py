@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="gangrun's preemption-and-resume story on the local backend")
     parser.add_argument("--ui", action="store_true", help=f"serve the web page (port {UI_PORT}) to watch it happen")
     args = parser.parse_args(argv)
-    # Workers run `python`: make it this interpreter, which has numpy and gangrun.
+    # Workers run `python`: make it this interpreter, which has gangrun.
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     home = Path(tempfile.mkdtemp(prefix="gangrun-demo-"))
     ui = None
