@@ -66,6 +66,7 @@ class Controller:
         self.dirty: set[str] = set()
         self.last_now: datetime | None = None
         self.next_tail: datetime | None = None  # when running gangs' checkpoint events are read next
+        self.scheduled: tuple[Any, ...] = ()  # the Workloads and quota the last scheduling cycle saw
 
     def _now(self, now: datetime) -> datetime:
         """Never go back in time, even if the wall clock does: the timeline stays in order."""
@@ -243,7 +244,7 @@ class Controller:
                 if actions is not None:
                     changed.add(n)
                     self._isolated(n, lambda t, at, acts=actions: self._act(t, acts, at), now)
-            touched = schedule(self.tasks, self.config.quota, now=now)
+            touched = self._schedule(now)
             changed |= {n for n in touched if self._isolated(n, self._jobs, now)}
             self._flush()
             for n in changed:
@@ -253,6 +254,21 @@ class Controller:
         log.error("gangrun: %d tasks still changing after %d rounds; they go on at the next tick", len(todo),
                   ROUNDS_MAX)
         self.dirty |= todo
+
+    def _schedule(self, now: datetime) -> set[str]:
+        """Kueue's scheduling cycle, skipped when nothing it reads changed since the last one (a running
+        gang's periodic tick would otherwise re-plan a queue of hundreds for nothing)."""
+        if self._schedule_inputs() == self.scheduled:
+            return set()
+        touched = schedule(self.tasks, self.config.quota, now=now)
+        self.scheduled = self._schedule_inputs()
+        return touched
+
+    def _schedule_inputs(self) -> tuple[Any, ...]:
+        """Everything `schedule` reads, by version: the quota, and each task's attempt and twins."""
+        return (self.config.quota, tuple(
+            (n, t.state.attempt, t.terminal, t.workload.generation if t.workload else -1,
+             (t.gang.attempt, t.gang.generation) if t.gang else None) for n, t in self.tasks.items()))
 
     def _seq(self, name: str) -> int:
         t = self.tasks.get(name)
