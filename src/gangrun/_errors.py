@@ -12,10 +12,10 @@
     │   │   ├── Conflict              409 (optimistic concurrency lost)
     │   │   └── TooManyRequests       429
     │   └── DaemonUnavailable         the local control plane cannot be reached or started
-    ├── CheckpointError               a checkpoint could not be read or written
-    │   ├── NoCommittedCheckpoint     nothing committed where one was required
-    │   └── CommitFailed              a save did not commit (the background writer's error, raised once)
-    └── TemporaryError(delay)         retry later; `delay` is the suggested wait in seconds
+    └── CheckpointError               a checkpoint could not be read or written
+        └── CommitFailed              a save did not commit (the background writer's error, raised once)
+
+    IgnoredLocally (a UserWarning)    a manifest field only a cluster applies was ignored by a local run
 
 User mistakes (SpecError, UsageError) are reported without a traceback.
 """
@@ -90,20 +90,8 @@ class CheckpointError(GangrunError):
     """A checkpoint could not be read or written."""
 
 
-class NoCommittedCheckpoint(CheckpointError):
-    """No committed checkpoint exists where one was required."""
-
-
 class CommitFailed(CheckpointError):
     """A save did not commit; raised once, by the next call that waits for it."""
-
-
-class TemporaryError(GangrunError):
-    """Something that may succeed later; `delay` is the suggested wait in seconds."""
-
-    def __init__(self, message: str, *, delay: float = 60.0) -> None:
-        self.delay = delay
-        super().__init__(message)
 
 
 class IgnoredLocally(UserWarning):

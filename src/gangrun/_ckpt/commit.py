@@ -30,10 +30,6 @@ class PendingCheckpoint(abc.ABC):
         self.storage = storage
         self.final = final
 
-    @classmethod
-    def for_final(cls, storage: Storage, final: str) -> PendingCheckpoint:
-        return cls(storage, final)
-
     @property
     @abc.abstractmethod
     def location(self) -> str:
@@ -90,8 +86,8 @@ def pending_for(storage: Storage, final: str, *, protocol: str | None = None) ->
     if protocol is None:
         protocol = "rename" if storage.atomic_rename else "marker"
     if protocol == "rename":
-        return RenamePending.for_final(storage, final)
-    return MarkerPending.for_final(storage, final)
+        return RenamePending(storage, final)
+    return MarkerPending(storage, final)
 
 
 def shared_pending(storage: Storage, final: str, *, tag: str, protocol: str | None = None) -> PendingCheckpoint:
