@@ -77,7 +77,7 @@ class Controller:
 
     # -- recovery ------------------------------------------------------------------------------------
 
-    def load(self, now: datetime, *, kill_leftovers: Any) -> None:
+    def load(self, now: datetime, *, kill_leftovers: recovery.KillLeftovers) -> None:
         now = self._now(now)
         self.tasks, self.broken = recovery.load(self.store, self.effects, now=now, kill_leftovers=kill_leftovers)
         self.dirty.update(self.tasks)
