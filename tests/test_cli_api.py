@@ -4,7 +4,6 @@ delete (and --force), ui, and manifests with metadata.generateName."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -27,23 +26,6 @@ def manifest(tmp_path: Path, name: str, code: str, *, generate: bool = False, **
     return path
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "GANGRUN_HOME": str(tmp_path / "home")}
-
-
-@pytest.fixture
-def gangrun(env: dict[str, str]):
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-        r = subprocess.run([sys.executable, "-m", "gangrun", *args], capture_output=True, text=True, env=env,
-                           timeout=120)
-        if check and r.returncode != 0:
-            raise AssertionError(f"gangrun {' '.join(args)} exited {r.returncode}: {r.stderr}")
-        return r
-
-    run("local", "up", "--cpu", "2", "--memory", "1Gi")
-    yield run
-    run("local", "down", check=False)
 
 
 HELLO = "import os; print('hello from rank', os.environ['RANK'], flush=True)"

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 
@@ -21,20 +18,6 @@ def manifest(tmp_path: Path, name: str, code: str, **spec) -> Path:
     return path
 
 
-@pytest.fixture
-def gangrun(tmp_path: Path):
-    env = {**os.environ, "GANGRUN_HOME": str(tmp_path / "home")}
-
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-        r = subprocess.run([sys.executable, "-m", "gangrun", *args], capture_output=True, text=True, env=env,
-                           timeout=120)
-        if check and r.returncode != 0:
-            raise AssertionError(f"gangrun {' '.join(args)} exited {r.returncode}: {r.stderr}")
-        return r
-
-    run("local", "up", "--cpu", "2", "--memory", "1Gi")
-    yield run
-    run("local", "down", check=False)
 
 
 def test_run_follows_a_task_to_success_and_every_view_has_json(gangrun, tmp_path):

@@ -181,16 +181,8 @@ class Daemon:
         self.http, self.http_port = http, port
 
     def _answer_http(self, conn: socket.socket, buf: bytearray) -> None:
-        try:
-            chunk = conn.recv(1 << 14)
-        except BlockingIOError:
+        if not self._received(conn, buf, end=b"\r\n\r\n", limit=1 << 16):
             return
-        except OSError:
-            chunk = b""
-        buf += chunk
-        if chunk and b"\r\n\r\n" not in buf and len(buf) < 1 << 16:
-            return
-        self.sel.unregister(conn)
         line = bytes(buf).split(b"\r\n", 1)[0].split()
         path = line[1].split(b"?")[0] if len(line) > 1 else b""
         if path == b"/metrics":
@@ -255,18 +247,24 @@ class Daemon:
                 pass
             self._begin_shutdown()
 
-    def _read(self, conn: socket.socket, buf: bytearray) -> None:
+    def _received(self, conn: socket.socket, buf: bytearray, *, end: bytes, limit: int) -> bool:
+        """Read what `conn` has into `buf`. Returns True (and stops watching `conn`) once the request is
+        whole: `end` arrived, the peer closed, or `limit` bytes came; False to wait for more."""
         try:
             chunk = conn.recv(1 << 16)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             chunk = b""
-        if chunk:
-            buf += chunk
-        if chunk and b"\n" not in buf and len(buf) < protocol.MAX_LINE:
-            return
+        buf += chunk
+        if chunk and end not in buf and len(buf) < limit:
+            return False
         self.sel.unregister(conn)
+        return True
+
+    def _read(self, conn: socket.socket, buf: bytearray) -> None:
+        if not self._received(conn, buf, end=b"\n", limit=protocol.MAX_LINE):
+            return
         conn.setblocking(True)
         conn.settimeout(10)
         if not buf.strip():
