@@ -76,7 +76,7 @@ def test_from_file_names_a_missing_file() -> None:
 
 def test_submit_refuses_what_is_not_a_task_and_unknown_backends() -> None:
     with pytest.raises(gangrun.UsageError, match="^task: must be a gangrun.ClusteredTask or a manifest file, got int"):
-        gangrun.submit(3)  # type: ignore[arg-type]
+        gangrun.submit(3)
     task = gangrun.ClusteredTask(name="train", **BASE)
     with pytest.raises(gangrun.UsageError, match="^backend: must be local or kubernetes, got 'slurm'"):
         gangrun.submit(task, backend="slurm")

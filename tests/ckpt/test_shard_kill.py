@@ -51,7 +51,7 @@ def _rank(root: str, protocol: str, rank: int, world: int, restart: int, start: 
         time.sleep(rng.uniform(0, 2 * FILE_PAUSE))  # ranks finish their parts at different times
         return put_file(src, dst, move=move)
 
-    ckpt._storage.put_file = slow_put_file  # type: ignore[method-assign]
+    ckpt._storage.put_file = slow_put_file
     src = work / f"state-{rank}"
     step = start
     while True:

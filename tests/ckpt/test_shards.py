@@ -147,7 +147,7 @@ def test_rank_0_failing_mid_write_ends_the_save_on_every_rank(tmp_path: Path) ->
     def save(r: int) -> object:
         ck = _ck(root, r, 2, shard_timeout=30)
         if r == 0:
-            ck._storage.put_bytes = _fail  # type: ignore[method-assign]
+            ck._storage.put_bytes = _fail
         return ck.save(f"p{r}".encode(), step=1, shard=True)
 
     started = time.monotonic()

@@ -182,8 +182,8 @@ def file_checksum(path: str, checksum: str = CHECKSUM) -> Crc:
     with open(path, "rb", buffering=0) as f:
         if os.fstat(f.fileno()).st_size == 0:
             return crc
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            crc.update(m)  # type: ignore[arg-type]  # a buffer, as bytes are
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m, memoryview(m) as view:
+            crc.update(view)
     return crc
 
 

@@ -157,8 +157,8 @@ def _lane(attempt: Doc, view: Doc, events: list[_Ev], checkpoints: list[Doc], *,
             holes.append((at, until))
             waited = f"waited {(until - at).total_seconds():.1f}s for re-admission"
             segment("waiting", at, until, WAITING_TEXT if back is None else waited)
-        elif ended_by_it:
-            holes.append((at, back))  # type: ignore[arg-type]
+        elif back is not None and ended_by_it:
+            holes.append((at, back))
     exited: datetime | None = None
     for e in own:
         if e.type == EventType.WORKER_EXITED.value:
