@@ -88,9 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         v = train.wait(timeout=120)
         print(f"\ntrain: {v['phase']} on attempt {v['attempt']} (user retries used {v['userRetriesUsed']})\n")
         print("timeline of train:")
-        for e in train.events():
-            if e["type"] not in ("WorkerReady", "CheckpointCommitted") or "step 6)" in e["message"]:
-                print(f"  {e['time'][11:23]}  {e['type']:<22} {e['message'][:120]}")
+        events = train.events()
+        readmitted = next((i for i, e in enumerate(events) if e["type"] == "Readmitted"), len(events))
+        # The save made within the grace period of the preemption: the one the readmitted gang resumes from.
+        final = max((i for i, e in enumerate(events[:readmitted]) if e["type"] == "CheckpointCommitted"), default=-1)
+        for i, e in enumerate(events):
+            if e["type"] not in ("WorkerReady", "CheckpointCommitted") or "step 6)" in e["message"] or i == final:
+                note = "  <- resumed from" if i == final else ""
+                print(f"  {e['time'][11:23]}  {e['type']:<22} {e['message'][:120]}{note}")
         print("\nwhere rank 0 of train started from:")
         for line in train.logs(rank=0).splitlines():
             if "starting at step" in line or "loaded checkpoint" in line or line.startswith("done"):

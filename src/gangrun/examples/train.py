@@ -70,8 +70,9 @@ def main() -> int:
     if path is not None:
         state = json.loads(path.read_bytes())
         w, step = state["w"], int(state["step"])
+    source = (ckpt.loaded_from if ckpt is not None else None) or "no checkpoint"
     print(f"rank {ctx.rank}/{ctx.world_size} attempt {ctx.attempt} restart {ctx.restart_attempt}: "
-          f"starting at step {step} ({ckpt.loaded_from if ckpt is not None else 'no checkpoint'})", flush=True)
+          f"starting at step {step} ({source})", flush=True)
     while step < steps:
         if stop.is_set():
             save(ckpt, w, step)
@@ -88,7 +89,8 @@ def main() -> int:
         if step % 10 == 0:
             print(f"step {step}: loss {loss(w, xs, ys):.4f}", flush=True)
     if ckpt is not None:
-        save(ckpt, w, step)
+        if step % save_every:  # the last step was not saved in the loop
+            save(ckpt, w, step)
         ckpt.wait()
     print(f"done: step {step}, weight error {max(abs(a - b) for a, b in zip(w, true_w, strict=True)):.3f}",
           flush=True)
