@@ -174,14 +174,19 @@ def _yaml(text: str, where: str) -> Any:
             loader.dispose()
 
 
-_TIMESTAMP, _STR = "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:str"
+_TIMESTAMP, _STR, _INT = "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:str", "tag:yaml.org,2002:int"
+_DIGITS_MAX = 100  # far beyond any bound a field has; Python refuses to convert more than 4,300
 
 
 def _check_nodes(node: yaml.Node, path: str) -> None:
-    """Refuse a mapping with a key twice, naming it, and keep dates as text (Kubernetes reads
-    manifests as JSON, where `2024-01-01` is a string). Nesting is already bounded by `_scan`."""
+    """Refuse a mapping with a key twice and an integer of hundreds of digits, naming them, and keep
+    dates as text (Kubernetes reads manifests as JSON, where `2024-01-01` is a string). Nesting is
+    already bounded by `_scan`."""
     if isinstance(node, yaml.ScalarNode) and node.tag == _TIMESTAMP:
         node.tag = _STR
+    elif isinstance(node, yaml.ScalarNode) and node.tag == _INT and len(node.value) > _DIGITS_MAX:
+        raise SpecError(path, f"a number of {len(node.value)} digits (line {node.start_mark.line + 1}) "
+                              "is more than any field takes")
     elif isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key, value in node.value:
