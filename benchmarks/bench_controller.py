@@ -55,7 +55,7 @@ os.environ.setdefault("GANGRUN_E2E_PODS_READY_TIMEOUT", "30m")
 
 # After the sys.path and environment setup above: the harness reads both when imported.
 import controlplane  # noqa: E402
-from controlplane import LOCAL_QUEUE, NODE_CPU, NODE_MEMORY_GI, ControlPlane, has_condition  # noqa: E402
+from controlplane import LOCAL_QUEUE, NODE_CPU, NODE_MEMORY_GI, ControlPlane, Watch, has_condition  # noqa: E402
 
 GROUP, VERSION, PLURAL = "gangrun.dev", "v1alpha1", "clusteredtasks"
 TASK_LABEL = "gangrun.dev/task"
@@ -76,52 +76,6 @@ def fmt(xs: list[float]) -> str:
         return "no samples"
     return (f"p50 {pct(xs, 50) * 1000:7.1f} ms   p99 {pct(xs, 99) * 1000:7.1f} ms   "
             f"max {max(xs) * 1000:7.1f} ms   (n={len(xs)})")
-
-
-class Watch:
-    """A watch on one resource in one namespace; calls on_event(t_arrival, type, obj) on its own thread."""
-
-    def __init__(self, cp: ControlPlane, ns: str, group: str, version: str, plural: str, on_event,
-                 label_selector: str = "") -> None:
-        self.args = (cp, ns, group, version, plural, label_selector)
-        self.on_event = on_event
-        self.ready = threading.Event()
-        self.stop = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-        assert self.ready.wait(30), f"watch on {plural} did not start"
-
-    def _run(self) -> None:
-        from kubernetes import client, watch
-
-        cp, ns, group, version, plural, sel = self.args
-        api_client = cp.api_client()
-        if group:
-            custom = client.CustomObjectsApi(api_client)
-
-            def lister(**kw):
-                return custom.list_namespaced_custom_object(group, version, ns, plural, **kw)
-        else:
-            core = client.CoreV1Api(api_client)
-
-            def lister(**kw):
-                return getattr(core, f"list_namespaced_{plural}")(ns, **kw)
-        rv = ""
-        while not self.stop.is_set():
-            try:
-                if not rv:
-                    lst = lister(label_selector=sel)
-                    rv = lst["metadata"]["resourceVersion"] if group else lst.metadata.resource_version
-                    self.ready.set()
-                w = watch.Watch()
-                kw = {"label_selector": sel, "resource_version": rv, "timeout_seconds": 60}
-                for ev in w.stream(lister, **kw):
-                    t = time.monotonic()
-                    obj = ev["raw_object"]
-                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                    self.on_event(t, ev["type"], obj)
-            except Exception:
-                rv = ""
-                time.sleep(0.1)
 
 
 def cond(obj: dict, ctype: str) -> dict:
@@ -319,9 +273,10 @@ def main() -> int:
         kube.wait_for("CRD served", lambda: kube.request("GET", tasks_path) is not None, timeout=60)
 
         tl = Timeline()
-        Watch(cp, ns, "kueue.x-k8s.io", "v1beta2", "workloads", tl.workload)
-        Watch(cp, ns, "jobset.x-k8s.io", "v1alpha2", "jobsets", tl.jobset, label_selector=TASK_LABEL)
-        Watch(cp, ns, GROUP, VERSION, PLURAL, tl.task)
+        Watch(cp, ns, "workloads", tl.workload, group="kueue.x-k8s.io", version="v1beta2", timeout_seconds=60)
+        Watch(cp, ns, "jobsets", tl.jobset, group="jobset.x-k8s.io", version="v1alpha2", label_selector=TASK_LABEL,
+              timeout_seconds=60)
+        Watch(cp, ns, PLURAL, tl.task, group=GROUP, version=VERSION, timeout_seconds=60)
 
         probe_out = Path(tmp) / "probe.json"
         common = ["--kubeconfig", str(cp.kubeconfig), "--namespace", ns]
@@ -357,8 +312,8 @@ def main() -> int:
         kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe", "namespace": ns},
                      "data": {"i": "-1"}})
         seen: dict[str, float] = {}
-        Watch(cp, ns, "", "v1", "config_map",
-              lambda t, _ty, o: seen.setdefault((o.get("data") or {}).get("i", ""), t))
+        Watch(cp, ns, "config_map", lambda t, _ty, o: seen.setdefault((o.get("data") or {}).get("i", ""), t),
+              timeout_seconds=60)
         hops = []
         for i in range(50):
             s = time.monotonic()

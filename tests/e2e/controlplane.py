@@ -36,6 +36,7 @@ import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -515,6 +516,60 @@ def condition(obj: dict | None, ctype: str) -> dict | None:
         if c.get("type") == ctype:
             return c
     return None
+
+
+class Watch:
+    """A list, then a watch from its resourceVersion, of one resource in one namespace, on a daemon
+    thread: ``on_event(t_arrival, type, obj)`` for the listed items (as ``ADDED``) and every
+    ``ADDED``/``MODIFIED``/``DELETED`` after, ``obj`` a plain dict. A broken watch lists again.
+    ``Watch(cp, ns, "pods", record)``; a custom resource names its ``group`` and ``version``."""
+
+    def __init__(self, cp: ControlPlane, ns: str, plural: str, on_event: Callable[[float, str, dict], Any], *,
+                 group: str = "", version: str = "v1", label_selector: str = "", timeout_seconds: int = 10) -> None:
+        self.on_event, self.selector, self.timeout = on_event, label_selector, timeout_seconds
+        self._list = self._lister(cp, ns, group, version, plural)
+        self._ready, self._stop = threading.Event(), threading.Event()
+        threading.Thread(target=self._run, daemon=True, name=f"watch-{plural}-{ns}").start()
+        assert self._ready.wait(30), f"the watch on {plural} did not start"
+
+    @staticmethod
+    def _lister(cp: ControlPlane, ns: str, group: str, version: str, plural: str) -> Callable[..., Any]:
+        from kubernetes import client
+
+        api_client = cp.api_client()
+        if group:
+            custom = client.CustomObjectsApi(api_client)
+            return lambda **kw: custom.list_namespaced_custom_object(group, version, ns, plural, **kw)
+        return lambda **kw: getattr(client.CoreV1Api(api_client), f"list_namespaced_{plural}")(ns, **kw)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        from kubernetes import watch
+
+        rv = ""
+        while not self._stop.is_set():
+            try:
+                if not rv:
+                    doc = json.loads(self._list(label_selector=self.selector, _preload_content=False).data)
+                    for obj in doc["items"]:
+                        self.on_event(time.monotonic(), "ADDED", obj)
+                    rv = doc["metadata"]["resourceVersion"]
+                    self._ready.set()
+                for ev in watch.Watch().stream(self._list, label_selector=self.selector, resource_version=rv,
+                                               timeout_seconds=self.timeout, allow_watch_bookmarks=True):
+                    t, obj = time.monotonic(), ev["raw_object"]
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    if ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        self.on_event(t, ev["type"], obj)
+                    if self._stop.is_set():
+                        return
+            except Exception:
+                if self._stop.is_set():
+                    return
+                rv = ""
+                time.sleep(0.1)
 
 
 def has_condition(obj: dict | None, ctype: str, status: str = "True",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from controlplane import (
     Component,
     ControlPlane,
     Kube,
+    Watch,
     condition,
     has_condition,
 )
@@ -119,53 +119,19 @@ class JobSetRecorder:
     """Every JobSet of gangrun in a namespace that ever existed, from a watch: {(attempt, name, uid)}."""
 
     def __init__(self, cp: ControlPlane, ns: str) -> None:
-        self.cp, self.ns = cp, ns
         self.seen: dict[str, tuple[str, str]] = {}  # uid -> (attempt, name)
         self.deleted: set[str] = set()
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"jobsets-{ns}")
-        self._thread.start()
-        assert self._ready.wait(30), "the JobSet watch did not start"
+        self._watch = Watch(cp, ns, "jobsets", self._record, group="jobset.x-k8s.io", version="v1alpha2",
+                            label_selector=TASK_LABEL, timeout_seconds=5)
 
-    def _run(self) -> None:
-        from kubernetes import client, watch
-
-        api = client.CustomObjectsApi(self.cp.api_client())
-        rv = ""
-        while not self._stop.is_set():
-            try:
-                if not rv:
-                    lst = api.list_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", self.ns, "jobsets",
-                                                            label_selector=TASK_LABEL)
-                    for o in lst["items"]:
-                        self._record("ADDED", o)
-                    rv = lst["metadata"]["resourceVersion"]
-                    self._ready.set()
-                w = watch.Watch()
-                for ev in w.stream(api.list_namespaced_custom_object, "jobset.x-k8s.io", "v1alpha2", self.ns,
-                                   "jobsets", label_selector=TASK_LABEL, resource_version=rv,
-                                   timeout_seconds=5, allow_watch_bookmarks=True):
-                    obj = ev["object"]
-                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                    if ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        self._record(ev["type"], obj)
-                    if self._stop.is_set():
-                        break
-            except Exception:
-                if self._stop.is_set():
-                    return
-                rv = ""
-                time.sleep(0.2)
-
-    def _record(self, type_: str, obj: dict) -> None:
+    def _record(self, _t: float, type_: str, obj: dict) -> None:
         md = obj.get("metadata", {})
         self.seen.setdefault(md["uid"], ((md.get("labels") or {}).get(ATTEMPT_LABEL, "?"), md["name"]))
         if type_ == "DELETED":
             self.deleted.add(md["uid"])
 
     def stop(self) -> None:
-        self._stop.set()
+        self._watch.stop()
 
     def by_attempt(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +29,7 @@ from controlplane import (
     NODE_CPU,
     ControlPlane,
     Kube,
+    Watch,
 )
 from test_controller_e2e import (
     ATTEMPT_LABEL,
@@ -101,50 +101,17 @@ class PodRecorder:
     """Every change to the pods of a namespace, in the API server's order: (resourceVersion, name, pod)."""
 
     def __init__(self, cp: ControlPlane, ns: str) -> None:
-        self.cp, self.ns = cp, ns
         self.changes: list[tuple[int, str, dict]] = []
         self.seen_at: dict[int, float] = {}  # resourceVersion -> when the watch delivered it
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"pods-{ns}")
-        self._thread.start()
-        assert self._ready.wait(30), "the pod watch did not start"
+        self._watch = Watch(cp, ns, "pods", self._add, label_selector=TASK_LABEL, timeout_seconds=5)
 
-    def _run(self) -> None:
-        from kubernetes import client, watch
-
-        api = client.CoreV1Api(self.cp.api_client())
-        rv = ""
-        while not self._stop.is_set():
-            try:
-                if not rv:
-                    doc = self.cp.kube.request("GET", f"/api/v1/namespaces/{self.ns}/pods",
-                                               query={"labelSelector": TASK_LABEL})
-                    for o in doc["items"]:
-                        self._add(o)
-                    rv = doc["metadata"]["resourceVersion"]
-                    self._ready.set()
-                for ev in watch.Watch().stream(api.list_namespaced_pod, self.ns, label_selector=TASK_LABEL,
-                                               resource_version=rv, timeout_seconds=5, allow_watch_bookmarks=True):
-                    obj = ev["raw_object"]
-                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                    if ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        self._add(obj)
-                    if self._stop.is_set():
-                        break
-            except Exception:
-                if self._stop.is_set():
-                    return
-                rv = ""
-                time.sleep(0.2)
-
-    def _add(self, obj: dict) -> None:
+    def _add(self, t: float, _type: str, obj: dict) -> None:
         md = obj["metadata"]
         self.changes.append((int(md["resourceVersion"]), md["name"], obj))
-        self.seen_at.setdefault(int(md["resourceVersion"]), time.monotonic())
+        self.seen_at.setdefault(int(md["resourceVersion"]), t)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._watch.stop()
 
     def first(self, name: str, pred) -> int | None:
         """The resourceVersion of the first change of pod `name` that satisfies `pred`."""
