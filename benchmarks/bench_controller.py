@@ -24,8 +24,10 @@ controller's own watch hop), queued -> taken by a worker (queue wait), taken -> 
 (cache reads and the pure reconcile), the PATCH round-trip (API write), and PATCH answered -> the
 status's watch event seen (the way back through the API server).
 
-Baselines from the same run: a GET round-trip, and a write -> watch event on a ConfigMap (one hop
-through the API server, where the controller's path is two hops plus a reconcile). The controller's
+Baselines from the same run: a GET round-trip, a write -> watch event on a ConfigMap (one hop
+through the API server, where the controller's path is two hops plus a reconcile), both on a quiet
+API server, and a ConfigMap PATCH round-trip every 50 ms while Kueue evicts (what any write costs
+during the storm, to set beside the controller's status PATCH). The controller's
 CPU seconds (utime + stime) and max RSS (VmHWM) come from /proc; the load average before the run is
 printed, since the machine may be shared. `--json` ends the output with one JSON line of the figures.
 Skips (exit 0) with a message when the control plane is not built (hack/build-control-plane.sh).
@@ -325,8 +327,19 @@ def main() -> int:
         cpu0, _ = proc_cpu_rss(pid)
         wall0 = time.monotonic()
         load_evict = loadavg()
+        storm_writes: list[float] = []  # the API server's write latency while the evictions happen
+        storm_done = threading.Event()
+
+        def probe_writes() -> None:
+            while not storm_done.wait(0.05):
+                s = time.monotonic()
+                kube.patch("ConfigMap", "probe", ns, {"data": {"i": "storm"}})
+                storm_writes.append(time.monotonic() - s)
+
+        threading.Thread(target=probe_writes, daemon=True).start()
         kube.create(preemptor(ns, nodes))
         took = wait_count("st_evicted", f"{n} tasks see their eviction")
+        storm_done.set()
         print(f"{n} tasks preempted and waiting for re-admission in {took:.1f} s")
         pods = kube.wait_for(f"{nodes} preemptor pods running", lambda: (lambda ps: ps if len(ps) == nodes else None)([
             p for p in kube.list("Pod", ns, label_selector="batch.kubernetes.io/job-name=urgent")
@@ -377,6 +390,7 @@ def main() -> int:
         print("baseline, same run:")
         print(f"  GET of a ClusteredTask (round-trip):                         {fmt(gets)}")
         print(f"  ConfigMap PATCH sent -> its watch event seen (one hop):       {fmt(hops)}")
+        print(f"  ConfigMap PATCH round-trip while Kueue evicts (API write):    {fmt(storm_writes)}")
         if args.json:
             figures: dict[str, Any] = {
                 "tasks": n, "nodes": nodes, "cores": os.cpu_count(), "loadavg_before": load_before,
@@ -385,6 +399,7 @@ def main() -> int:
                 "readmission_p50_ms": ms(re_wl, 50), "readmission_p99_ms": ms(re_wl, 99),
                 "watch_hop_p50_ms": ms(hops, 50), "watch_hop_p99_ms": ms(hops, 99),
                 "get_p50_ms": ms(gets, 50), "get_p99_ms": ms(gets, 99),
+                "storm_write_p50_ms": ms(storm_writes, 50), "storm_write_p99_ms": ms(storm_writes, 99),
                 "kueue_eviction_spread_s": round(evicted_at[-1] - evicted_at[0], 3) if evicted_at else None,
                 "controller_cpu_s": round(cpu1, 2), "controller_cpu_round_s": round(cpu1 - cpu0, 2),
                 "controller_rss_mib": round(rss / 2**20, 1)}
