@@ -80,6 +80,20 @@ def test_a_relist_rebuilds_the_index_from_the_fresh_list() -> None:
     assert names(inf.by_index(indexes.BY_TASK, ("ml", "c"))) == ["b-1"]
 
 
+def test_cached_objects_carry_no_managed_fields_from_a_list_or_a_watch() -> None:
+    api = FakeApi()
+    inf = jobset_informer(api)
+    listed = obj("a-1", task="a")
+    listed["metadata"]["managedFields"] = [{"manager": "kueue", "fieldsV1": {"f:spec": {}}}]
+    api.put(JOBSETS, listed)
+    inf.relist()
+    watched = obj("b-1", task="b")
+    watched["metadata"]["managedFields"] = [{"manager": "jobset"}]
+    inf.handle({"type": "ADDED", "object": watched})
+    assert all("managedFields" not in o["metadata"] for o in inf.items())
+    assert names(inf.items()) == ["a-1", "b-1"]
+
+
 def test_objects_without_the_label_or_uid_are_filed_under_nothing() -> None:
     inf = jobset_informer()
     inf.upsert(obj("stray"))

@@ -6,6 +6,9 @@ with bookmarks so a reconnect resumes where it left off. `410 Gone` (the version
 "list again"; any other error backs off and resumes. After each relist, objects that vanished while
 we were not watching are reported as deleted, so nothing is missed.
 
+Cached objects carry no `metadata.managedFields` (controller-runtime's default transform): nothing
+here reads them, and in a pod they are a large part of the object, kept for every pod of every task.
+
 `forbidden` records a 403 on list or watch, until one succeeds: the controller reads that as "the
 Workload is unreadable" (S4). A 404 (the resource's CRD is not installed) counts as synced and empty.
 
@@ -30,6 +33,13 @@ from gangrun._errors import ApiError
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, name)
 IndexFunc = Callable[[dict[str, Any]], Iterable[Hashable]]  # the values an object is filed under
+
+
+def _trimmed(obj: dict[str, Any]) -> dict[str, Any]:
+    md = obj.get("metadata")
+    if isinstance(md, dict):
+        md.pop("managedFields", None)
+    return obj
 
 
 def key_of(obj: dict[str, Any]) -> Key:
@@ -95,7 +105,7 @@ class Informer:
         Our own writes update the cache from the response; a watch event that lags behind must not
         roll it back (resourceVersions are etcd revisions; when they are not numbers, the latest wins).
         """
-        key = key_of(obj)
+        key = key_of(_trimmed(obj))
         with self._lock:
             old = self._cache.get(key)
             old_rv, new_rv = resource_version(old), resource_version(obj)
@@ -121,7 +131,7 @@ class Informer:
         doc = self.api.list(self.res, self.namespace, label_selector=self.label_selector)
         items = [i for i in doc.get("items") or [] if isinstance(i, dict)]
         for i in items:  # list items carry no apiVersion/kind
-            i.setdefault("kind", self.res.kind)
+            _trimmed(i).setdefault("kind", self.res.kind)
         fresh = {key_of(i): i for i in items}
         with self._lock:
             gone = [o for k, o in self._cache.items() if k not in fresh]
