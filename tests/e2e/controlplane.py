@@ -522,7 +522,9 @@ class Watch:
     """A list, then a watch from its resourceVersion, of one resource in one namespace, on a daemon
     thread: ``on_event(t_arrival, type, obj)`` for the listed items (as ``ADDED``) and every
     ``ADDED``/``MODIFIED``/``DELETED`` after, ``obj`` a plain dict. A broken watch lists again.
-    ``Watch(cp, ns, "pods", record)``; a custom resource names its ``group`` and ``version``."""
+    ``Watch(cp, ns, "pod", record)``: a core resource is named as the official client's
+    ``list_namespaced_*`` names it (``pod``, ``config_map``); a custom resource by its plural, with
+    its ``group`` and ``version``."""
 
     def __init__(self, cp: ControlPlane, ns: str, plural: str, on_event: Callable[[float, str, dict], Any], *,
                  group: str = "", version: str = "v1", label_selector: str = "", timeout_seconds: int = 10) -> None:

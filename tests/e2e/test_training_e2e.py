@@ -103,7 +103,7 @@ class PodRecorder:
     def __init__(self, cp: ControlPlane, ns: str) -> None:
         self.changes: list[tuple[int, str, dict]] = []
         self.seen_at: dict[int, float] = {}  # resourceVersion -> when the watch delivered it
-        self._watch = Watch(cp, ns, "pods", self._add, label_selector=TASK_LABEL, timeout_seconds=5)
+        self._watch = Watch(cp, ns, "pod", self._add, label_selector=TASK_LABEL, timeout_seconds=5)
 
     def _add(self, t: float, _type: str, obj: dict) -> None:
         md = obj["metadata"]
