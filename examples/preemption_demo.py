@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ntrain: {v['phase']} on attempt {v['attempt']} (user retries used {v['userRetriesUsed']})\n")
         print("timeline of train:")
         events = train.events()
-        readmitted = next((i for i, e in enumerate(events) if e["type"] == "Readmitted"), len(events))
+        readmitted = next((i for i, e in enumerate(events) if e["type"] == "Readmitted"), 0)
         # The save made within the grace period of the preemption: the one the readmitted gang resumes from.
         final = max((i for i, e in enumerate(events[:readmitted]) if e["type"] == "CheckpointCommitted"), default=-1)
         for i, e in enumerate(events):
