@@ -26,8 +26,6 @@ def manifest(tmp_path: Path, name: str, code: str, *, generate: bool = False, **
     return path
 
 
-
-
 HELLO = "import os; print('hello from rank', os.environ['RANK'], flush=True)"
 
 

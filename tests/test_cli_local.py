@@ -18,8 +18,6 @@ def manifest(tmp_path: Path, name: str, code: str, **spec) -> Path:
     return path
 
 
-
-
 def test_run_follows_a_task_to_success_and_every_view_has_json(gangrun, tmp_path):
     code = "import os; print('hello from rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])"
     r = gangrun("run", str(manifest(tmp_path, "hello", code)))
