@@ -80,13 +80,6 @@ def fmt(xs: list[float]) -> str:
             f"max {max(xs) * 1000:7.1f} ms   (n={len(xs)})")
 
 
-def cond(obj: dict, ctype: str) -> dict:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == ctype:
-            return c
-    return {}
-
-
 class Timeline:
     """First-seen times per task, from the three watches."""
 
@@ -106,10 +99,9 @@ class Timeline:
         if not owners or owners[0].get("kind") != "JobSet":
             return
         task = owners[0]["name"].rsplit("-", 1)[0]
-        evicted = cond(obj, "Evicted")
-        if evicted.get("status") == "True" and evicted.get("reason") == "Preempted":  # ours, not a timeout
+        if has_condition(obj, "Evicted", reason="Preempted"):  # ours, not a timeout
             self.mark(task, "wl_evicted", t)
-        elif cond(obj, "QuotaReserved").get("status") == "True":
+        elif has_condition(obj, "QuotaReserved"):
             self.mark(task, "wl_readmitted", t, after="wl_evicted")
 
     def jobset(self, t: float, _type: str, obj: dict) -> None:
