@@ -27,6 +27,7 @@ import contextlib
 import copy
 import ctypes
 import datetime as dt
+import functools
 import ipaddress
 import json
 import os
@@ -542,7 +543,7 @@ class Watch:
         if group:
             custom = client.CustomObjectsApi(api_client)
             return lambda **kw: custom.list_namespaced_custom_object(group, version, ns, plural, **kw)
-        return lambda **kw: getattr(client.CoreV1Api(api_client), f"list_namespaced_{plural}")(ns, **kw)
+        return functools.partial(getattr(client.CoreV1Api(api_client), f"list_namespaced_{plural}"), ns)
 
     def stop(self) -> None:
         self._stop.set()
