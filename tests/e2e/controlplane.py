@@ -494,6 +494,19 @@ class Kube:
                 body={"propagationPolicy": propagation},
             )
 
+    def running_pods(self, namespace: str, selector: str) -> list[dict]:
+        """The pods of `selector` that are Running and not being deleted."""
+        return [p for p in self.list("Pod", namespace, label_selector=selector)
+                if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+    def wait_running_pods(self, namespace: str, selector: str, count: int, timeout: float = 90.0) -> list[dict]:
+        """Wait until exactly `count` pods of `selector` are Running; return them."""
+        def ready() -> list[dict] | None:
+            pods = self.running_pods(namespace, selector)
+            return pods if len(pods) == count else None
+        return self.wait_for(f"{count} running pods ({selector}) in {namespace}", ready, timeout=timeout,
+                             interval=0.2)
+
     def wait_for(self, what: str, fn: Callable[[], Any], timeout: float = 60.0,
                  interval: float = 0.5) -> Any:
         """Poll ``fn`` until it returns something truthy; return it or raise TimeoutError."""

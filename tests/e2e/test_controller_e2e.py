@@ -239,17 +239,9 @@ def wait_status(kube: Kube, ns: str, name: str, pred, what: str, ctl: Controller
                              + (ctl.log()[-4000:] if ctl else "")) from None
 
 
-def running_pods(kube: Kube, ns: str, selector: str) -> list[dict]:
-    return [p for p in kube.list("Pod", ns, label_selector=selector)
-            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
-
-
 def complete_pods(kube: Kube, ns: str, selector: str, count: int) -> None:
     """Wait for `count` Running pods and make kwok complete them."""
-    pods = kube.wait_for(f"{count} running pods ({selector})", lambda: (
-        lambda ps: ps if len(ps) == count else None)(running_pods(kube, ns, selector)), timeout=TIMEOUT,
-        interval=0.2)
-    for p in pods:
+    for p in kube.wait_running_pods(ns, selector, count, timeout=TIMEOUT):
         kube.patch("Pod", p["metadata"]["name"], ns,
                    {"metadata": {"annotations": {ANNOTATION_COMPLETE_AFTER: "0s"}}})
 

@@ -112,17 +112,6 @@ def wait_workload(kube: Kube, ns: str, kind: str, name: str, pred, what: str) ->
     return kube.wait_for(f"{kind} {ns}/{name} workload {what}", check, timeout=TIMEOUT)
 
 
-def running_pods(kube: Kube, ns: str, selector: str) -> list[dict]:
-    return [p for p in kube.list("Pod", ns, label_selector=selector)
-            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
-
-
-def wait_running(kube: Kube, ns: str, selector: str, count: int) -> list[dict]:
-    return kube.wait_for(f"{count} running pods ({selector}) in {ns}",
-                         lambda: (lambda ps: ps if len(ps) == count else None)(
-                             running_pods(kube, ns, selector)), timeout=TIMEOUT)
-
-
 def annotate_pods(kube: Kube, ns: str, selector: str, annotations: dict) -> None:
     for p in kube.list("Pod", ns, label_selector=selector):
         kube.patch("Pod", p["metadata"]["name"], ns, {"metadata": {"annotations": annotations}})
@@ -168,7 +157,7 @@ def test_unqueued_jobset_runs_on_kwok_nodes_and_completes_on_annotation(
     created = kube.create(jobset("plain", ns, queue=None, priority=None, cpu=1))
     # The JobSet defaulting webhook answered.
     assert created["spec"]["successPolicy"]["operator"] == "All"
-    pods = wait_running(kube, ns, jobset_pods("plain"), 2)
+    pods = kube.wait_running_pods(ns, jobset_pods("plain"), 2)
     assert all(p["spec"]["nodeName"].startswith("kwok-node-") for p in pods)
     assert all(p["status"].get("podIP") for p in pods)
     annotate_pods(kube, ns, jobset_pods("plain"), {ANNOTATION_COMPLETE_AFTER: "0s"})
@@ -189,7 +178,7 @@ def test_queued_jobset_is_admitted_unsuspended_and_runs_on_kwok_nodes(
     assert wl["spec"]["priority"] == 100
     assert wl["status"]["admission"]["clusterQueue"] == "cluster-queue"
     capture("workload-admitted", wl)
-    pods = wait_running(kube, ns, jobset_pods("train"), 2)
+    pods = kube.wait_running_pods(ns, jobset_pods("train"), 2)
     assert all(p["spec"]["nodeName"].startswith("kwok-node-") for p in pods)
     # waitForPodsReady is on by default in Kueue 0.19: PodsReady follows the pods' Ready.
     wl = wait_workload(kube, ns, "JobSet", "train",
@@ -203,7 +192,7 @@ def test_higher_priority_job_preempts_jobset_which_is_readmitted_after(
     kube = control_plane_tier_c.kube
     ns = make_namespace()
     start_admitted_jobset(kube, ns, "victim")
-    wait_running(kube, ns, jobset_pods("victim"), 2)
+    kube.wait_running_pods(ns, jobset_pods("victim"), 2)
 
     # 2 x NODE_CPU held by the JobSet + 3 x NODE_CPU > quota (4 x NODE_CPU): preempt.
     kube.create(batch_job("urgent", ns, parallelism=3))
@@ -222,7 +211,7 @@ def test_higher_priority_job_preempts_jobset_which_is_readmitted_after(
     wl = wait_workload(kube, ns, "JobSet", "victim",
                        lambda w: has_condition(w, "QuotaReserved", "False")
                        and has_condition(w, "Requeued", reason="Preempted"), "requeued, pending")
-    urgent_pods = wait_running(kube, ns, "batch.kubernetes.io/job-name=urgent", 3)
+    urgent_pods = kube.wait_running_pods(ns, "batch.kubernetes.io/job-name=urgent", 3)
     assert len(urgent_pods) == 3
 
     # The preemptor completes; the victim is readmitted and unsuspended.
@@ -232,7 +221,7 @@ def test_higher_priority_job_preempts_jobset_which_is_readmitted_after(
     js = kube.wait_for("JobSet victim unsuspended", lambda: (
         lambda o: o if o["spec"].get("suspend") is False else None)(kube.get("JobSet", "victim", ns)),
         timeout=TIMEOUT)
-    wait_running(kube, ns, jobset_pods("victim"), 2)
+    kube.wait_running_pods(ns, jobset_pods("victim"), 2)
     capture("jobset-readmitted", kube.get("JobSet", "victim", ns))
     capture("workload-job-finished", workload_of(kube, ns, "Job", "urgent"))
 
@@ -267,7 +256,7 @@ def test_pod_outcome_ends_the_jobset_and_finishes_its_workload(
     kube = control_plane_tier_c.kube
     ns = make_namespace()
     start_admitted_jobset(kube, ns, name, max_restarts=max_restarts)
-    wait_running(kube, ns, jobset_pods(name), 2)
+    kube.wait_running_pods(ns, jobset_pods(name), 2)
     annotate_pods(kube, ns, jobset_pods(name), {annotation: "0s"})
     js = kube.wait_for(f"JobSet {name} {jobset_condition}", lambda: (
         lambda o: o if has_condition(o, jobset_condition) else None)(kube.get("JobSet", name, ns)),

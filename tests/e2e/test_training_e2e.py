@@ -40,7 +40,6 @@ from test_controller_e2e import (
     is_running,
     is_waiting_for_readmission,
     preempt,
-    running_pods,
     task_path,
     wait_status,
 )
@@ -197,7 +196,7 @@ def test_a_pod_failed_with_disruption_target_restarts_the_gang_in_the_same_attem
     ctl = controller(env)
     create_task(kube, ns, retries=0, failurePolicy={"maxRestarts": 0})  # any counted failure would end the task
     wait_status(kube, ns, "train", is_running, "Running", ctl)
-    victim = sorted(p["metadata"]["name"] for p in running_pods(kube, ns, f"{TASK_LABEL}=train"))[1]
+    victim = sorted(p["metadata"]["name"] for p in kube.wait_running_pods(ns, f"{TASK_LABEL}=train", 2))[1]
     evict(kube, ns, victim)
     s = wait_status(kube, ns, "train", lambda s: s.get("reason") == "running (restart attempt 1)",
                     "the gang running again in the same attempt", ctl)
@@ -312,7 +311,7 @@ def test_checkpoints_in_termination_messages_and_the_accounting_reach_the_status
     line = json.dumps({"type": "checkpoint_committed", "task": "train", "attempt": 1, "rank": 0, "seq": 3,
                        "step": 6, "uri": "file:///ckpt/train/attempt-1/step-6", "time": committed.timestamp()})
     message = _checkpoint_report.report([line])  # what gangrun.launch leaves for a worker that saved step 6
-    for pod in running_pods(kube, ns, f"{TASK_LABEL}=train"):
+    for pod in kube.wait_running_pods(ns, f"{TASK_LABEL}=train", 2):  # both readmitted workers
         index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
         annotations = {ANNOTATION_COMPLETE_AFTER: "0s"}
         if index == "0":
