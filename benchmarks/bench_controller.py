@@ -333,9 +333,7 @@ def main() -> int:
         took = wait_count("st_evicted", f"{n} tasks see their eviction")
         storm_done.set()
         print(f"{n} tasks preempted and waiting for re-admission in {took:.1f} s")
-        pods = kube.wait_for(f"{nodes} preemptor pods running", lambda: (lambda ps: ps if len(ps) == nodes else None)([
-            p for p in kube.list("Pod", ns, label_selector="batch.kubernetes.io/job-name=urgent")
-            if p["status"].get("phase") == "Running"]), timeout=timeout, interval=0.2)
+        pods = kube.wait_running_pods(ns, "batch.kubernetes.io/job-name=urgent", nodes, timeout=timeout)
         for p in pods:
             kube.patch("Pod", p["metadata"]["name"], ns,
                        {"metadata": {"annotations": {controlplane.ANNOTATION_COMPLETE_AFTER: "0s"}}})
