@@ -36,6 +36,7 @@ IndexFunc = Callable[[dict[str, Any]], Iterable[Hashable]]  # the values an obje
 
 
 def _trimmed(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` without `metadata.managedFields` (dropped in place)."""
     md = obj.get("metadata")
     if isinstance(md, dict):
         md.pop("managedFields", None)
@@ -105,7 +106,8 @@ class Informer:
         Our own writes update the cache from the response; a watch event that lags behind must not
         roll it back (resourceVersions are etcd revisions; when they are not numbers, the latest wins).
         """
-        key = key_of(_trimmed(obj))
+        obj = _trimmed(obj)
+        key = key_of(obj)
         with self._lock:
             old = self._cache.get(key)
             old_rv, new_rv = resource_version(old), resource_version(obj)
@@ -131,7 +133,8 @@ class Informer:
         doc = self.api.list(self.res, self.namespace, label_selector=self.label_selector)
         items = [i for i in doc.get("items") or [] if isinstance(i, dict)]
         for i in items:  # list items carry no apiVersion/kind
-            _trimmed(i).setdefault("kind", self.res.kind)
+            _trimmed(i)
+            i.setdefault("kind", self.res.kind)
         fresh = {key_of(i): i for i in items}
         with self._lock:
             gone = [o for k, o in self._cache.items() if k not in fresh]
