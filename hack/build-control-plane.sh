@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the binaries of a real Kubernetes control plane for gangrun's end-to-end tests:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, the JobSet controller
-# and the Kueue manager. Everything comes from Go modules (no container engine, no release
+# and the Kueue manager; and for the real node: the kubelet, kube-proxy, kubectl (same Go build
+# and version as the control plane) and CoreDNS. Everything comes from Go modules (no container engine, no release
 # downloads); the binaries go to a cache directory OUTSIDE the clone, keyed by the versions,
 # so a second call (or a CI run on the same machine) does nothing.
 #
@@ -13,10 +14,11 @@
 # Environment (all optional):
 #   GANGRUN_CONTROL_PLANE_CACHE  cache root (default: $HOME/.cache/gangrun/control-plane)
 #   GANGRUN_K8S_VERSION, GANGRUN_ETCD_VERSION, GANGRUN_KWOK_VERSION,
-#   GANGRUN_JOBSET_VERSION, GANGRUN_KUEUE_VERSION   override the pinned versions
+#   GANGRUN_JOBSET_VERSION, GANGRUN_KUEUE_VERSION, GANGRUN_COREDNS_VERSION   override the pinned versions
 #
 # Layout of <cache root>/<versions key>/:
-#   bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kwok,jobset,kueue}
+#   bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kube-proxy,kubectl,
+#        kwok,jobset,kueue,coredns}
 #   versions.env   the versions, as KEY=value lines
 #   moddirs.env    module-cache directories of kwok, JobSet and Kueue (CRDs, webhooks and
 #                  stages are read from there at test time; nothing is copied into the repo)
@@ -31,13 +33,15 @@ ETCD_VERSION=${GANGRUN_ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${GANGRUN_KWOK_VERSION:-v0.8.0}
 JOBSET_VERSION=${GANGRUN_JOBSET_VERSION:-v0.12.0}
 KUEUE_VERSION=${GANGRUN_KUEUE_VERSION:-v0.19.2}
+COREDNS_VERSION=${GANGRUN_COREDNS_VERSION:-v1.14.7}
 
 : "${HOME:=$(getent passwd "$(id -u)" | cut -d: -f6)}"
 CACHE_ROOT=${GANGRUN_CONTROL_PLANE_CACHE:-$HOME/.cache/gangrun/control-plane}
-KEY="k8s${K8S_VERSION#v}-etcd${ETCD_VERSION#v}-kwok${KWOK_VERSION#v}-jobset${JOBSET_VERSION#v}-kueue${KUEUE_VERSION#v}"
+KEY="k8s${K8S_VERSION#v}-etcd${ETCD_VERSION#v}-kwok${KWOK_VERSION#v}-jobset${JOBSET_VERSION#v}-kueue${KUEUE_VERSION#v}-coredns${COREDNS_VERSION#v}"
 ROOT="$CACHE_ROOT/$KEY"
 BIN="$ROOT/bin"
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok jobset kueue)
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+BINARIES=(etcd "${KUBE_BINARIES[@]}" kwok jobset kueue coredns)
 
 case "${1:-}" in
   --print-dir) echo "$ROOT"; exit 0 ;;
@@ -82,7 +86,7 @@ gomod_field() {  # gomod_field <module@version> <Field>: a field of `go mod down
   go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$2"
 }
 
-build_kube() {  # kube-apiserver, kube-controller-manager and kube-scheduler in one go build
+build_kube() {  # every k8s.io/kubernetes binary in one go build (they share most packages)
   cd "$ROOT/src/k8s"
   rm -f go.mod go.sum
   go mod init local/k8sbins >/dev/null 2>&1
@@ -96,9 +100,9 @@ build_kube() {  # kube-apiserver, kube-controller-manager and kube-scheduler in 
   done
   gd=$(sed -nE 's#^godebug (default=go[0-9.]+)$#\1#p' "$kmod" || true)
   if [ -n "$gd" ]; then go mod edit -godebug="$gd"; fi
-  go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v${K8S_VERSION#v}" \
-               "k8s.io/kubernetes/cmd/kube-controller-manager@v${K8S_VERSION#v}" \
-               "k8s.io/kubernetes/cmd/kube-scheduler@v${K8S_VERSION#v}"
+  local pkgs=()
+  for m in "${KUBE_BINARIES[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$m"); done
+  go get -tool "${pkgs[@]/%/@v${K8S_VERSION#v}}"
   minor=$(echo "${K8S_VERSION#v}" | cut -d. -f2)
   # The version stamp is required: Kueue parses the server's gitVersion as semver at start-up.
   ldf="-s -w"
@@ -107,12 +111,9 @@ build_kube() {  # kube-apiserver, kube-controller-manager and kube-scheduler in 
     ldf+=" -X $m.gitTreeState=clean -X $m.buildDate=1970-01-01T00:00:00Z"
   done
   local out; out=$(mktemp -d "$ROOT/.out.XXXXXX")
-  go build -trimpath -tags selinux,notest -ldflags "$ldf" -o "$out/" \
-    k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler
-  mv "$out"/kube-controller-manager "$out"/kube-scheduler "$BIN/"
-  mv "$out"/kube-apiserver "$BIN/"   # last: its presence marks the three as built
+  go build -trimpath -tags selinux,notest -ldflags "$ldf" -o "$out/" "${pkgs[@]}"
+  for m in "${KUBE_BINARIES[@]:1}"; do mv "$out/$m" "$BIN/"; done
+  mv "$out"/kube-apiserver "$BIN/"   # last: its presence marks them all as built
   rmdir "$out"
 }
 
@@ -143,6 +144,7 @@ build_wrapped() {  # build_wrapped <binary> <module> <version> <main package> [e
 build_kwok()   { build_wrapped kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok; }
 build_jobset() { build_wrapped jobset sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset \
                    "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION"; }
+build_coredns() { build_wrapped coredns github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns; }
 build_kueue()  { build_wrapped kueue sigs.k8s.io/kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue \
                    "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"; }
 
@@ -150,13 +152,12 @@ build_kueue()  { build_wrapped kueue sigs.k8s.io/kueue "$KUEUE_VERSION" sigs.k8s
   echo "building control plane into $ROOT ($(go version))"
   TOTAL_START=$SECONDS
   # kube-apiserver marks all three kube binaries (see build_kube).
-  if [ -x "$BIN/kube-apiserver" ] && { [ ! -x "$BIN/kube-controller-manager" ] || [ ! -x "$BIN/kube-scheduler" ]; }; then
-    rm -f "$BIN/kube-apiserver"
-  fi
+  for m in "${KUBE_BINARIES[@]:1}"; do [ -x "$BIN/$m" ] || rm -f "$BIN/kube-apiserver"; done
   timed etcd build_etcd
   timed kwok build_kwok
   timed jobset build_jobset
   timed kueue build_kueue
+  timed coredns build_coredns
   timed kube-apiserver build_kube
   for b in "${BINARIES[@]}"; do
     [ -x "$BIN/$b" ] || { echo "error: $BIN/$b missing after build" >&2; exit 1; }
@@ -167,13 +168,14 @@ ETCD_VERSION=$ETCD_VERSION
 KWOK_VERSION=$KWOK_VERSION
 JOBSET_VERSION=$JOBSET_VERSION
 KUEUE_VERSION=$KUEUE_VERSION
+COREDNS_VERSION=$COREDNS_VERSION
 EOF
   {
     echo "KWOK_DIR=$(gomod_field "sigs.k8s.io/kwok@$KWOK_VERSION" Dir)"
     echo "JOBSET_DIR=$(gomod_field "sigs.k8s.io/jobset@$JOBSET_VERSION" Dir)"
     echo "KUEUE_DIR=$(gomod_field "sigs.k8s.io/kueue@$KUEUE_VERSION" Dir)"
   } > "$ROOT/moddirs.env"
-  echo "== timing per component (kube-apiserver = apiserver + controller-manager + scheduler):"
+  echo "== timing per component (kube-apiserver = every k8s.io/kubernetes binary):"
   printf '   %s\n' "${TIMINGS[@]}"
   echo "== total: $((SECONDS - TOTAL_START))s"
   touch "$ROOT/complete"
