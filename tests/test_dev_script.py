@@ -1,0 +1,50 @@
+"""`./dev`: the demo installs gangrun alone; the commands that run the tests or benchmarks install the
+extras too, into the same virtualenv, and no command repeats an install that is already there.
+
+The virtualenv's `python` is a stand-in that records how it was called (no pip runs, nothing is
+downloaded): what is checked is which installs `./dev` asks for, and when.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+DEV = Path(__file__).resolve().parents[1] / "dev"
+RECORDER = """#!/bin/sh
+echo "$*" >> "$(dirname "$0")/../calls"
+"""
+
+
+def _dev(venv: Path, *args: str) -> list[str]:
+    calls = venv / "calls"
+    calls.unlink(missing_ok=True)
+    subprocess.run(["bash", str(DEV), *args], check=True, timeout=60, capture_output=True,
+                   env={**os.environ, "GANGRUN_VENV": str(venv)})
+    return [c for c in calls.read_text().splitlines() if "pip install" in c] if calls.exists() else []
+
+
+def test_the_demo_installs_only_the_package_and_the_tests_add_the_extras(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(RECORDER)
+    python.chmod(0o755)
+
+    assert _dev(venv, "demo") == ["-m pip install --quiet --upgrade pip", "-m pip install --quiet -e ."]
+    assert _dev(venv, "demo") == []  # set up already
+    assert _dev(venv, "bench") == ["-m pip install --quiet --upgrade pip",
+                                   "-m pip install --quiet -e .[test,kubernetes,torch]"]
+    assert _dev(venv, "bench") == []
+    assert _dev(venv, "demo") == []  # the full install serves the demo too
+
+
+def test_a_full_install_first_serves_the_demo_without_installing_again(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(RECORDER)
+    python.chmod(0o755)
+    assert len(_dev(venv, "bench")) == 2
+    assert _dev(venv, "demo") == []
