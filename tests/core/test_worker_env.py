@@ -89,3 +89,12 @@ def test_assignments(total, wanted, held, want) -> None:
 def test_asking_for_more_than_the_quota_says_how_many_are_free() -> None:
     with pytest.raises(gpus.NotEnoughGPUs, match="8 GPUs wanted, 4 of 8 free"):
         gpus.assign(8, {"a": (1, 4), "b": (2, 4)})
+
+
+@pytest.mark.parametrize(("name", "kept"), [
+    ("PATH", True), ("VIRTUAL_ENV", True), ("HOME", True), ("AWS_PROFILE", True), ("CUDA_VISIBLE_DEVICES", True),
+    ("RANK", False), ("WORLD_SIZE", False), ("MASTER_PORT", False), ("JOBSET_RESTART_ATTEMPT", False),
+    ("GANGRUN_HOME", False), ("GANGRUN_CHECKPOINT_PATH", False), ("GANGRUN_ANYTHING", False),
+])
+def test_a_local_task_keeps_its_submitters_variables_but_gangruns_own(name, kept) -> None:
+    assert (name in worker_env.submitter_env({name: "x"})) is kept

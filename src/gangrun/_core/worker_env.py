@@ -16,13 +16,16 @@ process of every worker pod, then calls `process_env` with those, so the rules f
 variables exist once. With nprocPerNode > 1 the launcher runs torchrun, which derives the same
 per-process values by the same rules (RANK = NODE_RANK × NPROC_PER_NODE + LOCAL_RANK).
 
+`submitter_env(environ)` is what a local task keeps of the environment of the client that submitted it:
+the base its workers start from (see docs/local-backend.md, "The workers' environment").
+
 `user_env(spec)` is the user's own variables (spec.env, then the podTemplate worker container's plain
 `env` values), which never share a name with the contract (the manifest refuses that).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the spec imports this module for the reserved names
@@ -142,3 +145,10 @@ def user_env(spec: TaskSpec) -> dict[str, str]:
     from gangrun._core.pod_template import worker_plain_env
 
     return {**spec.env, **worker_plain_env(spec.pod_template)}
+
+
+def submitter_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a local task keeps of its submitter's environment: every variable except gangrun's own (the
+    contract's names and any `GANGRUN_*`), which gangrun sets for each worker and which, captured from a
+    shell that is itself a worker, would be another gang's values."""
+    return {k: v for k, v in environ.items() if k not in RESERVED and not k.startswith("GANGRUN_")}

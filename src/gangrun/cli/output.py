@@ -75,6 +75,9 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
                        ("checkpointRoot", "Checkpoints")):
         if view.get(key) not in (None, ""):
             out.append(f"{label + ':':<16}{view[key]}")
+    if "executable" in view:  # local: the command's argv[0], found on the submitter's PATH at submit
+        missing = "not found on the submitting PATH (the workers cannot start)"
+        out.append(f"Executable:     {view['executable'] or missing}")
     if view.get("code"):
         out.append(f"Error:          {view['code']}: {view.get('message', '')}")
     if view.get("evictionsByCause"):

@@ -24,11 +24,13 @@ from typing import Any
 from gangrun._backends.clock import Clock, system_clock
 from gangrun._backends.local import launcher, protocol
 from gangrun._backends.local.config import Config, Paths, default_home
+from gangrun._backends.local.render import resolve_executable
 from gangrun._backends.local.store import Store
 from gangrun._backends.local.task import LocalTask, log_files, view
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.timeline import Event
+from gangrun._core.worker_env import submitter_env
 from gangrun._errors import DaemonUnavailable, GangrunError, SpecError, UsageError
 
 START_TIMEOUT = 20.0
@@ -152,7 +154,10 @@ class LocalBackend:
         cwd = (base / spec.working_dir).resolve()
         if not cwd.is_dir():
             raise SpecError("spec.workingDir", f"{spec.working_dir!r} is not a directory (relative to the manifest)")
-        doc = {"manifest": spec.raw, "source": str(Path(spec.source).resolve()) if spec.source else "", "cwd": str(cwd)}
+        # The workers get this client's environment, not the daemon's (docs/local-backend.md).
+        env = submitter_env(os.environ)
+        doc = {"manifest": spec.raw, "source": str(Path(spec.source).resolve()) if spec.source else "", "cwd": str(cwd),
+               "env": env, "executable": resolve_executable(spec.command[0], path=env.get("PATH"), cwd=str(cwd))}
         return str(self._call("submit", doc, start=True))
 
     def get(self, name: str) -> dict[str, Any]:

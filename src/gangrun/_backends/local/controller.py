@@ -101,7 +101,7 @@ class Controller:
         if existing is not None and existing.deleting:
             raise UsageError(f'task "{name}" is being deleted (its workers are stopping); submit again in a moment')
         if existing is not None:
-            if existing.doc == doc:
+            if _same_task(existing.doc, doc):
                 return name  # the same manifest again (a retried submit): the task it made
             raise UsageError(f'a task named "{name}" already exists (phase {existing.state.phase}) with a '
                              "different manifest; choose another metadata.name or delete it first")
@@ -418,3 +418,10 @@ class Controller:
         self._flush()
         self.heartbeat(now)
 
+
+
+def _same_task(stored: dict[str, Any], doc: dict[str, Any]) -> bool:
+    """Whether a submit repeats the stored one (a retry): the same manifest from the same place. The
+    environment it brings may differ (another shell); the stored one stays the task's."""
+    keys = ("manifest", "source", "cwd")
+    return all(stored.get(k) == doc.get(k) for k in keys)

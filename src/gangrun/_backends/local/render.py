@@ -1,7 +1,8 @@
 """What the workers of one (task, attempt) are started with: the local counterpart of rendering a JobSet.
 
 `launch(...)` gives the argv, working directory and the environment every worker of the gang shares
-(the daemon's own, the user's, and the gang's part of the worker contract, `gangrun._core.worker_env`);
+(the submitting client's, captured at submit; the user's `spec.env` over it; the gang's part of the
+worker contract, `gangrun._core.worker_env`, over that: nothing of the daemon's own environment);
 `worker_env(...)` adds what differs per worker and per restart round: its ranks, the round's
 MASTER_PORT and, for a gang with GPUs, its node's CUDA_VISIBLE_DEVICES.
 """
@@ -9,6 +10,7 @@ MASTER_PORT and, for a gang with GPUs, its node's CUDA_VISIBLE_DEVICES.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,17 +27,19 @@ MASTER_ADDR = "127.0.0.1"
 class Launch:
     argv: list[str]
     cwd: str
-    env: dict[str, str]  # the daemon's, the user's and the gang's part of the contract
+    env: dict[str, str]  # the submitter's, the user's and the gang's part of the contract
     logs: Path  # logs/<task>/attempt-<N>
     nproc_per_node: int = 1
     gpus: tuple[tuple[int, ...], ...] = ()  # per node, the GPUs the gang was admitted with (none: not set)
 
 
-def launch(name: str, spec: TaskSpec, attempt: int, *, cwd: str, paths: Paths,
-           gpus: Sequence[Sequence[int]] = ()) -> Launch:
+def launch(name: str, spec: TaskSpec, attempt: int, *, cwd: str, paths: Paths, submitter_env: dict[str, str] | None,
+           executable: str | None = None, gpus: Sequence[Sequence[int]] = ()) -> Launch:
+    """`submitter_env`: the environment captured at submit (None only for a task stored by a gangrun that
+    captured none, which keeps the daemon's); `executable`: the command's argv[0] as resolved at submit."""
     root = paths.checkpoint_root(name, spec.checkpoint_uri)
     run = paths.run(name, attempt)
-    env = dict(os.environ)
+    env = dict(os.environ) if submitter_env is None else dict(submitter_env)
     env.update(contract.user_env(spec))
     env.update(contract.gang_env(
         spec, attempt=attempt, gang=gang_name(name, attempt), master_addr=MASTER_ADDR, master_port=None,
@@ -44,8 +48,20 @@ def launch(name: str, spec: TaskSpec, attempt: int, *, cwd: str, paths: Paths,
         stop_file=str(run / "stop.json"), events_file=str(run / "events.jsonl")))
     env.update({"GANGRUN_BACKEND": "local", "GANGRUN_HOME": str(paths.home)})
     env.setdefault("PYTHONUNBUFFERED", "1")  # worker output reaches its log as it is printed
-    return Launch(argv=list(spec.command), cwd=cwd or os.getcwd(), env=env, logs=paths.logs(name, attempt),
+    argv = [executable or spec.command[0], *spec.command[1:]]
+    return Launch(argv=argv, cwd=cwd or os.getcwd(), env=env, logs=paths.logs(name, attempt),
                   nproc_per_node=spec.nproc_per_node, gpus=tuple(tuple(n) for n in gpus))
+
+
+def resolve_executable(command: str, *, path: str | None, cwd: str) -> str | None:
+    """The program `command` (a manifest's argv[0]) names: a path (with a `/`) relative to the task's
+    working directory, else the first executable match on `path` (the submitter's PATH), as the shell
+    finds it; None when there is none (the workers then fail to start, and say so)."""
+    if "/" in command:
+        found = os.path.join(cwd, command)
+        return os.path.abspath(found) if os.path.isfile(found) and os.access(found, os.X_OK) else None
+    hit = shutil.which(command, path=path if path is not None else os.defpath)
+    return os.path.abspath(hit) if hit else None
 
 
 def worker_env(launch: Launch, gang: GangTwin, worker: Worker) -> dict[str, str]:

@@ -29,7 +29,9 @@ from gangrun._core.view import eviction_accounting, task_view
 class LocalTask:
     name: str
     seq: int
-    doc: dict[str, Any]  # {"manifest": the document as given, "source": its path, "cwd": the working dir}
+    # {"manifest": the document as given, "source": its path, "cwd": the working dir, "env": the submitter's
+    # environment, "executable": the command's argv[0] resolved on its PATH} (no "env": an older gangrun's task)
+    doc: dict[str, Any]
     spec: TaskSpec
     state: TaskState
     acct: Accounting = field(default_factory=Accounting)
@@ -107,6 +109,7 @@ def view(task: LocalTask, config: Config, paths: Paths, *, now: datetime,
             "name": g.name, "attempt": g.attempt, "suspended": g.suspended, "restarts": g.restarts,
             "workers": [{"rank": w.rank, "node": w.node, "pid": w.pid, "running": w.running,
                          "exitCode": w.exit_code} for w in g.workers]},
+        "executable": task.doc.get("executable"),
         "checkpointRoot": paths.checkpoint_root(task.name, spec.checkpoint_uri),
         "logs": str(paths.logs(task.name)),
         "accounting": {**task.acct.view(now=now), "preemptionsByCause": causes,
