@@ -78,11 +78,21 @@ class TaskRun:
 
     def logs(self, rank: int | None = 0, attempt: int | None = None) -> str:
         """Worker output of `rank` (None: every rank, each line prefixed `[rank N]`) in `attempt` (None: the
-        current one), as one text."""
-        return "".join(line if line.endswith("\n") else line + "\n" for line in self.log_lines(rank, attempt))
+        current one), as one text: it costs the text's size in memory (`log_lines` does not)."""
+        pieces, piece = [], []  # joined a megabyte at a time: the text once, plus a megabyte
+        size = 0
+        for line in self.log_lines(rank, attempt):
+            piece.append(line if line.endswith("\n") else line + "\n")
+            size += len(line) + 1
+            if size >= 1 << 20:
+                pieces.append("".join(piece))
+                piece, size = [], 0
+        pieces.append("".join(piece))
+        return "".join(pieces)
 
     def log_lines(self, rank: int | None = 0, attempt: int | None = None, *, follow: bool = False) -> Iterator[str]:
-        """The same output line by line; with `follow`, new lines as they are written, until the task ends."""
+        """The same output line by line, read a chunk at a time (a log of any size costs about one chunk);
+        with `follow`, new lines as they are written, until the task ends."""
         return self._backend.logs(self._name, rank=rank, attempt=attempt, follow=follow)
 
     def events(self) -> list[dict[str, Any]]:

@@ -58,3 +58,12 @@ class SupportsFollow(Protocol):
     def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
         """Block until the task's (attempt, phaseVersion, phase) differs from `after_version`, or timeout."""
         ...
+
+
+@runtime_checkable
+class SupportsLogTail(Protocol):
+    def log_tail(self, name: str, *, rank: int | None = None, attempt: int | None = None, max_lines: int,
+                 max_bytes: int) -> tuple[builtins.list[str], bool]:
+        """The newest lines of `logs(...)`, read without the older ones (at most `max_bytes`), and whether
+        older lines were left out."""
+        ...

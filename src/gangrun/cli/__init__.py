@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd("ui", commands.ui, "serve a web page of the tasks and each task's timeline", json_out=False)
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     sp.add_argument("--port", type=_port, default=8265, help="port (default 8265; 0 picks a free one)")
+    sp.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                    help="also answer requests for this host name (repeatable; loopback names and IP "
+                         "addresses are always answered)")
     sp = cmd("render", commands.render, "print the JobSet an attempt would create on Kubernetes", json_out=False)
     sp.add_argument("file")
     sp.add_argument("--attempt", type=_at_least(1), default=1, help="attempt number (default 1)")

@@ -144,7 +144,8 @@ def events(args: argparse.Namespace) -> int:
 def logs(args: argparse.Namespace) -> int:
     for line in _run(args).log_lines(rank=args.rank, attempt=args.attempt, follow=args.follow):
         sys.stdout.write(line if line.endswith("\n") else line + "\n")
-        sys.stdout.flush()
+        if args.follow:  # as it comes; otherwise the output is buffered, a log of any size a chunk at a time
+            sys.stdout.flush()
     return 0
 
 
@@ -176,8 +177,11 @@ def delete(args: argparse.Namespace) -> int:
 def ui(args: argparse.Namespace) -> int:
     from gangrun._ui import serve
 
-    server = serve(backend(args), host=args.host, port=args.port)
+    server = serve(backend(args), host=args.host, port=args.port, allow_hosts=args.allow_host)
     print(f"gangrun ui: {server.url}  ({args.backend} backend; Ctrl-C stops it)", flush=True)
+    if server.exposed:
+        print(f"gangrun: warning: the page listens on every address ({args.host}): anyone who can reach this machine "
+              "can read every task and its logs, and the page has no login", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     finally:

@@ -5,7 +5,7 @@ operations on a task the store knows). Reads (`get`, `list`, `events`) ask the d
 and otherwise read the SQLite store directly, so `gangrun get` after `gangrun local down` still
 answers without starting anything — and says what it cannot know: a gang recorded as running when
 its daemon died is reported as unknown since the daemon's last heartbeat. Logs are files under the
-home and are read directly.
+home and are read directly, a chunk at a time (`logfiles`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.local import launcher, protocol
+from gangrun._backends.local import launcher, logfiles, protocol
 from gangrun._backends.local.config import Config, Paths, default_home
 from gangrun._backends.local.render import resolve_executable
 from gangrun._backends.local.store import Store
@@ -40,6 +40,7 @@ Offline = Callable[[Store, list[LocalTask], dict[str, str], Config, datetime], A
 
 class LocalBackend:
     name = "local"
+    threadsafe = True  # every call opens its own connection or store: the web page calls it from threads
 
     def __init__(self, home: Path | str | None = None, *, clock: Clock = system_clock) -> None:
         self.paths = Paths(Path(home).expanduser().resolve() if home else default_home().resolve())
@@ -192,27 +193,45 @@ class LocalBackend:
 
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
              follow: bool = False) -> Iterator[str]:
+        files, prefix = self._log_files(name, rank, attempt)
+        offsets: dict[Path, int] = {}
+        while True:
+            done = Phase(self.get(name)["phase"]).terminal if follow else True
+            for _restart, r, path in files():  # a chunk at a time: a log of any size costs one chunk
+                for line, end in logfiles.lines(path, offsets.get(path, 0), whole=not follow or done):
+                    offsets[path] = end
+                    yield f"[rank {r}] {line}" if prefix else line
+            if done:
+                return
+            time.sleep(0.2)
+
+    def log_tail(self, name: str, *, rank: int | None = None, attempt: int | None = None, max_lines: int,
+                 max_bytes: int) -> tuple[builtins.list[str], bool]:
+        """The newest lines of `logs(...)` (read from the files' ends: at most `max_bytes` per call), and
+        whether older ones were left out."""
+        files, prefix = self._log_files(name, rank, attempt)
+        found = files()
+        if not prefix:
+            return logfiles.tail([p for _, _, p in found], max_lines=max_lines, max_bytes=max_bytes)
+        out: builtins.list[str] = []
+        truncated = False
+        for _restart, r, path in found:  # every rank: each its share, in restart then rank order
+            lines, cut = logfiles.tail([path], max_lines=max_lines, max_bytes=max_bytes // len(found))
+            out.extend(f"[rank {r}] {line}" for line in lines)
+            truncated = truncated or cut
+        return out[-max_lines:], truncated or len(out) > max_lines
+
+    def _log_files(self, name: str, rank: int | None,
+                   attempt: int | None) -> tuple[Callable[[], builtins.list[tuple[int, int, Path]]], bool]:
+        """The attempt's log files (a function: a running gang adds restart rounds) and whether lines
+        are prefixed by rank. Raises UsageError for an attempt or rank the task does not have."""
         v = self.get(name)
         n = v["attempt"] if attempt is None else attempt
         if n < 1 or n > v["attempt"]:
             raise UsageError(f'task "{name}" has attempts 1..{v["attempt"]}, not {n}')
         if rank is not None and not 0 <= rank < v["worldSize"]:
             raise UsageError(f'task "{name}" has ranks 0..{v["worldSize"] - 1}, not {rank}')
-        prefix = rank is None and v["worldSize"] > 1
-        offsets: dict[Path, int] = {}
-        while True:
-            done = Phase(self.get(name)["phase"]).terminal if follow else True
-            for _restart, r, path in log_files(self.paths, name, n, rank):
-                with open(path, "rb") as f:
-                    f.seek(offsets.get(path, 0))
-                    data = f.read()
-                end = data.rfind(b"\n") + 1 if follow and not done else len(data)
-                offsets[path] = offsets.get(path, 0) + end
-                for line in data[:end].decode(errors="replace").splitlines():
-                    yield f"[rank {r}] {line}" if prefix else line
-            if done:
-                return
-            time.sleep(0.2)
+        return (lambda: log_files(self.paths, name, n, rank)), rank is None and v["worldSize"] > 1
 
     def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
         try:

@@ -206,7 +206,8 @@ function logsPanel(name) {
   rank.onchange = () => { logState.rank = Number(rank.value); refreshLogs(name); };
   attempt.onchange = () => { logState.attempt = attempt.value === "current" ? null : Number(attempt.value); refreshLogs(name); };
   return el("div", { id: "logs-panel", "data-task": name },
-    el("div", { class: "controls" }, el("label", {}, "rank ", rank), el("label", {}, "attempt ", attempt)),
+    el("div", { class: "controls" }, el("label", {}, "rank ", rank), el("label", {}, "attempt ", attempt),
+      el("a", { id: "whole-log", target: "_blank", rel: "noopener" }, "whole output")),
     el("pre", { class: "logs", id: "logs", text: "" }));
 }
 
@@ -227,6 +228,8 @@ async function refreshLogs(name) {
   const pre = document.getElementById("logs");
   if (!pre) return;
   const q = `rank=${logState.rank}` + (logState.attempt ? `&attempt=${logState.attempt}` : "");
+  const whole = document.getElementById("whole-log");
+  if (whole) whole.href = `/api/tasks/${encodeURIComponent(name)}/logs.txt?${q}`;  // streamed, any size
   try {
     const doc = await getJSON(`/api/tasks/${encodeURIComponent(name)}/logs?${q}`);
     const text = (doc.truncated ? "…\n" : "") + doc.lines.join("\n");
