@@ -19,9 +19,11 @@ tasks through a DNS name it points at 127.0.0.1.
 from __future__ import annotations
 
 import errno
+import fcntl
 import ipaddress
 import json
 import socket
+import struct
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -44,6 +46,7 @@ LOG_TAIL_BYTES = 2 << 20  # read from the end of the log for them, whatever its 
 LINE_SHOWN_MAX = 4 * LOG_TAIL_BYTES // LOG_LINES_MAX  # a longer line is cut on the page (logs.txt has it whole)
 STREAM_CHUNK = 1 << 16  # logs.txt is sent in pieces of about this size
 EVENTS_MAX = 500
+SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
 
@@ -152,10 +155,11 @@ class UiServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        """The address to open: this machine's name when it listens on every address."""
+        """The address to open: when it listens on every address, one that other machines can reach
+        (the first network interface's address, else this machine's name)."""
         host, port = str(self.server_address[0]), self.server_address[1]
         if self.exposed:
-            host = socket.gethostname()
+            host = next(iter(interface_addresses()), socket.gethostname())
         return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
     @property
@@ -192,6 +196,21 @@ def start(backend: Backend, *, host: str = "127.0.0.1", port: int = 0, allow_hos
     server = serve(backend, host=host, port=port, allow_hosts=allow_hosts)
     threading.Thread(target=server.serve_forever, name="gangrun-ui", daemon=True).start()
     return server
+
+
+def interface_addresses() -> list[str]:
+    """The IPv4 addresses of this machine's network interfaces, loopback left out (Linux; [] elsewhere)."""
+    found = []
+    for _index, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                raw = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # an interface without an IPv4 address
+                continue
+        address = socket.inet_ntoa(raw[20:24])
+        if not ipaddress.ip_address(address).is_loopback:
+            found.append(address)
+    return found
 
 
 def _family(host: str, port: int) -> socket.AddressFamily:
