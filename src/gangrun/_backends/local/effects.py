@@ -53,7 +53,7 @@ class Effects:
         run.mkdir(parents=True, exist_ok=True)  # the SDK appends checkpoint events here
         (run / "stop.json").unlink(missing_ok=True)
         wl = task.workload
-        spec = launch(task.name, task.spec, g.attempt, cwd=task.doc.get("cwd") or "", paths=self.paths,
+        spec = launch(task.name, task.spec.at_size(g.nodes), g.attempt, cwd=task.doc.get("cwd") or "", paths=self.paths,
                       gpus=wl.gpus if wl is not None and wl.attempt == g.attempt else ())
         g.port = self.procs.free_port()
         started: dict[int, tuple[int, int]] = {}
