@@ -211,12 +211,11 @@ def _grow(admitted: list[Request], free: Resources, *, needed_from: int | None) 
     for a in sorted(admitted, key=lambda a: (-a.priority, a.admitted_at, a.name)):
         if not a.may_grow or a.per_node is None or (needed_from is not None and needed_from >= a.priority):
             continue
-        per_node, room = a.per_node, free
         more = elastic.largest_size(least=1, most=a.full_nodes - a.nodes,
-                                    fits=lambda k: per_node.scaled(k).fits_in(room))
+                                    fits=lambda k, per=a.per_node, room=free: per.scaled(k).fits_in(room))
         if more is not None:
             grow.append((a.name, a.nodes + more))
-            free = free - per_node.scaled(more)
+            free = free - a.per_node.scaled(more)
     return tuple(grow)
 
 

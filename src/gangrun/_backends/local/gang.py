@@ -33,8 +33,8 @@ from enum import StrEnum
 from typing import Any
 
 from gangrun._core import jobset
-from gangrun._core.elastic import RESIZE
 from gangrun._core.conditions import FALSE, TRUE, Condition, find_condition, set_condition
+from gangrun._core.elastic import RESIZE
 from gangrun._core.observation import Disruption, Gang
 from gangrun._core.times import time_in, time_out
 
