@@ -247,7 +247,7 @@ class WorkloadTwin:
                    evictions=d.get("evictions", {}), finished=d.get("finished", False),
                    gpus=tuple(tuple(int(g) for g in n) for n in d.get("gpus", [])),
                    # A Workload stored before elastic gangs: one unit of its whole request.
-                   per_node=d.get("perNode") or d["resources"], nodes=int(d.get("nodes", 1)),
+                   per_node=d["perNode"] if "perNode" in d else d["resources"], nodes=int(d.get("nodes", 1)),
                    least_nodes=int(d.get("leastNodes", 1)), full_nodes=int(d.get("fullNodes", 1)),
                    resized_at=time_in(d.get("resizedAt")),
                    cooldown=timedelta(seconds=float(d.get("cooldownSeconds", 300))),
