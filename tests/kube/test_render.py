@@ -139,6 +139,12 @@ def test_render_refuses_a_spec_without_image_naming_the_field() -> None:
         render_jobset(task_spec(image=""))
 
 
+def test_render_refuses_an_elastic_gang_which_only_the_local_backend_runs() -> None:
+    with pytest.raises(SpecError, match=r"^spec\.minNodes: elastic gangs run on the local backend only"):
+        render_jobset(task_spec(nodes=4, minNodes=2))
+    render_jobset(task_spec(nodes=4, minNodes=4))  # equal to nodes: not elastic
+
+
 def test_render_refuses_attempt_zero() -> None:
     with pytest.raises(SpecError):
         render_jobset(task_spec(), attempt=0)

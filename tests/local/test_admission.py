@@ -77,3 +77,47 @@ def test_a_waiting_gang_is_told_why(admitted: list[Request], pending: list[Reque
 def test_first_exceeding_names_the_resource() -> None:
     assert r(2, memory=32).first_exceeding(Q4) == "memory"
     assert r(2).first_exceeding(Q4) is None
+
+
+# -- elastic gangs (spec.minNodes): per node 1 cpu, the quota has 4 --------------------------------------
+
+
+def elastic_waiting(name: str, nodes: int, least: int, priority: int, order: int) -> Request:
+    return Request(name=name, priority=priority, order=order, resources=r(nodes), per_node=r(1), nodes=nodes,
+                   least_nodes=least, full_nodes=nodes)
+
+
+def elastic_running(name: str, nodes: int, full: int, priority: int, admitted_at: float, *,
+                    may_grow: bool = True) -> Request:
+    return Request(name=name, priority=priority, order=0, resources=r(nodes), admitted_at=admitted_at,
+                   per_node=r(1), nodes=nodes, least_nodes=1, full_nodes=full, may_grow=may_grow)
+
+
+ELASTIC = [
+    pytest.param([], [elastic_waiting("e", 4, 2, 100, 1)], Plan(admit=("e",)), id="full-size-when-it-fits"),
+    pytest.param([running("peer", 1, 100, 1.0)], [elastic_waiting("e", 4, 2, 100, 1)],
+                 Plan(admit=("e",), sizes={"e": 3}), id="largest-smaller-size-without-preempting"),
+    pytest.param([running("peer", 3, 100, 1.0)], [elastic_waiting("e", 4, 2, 100, 1)], Plan(),
+                 id="waits-below-min-nodes"),
+    pytest.param([running("low", 2, 10, 1.0)], [elastic_waiting("e", 4, 2, 100, 1)],
+                 Plan(preempt=(("low", "e"),), waiting=("e",)), id="full-size-by-preempting-lower-priority-first"),
+    pytest.param([running("high", 2, 10000, 1.0)], [elastic_waiting("e", 4, 2, 100, 1)],
+                 Plan(admit=("e",), sizes={"e": 2}), id="shrinks-instead-of-waiting-for-a-higher-priority-gang"),
+    pytest.param([running("peer", 1, 100, 1.0)], [elastic_waiting("e", 6, 2, 100, 1)],
+                 Plan(admit=("e",), sizes={"e": 3}), id="larger-than-the-quota-still-starts-on-what-fits"),
+    pytest.param([elastic_running("e", 2, 4, 100, 1.0)], [], Plan(grow=(("e", 4),)), id="grows-into-free-quota"),
+    pytest.param([elastic_running("e", 2, 4, 100, 1.0), running("x", 1, 100, 2.0)], [],
+                 Plan(grow=(("e", 3),)), id="grows-as-far-as-the-quota-allows"),
+    pytest.param([elastic_running("e", 2, 4, 100, 1.0, may_grow=False)], [], Plan(), id="no-growth-in-cooldown"),
+    pytest.param([elastic_running("e", 2, 4, 100, 1.0), running("x", 1, 100, 2.0)], [waiting("w", 2, 100, 1)],
+                 Plan(), id="no-growth-into-quota-a-peer-waits-for"),
+    pytest.param([elastic_running("e", 2, 4, 1000, 1.0), running("x", 1, 100, 2.0)], [waiting("w", 2, 100, 1)],
+                 Plan(grow=(("e", 3),)), id="grows-over-a-lower-priority-waiter"),
+]
+
+
+@pytest.mark.parametrize(("admitted", "pending", "want"), ELASTIC)
+def test_elastic_admission_plan(admitted: list[Request], pending: list[Request], want: Plan) -> None:
+    got = plan(Q4, admitted, pending)
+    assert (got.admit, got.preempt, got.waiting, got.sizes, got.grow) == \
+        (want.admit, want.preempt, want.waiting, want.sizes, want.grow)

@@ -230,7 +230,7 @@ def _after_start(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now
     if disrupted:
         return _report(state, Phase.RUNNING, disrupted)
     if gang.restarting:
-        return _report(state, Phase.RUNNING, f"restart in progress (attempt {gang.restarts})")
+        return _report(state, Phase.RUNNING, gang.resizing or f"restart in progress (attempt {gang.restarts})")
     state = state.with_running(at=now, restart_attempt=gang.restarts)
     return _report(state, Phase.RUNNING, f"running (restart attempt {gang.restarts})")
 

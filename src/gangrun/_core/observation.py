@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from gangrun._core import jobset
 from gangrun._core.conditions import Condition, find_condition, is_condition_true
+from gangrun._core.elastic import RESIZE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +43,7 @@ class Gang:
     conditions: tuple[Condition, ...] = ()
     restarts: int = 0
     restarts_count_towards_max: int = 0
+    resizes: int = 0  # restarts that were an elastic gang's change of size: charged to nothing
     expected_workers: int = 1
     scheduled_workers: int = 0
     ready_workers: int = 0
@@ -70,14 +72,21 @@ class Gang:
         return is_condition_true(self.conditions, jobset.RESTARTING)
 
     @property
+    def resizing(self) -> str:
+        """Why an elastic gang is restarting at another size ("" when it is not)."""
+        cond = find_condition(self.conditions, jobset.RESTARTING)
+        return cond.message if cond is not None and cond.is_true and cond.reason == RESIZE else ""
+
+    @property
     def suspended_message(self) -> str:
         cond = find_condition(self.conditions, jobset.SUSPENDED)
         return cond.message if cond is not None and cond.is_true else ""
 
     @property
     def restarts_not_counted(self) -> int:
-        """Whole-gang restarts the gang did not charge to maxRestarts: those for node disruptions."""
-        return max(0, self.restarts - self.restarts_count_towards_max)
+        """Whole-gang restarts the gang did not charge to maxRestarts for node disruptions (resizes are
+        charged to nothing and are not disruptions)."""
+        return max(0, self.restarts - self.restarts_count_towards_max - self.resizes)
 
     @property
     def disruption_pending(self) -> bool:

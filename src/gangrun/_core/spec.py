@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -85,6 +85,8 @@ class TaskSpec:
     priority_class: str = ""
     checkpoint_uri: str = ""  # "" = under the backend's state dir
     termination_grace: timedelta = timedelta(seconds=30)
+    min_nodes: int = 0  # elastic gangs: the fewest nodes it may run on; 0 = `nodes` (not elastic)
+    resize_cooldown: timedelta = timedelta(minutes=5)  # an elastic gang grows back at most once per cooldown
     pod_template: dict[str, Any] = field(default_factory=dict)  # kubernetes: merged into every worker pod
     shm_size: Decimal | None = None  # bytes of /dev/shm for the workers (kubernetes); None = the runtime's default
     gpu_resource: str = DEFAULT_GPU_RESOURCE  # the extended resource resources.gpu requests on kubernetes
@@ -96,6 +98,19 @@ class TaskSpec:
     @property
     def world_size(self) -> int:
         return self.nodes * self.nproc_per_node
+
+    @property
+    def least_nodes(self) -> int:
+        """The fewest nodes the gang may run on: `minNodes`, or `nodes` for a gang that is not elastic."""
+        return self.min_nodes or self.nodes
+
+    @property
+    def elastic(self) -> bool:
+        return self.least_nodes < self.nodes
+
+    def at_size(self, nodes: int) -> TaskSpec:
+        """The same task running on `nodes` nodes: what its workers see (NNODES, WORLD_SIZE)."""
+        return self if nodes == self.nodes else replace(self, nodes=nodes)
 
     def policy(self) -> Policy:
         return Policy(retries=self.retries, max_system_retries=self.max_system_retries,
@@ -122,7 +137,7 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     _no_unknown(spec, "spec", {"nodes", "nprocPerNode", "command", "workingDir", "env", "image", "resources",
                                "retries", "maxSystemRetries", "maxRuntime", "failurePolicy", "queue",
                                "priorityClass", "checkpoint", "terminationGracePeriod", "podTemplate", "shmSize",
-                               "gpuResource"})
+                               "gpuResource", "minNodes", "resizeCooldown"})
     fp = _mapping(spec, "failurePolicy", "spec.failurePolicy", default={})
     _no_unknown(fp, "spec.failurePolicy", {"maxRestarts", "resumeAfterPreemption", "restartOnDisruption"})
     ck = _mapping(spec, "checkpoint", "spec.checkpoint", default={})
@@ -141,11 +156,15 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
         _name(namespace, "metadata.namespace")
     env = _env(spec.get("env", {}), "spec.env")
     shm = _shm_size(spec)
+    nodes = _int(spec, "nodes", "spec.nodes", minimum=1, maximum=NODES_MAX, required=True)
     return TaskSpec(
         name=name,
         generate_name=generate_name,
         namespace=namespace,
-        nodes=_int(spec, "nodes", "spec.nodes", minimum=1, maximum=NODES_MAX, required=True),
+        nodes=nodes,
+        min_nodes=_min_nodes(spec, nodes),
+        resize_cooldown=_duration(spec, "resizeCooldown", "spec.resizeCooldown",
+                                  default=timedelta(minutes=5)) or timedelta(0),
         nproc_per_node=_int(spec, "nprocPerNode", "spec.nprocPerNode", minimum=1, maximum=NPROC_MAX, default=1),
         command=_command(spec.get("command"), "spec.command"),
         working_dir=_path(spec, "workingDir", "spec.workingDir", default="."),
@@ -178,6 +197,16 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
 
 
 # -- field readers: each names the field in its error ----------------------------------------------
+
+
+def _min_nodes(spec: dict[str, Any], nodes: int) -> int:
+    """spec.minNodes: 1 <= minNodes <= nodes; absent means `nodes` (0 here: not elastic)."""
+    if "minNodes" not in spec:
+        return 0
+    least = _int(spec, "minNodes", "spec.minNodes", minimum=1, maximum=NODES_MAX)
+    if least > nodes:
+        raise SpecError("spec.minNodes", f"must be at most spec.nodes ({nodes}), got {least}")
+    return 0 if least == nodes else least
 
 
 def _kind(v: Any) -> str:

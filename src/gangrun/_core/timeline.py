@@ -31,6 +31,7 @@ class EventType(StrEnum):
     READMITTED = "Readmitted"
     CHECKPOINT = "CheckpointCommitted"
     RESTARTED = "GangRestarted"
+    RESIZED = "Resized"  # an elastic gang runs at another size from now on (data: from, to, of)
     DISRUPTED = "WorkerDisrupted"  # a worker lost to a node disruption: the gang restarts, charged to no budget
     ATTEMPT_ENDED = "AttemptEnded"
     SUCCEEDED = "Succeeded"

@@ -71,6 +71,9 @@ def check_renderable(spec: TaskSpec) -> None:
     """Raise SpecError, naming the field, for what a valid manifest may hold but no JobSet can carry."""
     if not spec.image:
         raise SpecError("spec.image", "is required on the kubernetes backend: an image with gangrun installed")
+    if spec.elastic:
+        raise SpecError("spec.minNodes", "elastic gangs run on the local backend only in this version; on "
+                        "kubernetes leave it out or equal to spec.nodes (docs/elastic.md)")
     if len(spec.priority_class) > crd.LABEL_VALUE_MAX:
         raise SpecError("spec.priorityClass", f"must be at most {crd.LABEL_VALUE_MAX} characters on the kubernetes "
                         "backend: it is a label of the JobSet")

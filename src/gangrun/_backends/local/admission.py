@@ -17,6 +17,11 @@ Semantics copied from Kueue (ClusterQueue `queueingStrategy: BestEffortFIFO`,
   meantime (Kueue reserves it within the scheduling cycle and re-runs the same order next cycle).
 - A gang that cannot fit even after every allowed preemption is skipped; smaller ones behind it may
   still be admitted (BestEffortFIFO).
+
+Elastic gangs (`spec.minNodes`, `gangrun._core.elastic`): a pending elastic gang that does not fit at
+its full size, even by preempting, is admitted at the largest smaller size that fits without
+preempting anyone. After the queue is served, an admitted elastic gang running small grows into the
+quota that is still free, unless a gang of equal or higher priority is left waiting for it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from gangrun._core import elastic
 from gangrun._core.spec import TaskSpec
 from gangrun._core.units import format_bytes
 from gangrun._errors import SpecError
@@ -111,6 +117,17 @@ class Request:
     resources: Resources
     admitted_at: float = 0.0  # when quota was reserved; newer victims go first
     evicting: bool = False  # Evicted=True already, quota not released yet
+    # Elastic gangs only: one node's share, the size it asks for (pending) or holds (admitted), and the
+    # range it may run in. `may_grow`: admitted, running small, its resize cooldown is over.
+    per_node: Resources | None = None
+    nodes: int = 0
+    least_nodes: int = 0
+    full_nodes: int = 0
+    may_grow: bool = False
+
+    def at(self, nodes: int) -> Resources:
+        assert self.per_node is not None, "only an elastic request has a size"
+        return self.per_node.scaled(nodes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +136,8 @@ class Plan:
     preempt: tuple[tuple[str, str], ...] = ()  # (victim, preemptor)
     waiting: tuple[str, ...] = ()  # preemptors whose victims are still stopping
     waiting_reasons: dict[str, str] = field(default_factory=dict)  # every pending gang not admitted: why
+    sizes: dict[str, int] = field(default_factory=dict)  # elastic gangs admitted below their full size
+    grow: tuple[tuple[str, int], ...] = ()  # (admitted elastic gang, the larger size it grows to)
 
 
 def plan(quota: Resources, admitted: list[Request], pending: list[Request]) -> Plan:
@@ -135,12 +154,18 @@ def plan(quota: Resources, admitted: list[Request], pending: list[Request]) -> P
     preempt: list[tuple[str, str]] = []
     waiting: list[str] = []
     reasons: dict[str, str] = {}
+    sizes: dict[str, int] = {}
     for w in sorted(pending, key=lambda p: (-p.priority, p.order, p.name)):
         if w.resources.fits_in(free):
             admit.append(w.name)
             free = free - w.resources
             continue
+        smaller = _smaller_size(w, free)
         if not w.resources.fits_in(quota):
+            if smaller is not None:
+                admit.append(w.name)
+                sizes[w.name], free = smaller, free - w.at(smaller)
+                continue
             reasons[w.name] = f"the gang needs {_show(w.resources)}, more than the whole quota ({_show(quota)})"
             continue
         if w.resources.fits_in(free + returning):
@@ -150,6 +175,10 @@ def plan(quota: Resources, admitted: list[Request], pending: list[Request]) -> P
             reasons[w.name] = "waiting for preempted gangs to stop and give their quota back"
             continue
         victims = _victims(w, free + returning, [c for c in candidates if c.priority < w.priority])
+        if victims is None and smaller is not None:  # elastic: start on what fits now
+            admit.append(w.name)
+            sizes[w.name], free = smaller, free - w.at(smaller)
+            continue
         if victims is None:
             # Inadmissible for now; BestEffortFIFO lets smaller gangs behind it try.
             reasons[w.name] = (f"waiting for quota: the gang needs {_show(w.resources)} and the gangs running "
@@ -162,7 +191,32 @@ def plan(quota: Resources, admitted: list[Request], pending: list[Request]) -> P
         free, returning = free + returning - w.resources, ZERO
         waiting.append(w.name)
         reasons[w.name] = f"preempting {len(victims)} lower-priority gang(s); waiting for them to stop"
-    return Plan(admit=tuple(admit), preempt=tuple(preempt), waiting=tuple(waiting), waiting_reasons=reasons)
+    left = [p.priority for p in pending if p.name in reasons and p.name not in waiting]
+    grow = _grow(candidates, free, needed_from=max(left, default=None))
+    return Plan(admit=tuple(admit), preempt=tuple(preempt), waiting=tuple(waiting), waiting_reasons=reasons,
+                sizes=sizes, grow=grow)
+
+
+def _smaller_size(w: Request, free: Resources) -> int | None:
+    """Elastic: the largest size below the full one that fits in `free` without preempting, or None."""
+    if w.per_node is None or w.least_nodes >= w.nodes:
+        return None
+    return elastic.largest_size(least=w.least_nodes, most=w.nodes - 1, fits=lambda n: w.at(n).fits_in(free))
+
+
+def _grow(admitted: list[Request], free: Resources, *, needed_from: int | None) -> tuple[tuple[str, int], ...]:
+    """Elastic gangs running small take the free quota, higher priority first, unless a gang of equal or
+    higher priority is left waiting (`needed_from`: the highest priority left waiting)."""
+    grow: list[tuple[str, int]] = []
+    for a in sorted(admitted, key=lambda a: (-a.priority, a.admitted_at, a.name)):
+        if not a.may_grow or a.per_node is None or (needed_from is not None and needed_from >= a.priority):
+            continue
+        more = elastic.largest_size(least=1, most=a.full_nodes - a.nodes,
+                                    fits=lambda k, per=a.per_node, room=free: per.scaled(k).fits_in(room))
+        if more is not None:
+            grow.append((a.name, a.nodes + more))
+            free = free - a.per_node.scaled(more)
+    return tuple(grow)
 
 
 def _show(r: Resources) -> str:

@@ -30,12 +30,13 @@ from gangrun._backends.local.effects import Effects, Processes
 from gangrun._backends.local.gang import NODE_DISRUPTION, GangTwin, StopReason
 from gangrun._backends.local.inject import inject
 from gangrun._backends.local.reconcile import Action, CreateJobSet, DeleteJobSet, reconcile
-from gangrun._backends.local.scheduler import schedule
+from gangrun._backends.local.scheduler import may_grow_at, schedule
 from gangrun._backends.local.status import queue_positions, status
 from gangrun._backends.local.store import Store
 from gangrun._backends.local.task import LocalTask, view
 from gangrun._backends.local.workload import WorkloadTwin
 from gangrun._backends.metrics import Metrics
+from gangrun._core import elastic
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.pod_template import local_ignored
 from gangrun._core.spec import GENERATED_SUFFIX_LEN, parse_manifest
@@ -266,7 +267,7 @@ class Controller:
 
     def _schedule_inputs(self) -> tuple[Any, ...]:
         """Everything `schedule` reads, by version: the quota, and each task's attempt and twins."""
-        return (self.config.quota, tuple(
+        return (self.config.quota, tuple(may_grow_at(self.tasks.values())), tuple(
             (n, t.state.attempt, t.terminal, t.workload.generation if t.workload else -1,
              (t.gang.attempt, t.gang.generation) if t.gang else None) for n, t in self.tasks.items()))
 
@@ -290,8 +291,11 @@ class Controller:
         before = task.fingerprint()
         g = task.gang
         current = g is not None and g.attempt == task.state.attempt and not task.terminal
+        size, suspended = (g.size, g.suspended) if g is not None else (0, False)
         effects = jobs.sync(g, task.workload, current=current, grace=task.spec.termination_grace,
                             backoff=timedelta(seconds=self.config.pods_ready_backoff), now=now)
+        if g is not None and g.size != size:
+            self._resized(task, g, size, readmitted=suspended, now=now)
         self.effects.apply(task, effects, now)
         self.effects.read_checkpoints(task, now)
         return bool(task.events) or task.fingerprint() != before
@@ -316,6 +320,14 @@ class Controller:
             elif isinstance(a, DeleteJobSet):
                 self._delete(task, a, now)
 
+    def _resized(self, task: LocalTask, g: GangTwin, old: int, *, readmitted: bool, now: datetime) -> None:
+        """The timeline's `Resized` event: an elastic gang's size changed, from → to and why."""
+        why = ("readmitted at what fits now" if g.size < task.spec.nodes else "readmitted at its full size") \
+            if readmitted else "quota is free that no waiting gang of equal or higher priority needs"
+        task.record(Event(time=now, type=EventType.RESIZED, attempt=g.attempt,
+                          message=elastic.resize_message(old, g.size, why),
+                          data={"from": old, "to": g.size, "of": task.spec.nodes}))
+
     def _flush(self) -> None:
         """Store every task that changed, with its new events, in one transaction."""
         dirty = [t for t in self.tasks.values() if t.dirty]
@@ -334,9 +346,12 @@ class Controller:
         task.gang = GangTwin(task=task.name, attempt=attempt, nodes=spec.nodes, nproc=spec.nproc_per_node,
                              max_restarts=spec.failure_policy.max_restarts,
                              restart_on_disruption=spec.failure_policy.restart_on_disruption)
+        per_node, whole = admission.gang_request(spec)
         task.workload = WorkloadTwin(task=task.name, attempt=attempt, queue=spec.queue,
                                      priority=self.config.priority_of(pc), priority_class=pc,
-                                     resources=admission.gang_request(spec)[1].for_json(), order=task.seq)
+                                     resources=whole.for_json(), order=task.seq, per_node=per_node.for_json(),
+                                     nodes=spec.nodes, least_nodes=spec.least_nodes, full_nodes=spec.nodes,
+                                     cooldown=spec.resize_cooldown)
 
     def _delete(self, task: LocalTask, a: DeleteJobSet, now: datetime) -> None:
         g = task.gang
@@ -358,6 +373,7 @@ class Controller:
             wakes += [t for t in (task.wake_at, g.kill_at if g else None, wl.requeue_at if wl else None) if t]
             if g is not None and g.live:
                 wakes.append(self.next_tail or now)  # read checkpoint events while workers run
+        wakes += may_grow_at(self.tasks.values())
         return min(wakes) if wakes else None
 
     # -- reads ---------------------------------------------------------------------------------------

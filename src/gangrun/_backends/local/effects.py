@@ -53,8 +53,8 @@ class Effects:
         run.mkdir(parents=True, exist_ok=True)  # the SDK appends checkpoint events here
         (run / "stop.json").unlink(missing_ok=True)
         wl = task.workload
-        spec = launch(task.name, task.spec, g.attempt, cwd=task.doc.get("cwd") or "", paths=self.paths,
-                      submitter_env=task.doc.get("env"), executable=task.doc.get("executable"),
+        spec = launch(task.name, task.spec.at_size(g.nodes), g.attempt, cwd=task.doc.get("cwd") or "",
+                      paths=self.paths, submitter_env=task.doc.get("env"), executable=task.doc.get("executable"),
                       gpus=wl.gpus if wl is not None and wl.attempt == g.attempt else ())
         g.port = self.procs.free_port()
         started: dict[int, tuple[int, int]] = {}

@@ -13,7 +13,11 @@ replicated job `workers` whose pods are the nodes. The rules, as JobSet applies 
   gang without counting towards maxRestarts (`restarts_count_towards_max` stays), as JobSet's
   `RestartJobSetAndIgnoreMaxRestarts` does for a Job failed by a DisruptionTarget pod; its peers get
   a stop notice with cause `NodeDisruption` (with `restartOnDisruption: false` it is a plain failure);
-- `Completed=True/AllJobsCompleted` when every worker exited 0.
+- `Completed=True/AllJobsCompleted` when every worker exited 0;
+- an elastic gang changes size (`gangrun._core.elastic`): readmitted at another size, its next round
+  has that many nodes; grown while running, it is stopped (stop notice cause `Resize`) and starts
+  again at the new size in the same attempt. A resize is a restart (a new rendezvous) that counts
+  towards no budget: `resizes` says how many of `restarts` were resizes.
 
 The twin is a plain value persisted as JSON. It never touches a process or reads a clock: every
 transition takes `now` and returns the `Effect`s the shell carries out (start a round, signal
@@ -30,6 +34,7 @@ from typing import Any
 
 from gangrun._core import jobset
 from gangrun._core.conditions import FALSE, TRUE, Condition, find_condition, set_condition
+from gangrun._core.elastic import RESIZE
 from gangrun._core.observation import Disruption, Gang
 from gangrun._core.times import time_in, time_out
 
@@ -41,6 +46,7 @@ class StopReason(StrEnum):
     RESTART = "Restart"  # a whole-gang restart: the next round starts
     FAIL = "Fail"  # the JobSet failed: nothing starts again
     DELETE = "Delete"  # the attempt ended (or the task was cancelled): the gang is gone for good
+    RESIZE = "Resize"  # an elastic gang stops at a checkpoint to start again at another size
 
 
 @dataclass(frozen=True)
@@ -105,12 +111,13 @@ class GangTwin:
     disrupted_node: int = -1  # the node it ran on
     lost: bool = False  # its workers vanished with an earlier daemon
     events_offset: int = 0  # how far the SDK's checkpoint events file of this attempt has been read
+    resizes: int = 0  # restarts that were resizes of an elastic gang (counted towards nothing)
+    resize_to: int = 0  # the size a stop for a resize restarts at
     generation: int = field(default=0, compare=False)  # bumped by every change: the shell persists on a bump
 
     def __post_init__(self) -> None:
         if not self.workers:
-            self.workers = [Worker(rank=n * self.nproc + i, node=n, local_rank=i)
-                            for n in range(self.nodes) for i in range(self.nproc)]
+            self._lay_out(self.nodes)
         if not self.conditions:
             self.conditions.append(Condition(type=jobset.SUSPENDED, status=TRUE, reason=jobset.SUSPENDED_JOBS,
                                              message=jobset.MSG_SUSPENDED))
@@ -136,9 +143,19 @@ class GangTwin:
         return self.stopping is StopReason.DELETE
 
     @property
+    def size(self) -> int:
+        """The nodes it runs at, or is stopping to restart at."""
+        return self.resize_to if self.stopping is StopReason.RESIZE else self.nodes
+
+    @property
     def up(self) -> bool:
         """Every worker of the current round is running and nothing is stopping them."""
         return not self.suspended and self.stopping is None and all(w.running for w in self.workers)
+
+    def _lay_out(self, nodes: int) -> None:
+        self.nodes = nodes
+        self.workers = [Worker(rank=n * self.nproc + i, node=n, local_rank=i)
+                        for n in range(nodes) for i in range(self.nproc)]
 
     def job_name(self, node: int) -> str:
         return f"{self.name}-workers-{node}"
@@ -157,11 +174,14 @@ class GangTwin:
 
     # -- JobSet controller ---------------------------------------------------------------------------
 
-    def resume(self, *, now: datetime) -> list[Effect]:
-        """Admitted: unsuspend and start every worker of the current restart round."""
+    def resume(self, *, now: datetime, nodes: int | None = None) -> list[Effect]:
+        """Admitted: unsuspend and start every worker of the current restart round (on `nodes` nodes, the
+        size an elastic gang was admitted at)."""
         if self.live or self.completed or self.failed or self.stopping is not None:
             return []
         self.touch()
+        if nodes is not None and nodes != self.nodes:
+            self._lay_out(nodes)
         self.suspended = False
         self._set(jobset.SUSPENDED, FALSE, jobset.RESUME_JOBS, jobset.MSG_RESUMED, now)
         return self._new_round()
@@ -198,6 +218,18 @@ class GangTwin:
         if self.stopping is StopReason.DELETE:
             return []
         return self.stop(StopReason.SUSPEND, grace=grace, now=now, notice=(cause, message))
+
+    def resize(self, nodes: int, *, message: str, grace: timedelta, now: datetime) -> list[Effect]:
+        """A running elastic gang is given another size: stop at a checkpoint, start again at `nodes`."""
+        if nodes == self.nodes or self.suspended or self.stopping is not None or self.completed or self.failed:
+            return []
+        self.touch()
+        self.resize_to = nodes
+        self.restarts += 1
+        self.resizes += 1
+        self._set(jobset.RESTARTING, TRUE, RESIZE, message, now)
+        effects = self.stop(StopReason.RESIZE, grace=grace, now=now, notice=(RESIZE, message))
+        return effects + (self._stopped(now=now) if not self.live else [])
 
     def stop(self, why: StopReason, *, grace: timedelta, now: datetime,
              notice: tuple[str, str] | None = None) -> list[Effect]:
@@ -282,7 +314,9 @@ class GangTwin:
         if why is StopReason.DELETE:
             return []  # stays deleted
         self.stopping = None
-        if why is StopReason.RESTART and not self.suspended:
+        if why is StopReason.RESIZE:
+            self._lay_out(self.resize_to)
+        if why in (StopReason.RESTART, StopReason.RESIZE) and not self.suspended:
             self._set(jobset.RESTARTING, FALSE, jobset.JOBS_READY, jobset.MSG_JOBS_READY, now)
             return self._new_round()
         return []
@@ -315,6 +349,7 @@ class GangTwin:
             conditions=tuple(self.conditions),
             restarts=self.restarts,
             restarts_count_towards_max=self.restarts_count_towards_max,
+            resizes=self.resizes,
             expected_workers=n,
             scheduled_workers=0 if self.suspended else launched,
             ready_workers=0 if self.suspended else running + sum(1 for w in self.workers if w.exit_code == 0),
@@ -341,7 +376,8 @@ class GangTwin:
                     "reason": self.disruption.reason, "message": self.disruption.message,
                     "worker": self.disruption.worker, "restartAttempt": self.disruption.restart_attempt,
                     "node": self.disrupted_node},
-                "lost": self.lost, "eventsOffset": self.events_offset}
+                "lost": self.lost, "eventsOffset": self.events_offset, "resizes": self.resizes,
+                "resizeTo": self.resize_to}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> GangTwin:
@@ -360,7 +396,8 @@ class GangTwin:
                    first_failure=d.get("firstFailure", ""), pending_failure=d.get("pendingFailure", ""),
                    disruption=_disruption_in(d.get("disruption")), lost=bool(d.get("lost", False)),
                    disrupted_node=int((d.get("disruption") or {}).get("node", -1)),
-                   events_offset=int(d.get("eventsOffset", 0)))
+                   events_offset=int(d.get("eventsOffset", 0)), resizes=int(d.get("resizes", 0)),
+                   resize_to=int(d.get("resizeTo", 0)))
 
 
 def _disruption_in(d: dict[str, Any] | None) -> Disruption | None:

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from gangrun._backends.local.gang import Effect, GangTwin
 from gangrun._backends.local.workload import WorkloadTwin
-from gangrun._core import jobset
+from gangrun._core import elastic, jobset
 
 
 def sync(gang: GangTwin | None, workload: WorkloadTwin | None, *, current: bool, grace: timedelta,
@@ -30,8 +30,11 @@ def sync(gang: GangTwin | None, workload: WorkloadTwin | None, *, current: bool,
         if wl.reserved and ev is not None and not gang.suspended:  # W2: stop the job
             effects += gang.suspend(cause=ev.reason, message=ev.message, grace=grace, now=now)
         elif (wl.reserved and ev is None and gang.suspended and gang.stopping is None
-              and not (gang.completed or gang.failed)):  # W8: start the job
-            effects += gang.resume(now=now)
+              and not (gang.completed or gang.failed)):  # W8: start the job (at the size admitted)
+            effects += gang.resume(now=now, nodes=wl.nodes)
+        elif wl.reserved and ev is None and not gang.suspended and wl.nodes != gang.nodes:  # elastic: grown
+            effects += gang.resize(wl.nodes, grace=grace, now=now, message=elastic.resize_message(
+                gang.nodes, wl.nodes, "quota is free that no waiting gang of equal or higher priority needs"))
         if not gang.suspended:
             wl.pods_ready(gang.up, recovering=gang.restarts > 0, now=now)
     if wl is not None and not wl.finished and not gang.live:

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
 from datetime import datetime
+from typing import Any
 
 from gangrun._backends.local import admission
 from gangrun._backends.local.admission import Request, Resources
 from gangrun._backends.local.config import CLUSTER_QUEUE, CQ_PATH
 from gangrun._backends.local.task import LocalTask
-from gangrun._core import gpus, kueue
+from gangrun._backends.local.workload import WorkloadTwin
+from gangrun._core import elastic, gpus, kueue
 from gangrun._core.timeline import Event, EventType
 
 
 def schedule(tasks: Mapping[str, LocalTask], quota: Resources, *, now: datetime) -> set[str]:
     admitted, pending = _requests(tasks.values(), now=now)
-    if not pending:
+    if not pending and not any(a.may_grow for a in admitted):
         return set()
     plan = admission.plan(quota, admitted, pending)
     touched: set[str] = set()
@@ -42,11 +44,22 @@ def schedule(tasks: Mapping[str, LocalTask], quota: Resources, *, now: datetime)
         wl = t.workload
         assert wl is not None, "admitted from its pending Workload"
         # Admission kept the gang within the GPU quota, so its GPUs are free (disjoint from every holder's).
-        held[name] = gpus.allocate(int(quota.gpu), held, nodes=t.spec.nodes, per_node=t.spec.resources.gpu)
-        wl.reserve(now=now, gpus=held[name] if t.spec.resources.gpu else ())
+        size = plan.sizes.get(name, wl.full_nodes)
+        held[name] = gpus.allocate(int(quota.gpu), held, nodes=size, per_node=t.spec.resources.gpu)
+        wl.reserve(now=now, gpus=held[name] if t.spec.resources.gpu else (), nodes=size)
+        at = f" on {size} of {wl.full_nodes} nodes (what fits now)" if size < wl.full_nodes else ""
         t.record(Event(time=now, type=EventType.ADMITTED, attempt=wl.attempt,
                        message=f"admitted by ClusterQueue {CLUSTER_QUEUE} (queue {wl.queue}, "
-                               f"priority {wl.priority_class} = {wl.priority})"))
+                               f"priority {wl.priority_class} = {wl.priority}){at}", data={"nodes": size}))
+        touched.add(name)
+    for name, size in plan.grow:
+        t = tasks[name]
+        wl = t.workload
+        assert wl is not None, "grown from its reserved Workload"
+        others = {n: a for n, a in held.items() if n != name}
+        wl.grow(size, now=now, gpus=gpus.allocate(int(quota.gpu), others, nodes=size, per_node=t.spec.resources.gpu)
+                if t.spec.resources.gpu else ())
+        held[name] = wl.gpus
         touched.add(name)
     for name, why in plan.waiting_reasons.items():
         wl = tasks[name].workload
@@ -63,12 +76,29 @@ def _requests(tasks: Iterable[LocalTask], *, now: datetime) -> tuple[list[Reques
         if wl is None or wl.finished:
             continue
         res = Resources.from_json(wl.resources)
+        size = _size(wl, now=now, running=g is not None and g.up and not t.terminal)
         if wl.reserved:
             deleting = g is not None and (g.deleted or g.lost)
             admitted.append(Request(name=t.name, priority=wl.priority, order=wl.order, resources=res,
                                     admitted_at=wl.admitted_at.timestamp() if wl.admitted_at else 0.0,
-                                    evicting=wl.evicted is not None or deleting))
+                                    evicting=wl.evicted is not None or deleting, **size))
         elif (not t.terminal and wl.attempt == t.state.attempt and wl.pending(now)
               and g is not None and not g.live and g.stopping is None and not g.lost):
-            pending.append(Request(name=t.name, priority=wl.priority, order=wl.order, resources=res))
+            pending.append(Request(name=t.name, priority=wl.priority, order=wl.order, resources=res, **size))
     return admitted, pending
+
+
+def _size(wl: WorkloadTwin, *, now: datetime, running: bool) -> dict[str, Any]:
+    """An elastic gang's part of its request: its size and range, and whether it may grow now."""
+    if not wl.elastic:
+        return {}
+    return {"per_node": Resources.from_json(wl.per_node), "nodes": wl.nodes, "least_nodes": wl.least_nodes,
+            "full_nodes": wl.full_nodes,
+            "may_grow": running and wl.nodes < wl.full_nodes and wl.evicted is None
+                        and elastic.cooldown_over(wl.resized_at, wl.cooldown, now)}
+
+
+def may_grow_at(tasks: Iterable[LocalTask]) -> list[datetime]:
+    """When elastic gangs running small may next grow: the scheduler must look again then."""
+    return [wl.resized_at + wl.cooldown for t in tasks if (wl := t.workload) is not None and wl.elastic
+            and wl.reserved and wl.nodes < wl.full_nodes and wl.resized_at is not None]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from gangrun._backends.local.admission import Resources
 from gangrun._backends.local.config import CLUSTER_QUEUE
 from gangrun._core import kueue
 from gangrun._core.conditions import FALSE, TRUE, Condition, find_condition, set_condition
@@ -45,8 +46,17 @@ class WorkloadTwin:
     queue: str
     priority: int
     priority_class: str
-    resources: dict[str, str]  # the whole gang's request (admission.Resources.for_json)
+    resources: dict[str, str]  # the whole gang's request at `nodes` (admission.Resources.for_json)
     order: int  # submission order
+    # The gang's size: `nodes` is what it asks for (pending: its full size) or holds (reserved). An
+    # elastic gang (least_nodes < full_nodes) may be admitted smaller and grow back; `resized_at` is its
+    # newest change of size, from which its resize cooldown counts.
+    per_node: dict[str, str] = field(default_factory=dict)
+    nodes: int = 1
+    least_nodes: int = 1
+    full_nodes: int = 1
+    resized_at: datetime | None = None
+    cooldown: timedelta = timedelta(minutes=5)  # spec.resizeCooldown
     active: bool = True
     conditions: list[Condition] = field(default_factory=list)
     admitted_at: datetime | None = None  # the quota reservation; None = no reservation
@@ -88,9 +98,21 @@ class WorkloadTwin:
 
     # -- transitions ---------------------------------------------------------------------------------
 
-    def reserve(self, *, now: datetime, gpus: tuple[tuple[int, ...], ...] = ()) -> bool:
+    @property
+    def elastic(self) -> bool:
+        return self.least_nodes < self.full_nodes
+
+    def _size(self, nodes: int, now: datetime) -> None:
+        if nodes != self.nodes:
+            self.nodes, self.resized_at = nodes, now
+            self.resources = Resources.from_json(self.per_node or self.resources).scaled(nodes).for_json()
+            self.generation += 1
+
+    def reserve(self, *, now: datetime, gpus: tuple[tuple[int, ...], ...] = (), nodes: int | None = None) -> bool:
         """W7 (and first admission): quota reserved and admitted; old eviction flips to 'Previously'.
-        `gpus`: the GPUs of the machine its nodes may use (`gangrun._core.gpus`)."""
+        `gpus`: the GPUs of the machine its nodes may use (`gangrun._core.gpus`); `nodes`: an elastic
+        gang's admitted size, when below its full size."""
+        self._size(nodes or self.full_nodes, now)
         self.admitted_at, self.gpus = now, gpus
         for type_ in (kueue.EVICTED, kueue.PREEMPTED):
             old = find_condition(self.conditions, type_)
@@ -126,9 +148,19 @@ class WorkloadTwin:
         self._set(kueue.ADMITTED, FALSE, kueue.NO_RESERVATION, kueue.MSG_NO_RESERVATION, now)
         self._set(kueue.PODS_READY, FALSE, kueue.PODS_READY_WAIT_FOR_START, kueue.MSG_PODS_NOT_READY, now)
         self.admitted_at, self.gpus = None, ()
+        self._size(self.full_nodes, now)  # pending again: it asks for its full size
         if ev.reason == kueue.EVICTED_BY_PODS_READY_TIMEOUT:
             self.requeue_count += 1
             self.requeue_at = now + min(BACKOFF_MAX, backoff_base * 2 ** (self.requeue_count - 1))
+        return True
+
+    def grow(self, nodes: int, *, now: datetime, gpus: tuple[tuple[int, ...], ...] = ()) -> bool:
+        """An admitted elastic gang running small takes more of the quota: its reservation grows now, its
+        gang restarts at the new size (it stops at a checkpoint first)."""
+        if not self.reserved or nodes <= self.nodes:
+            return False
+        self._size(nodes, now)
+        self.gpus = gpus
         return True
 
     def backoff_finished(self, *, now: datetime) -> bool:
@@ -201,6 +233,9 @@ class WorkloadTwin:
                 "active": self.active, "admittedAt": time_out(self.admitted_at), "requeueAt": time_out(self.requeue_at),
                 "requeueCount": self.requeue_count, "preemptedBy": self.preempted_by, "evictions": self.evictions,
                 "finished": self.finished, "gpus": [list(n) for n in self.gpus],
+                "perNode": self.per_node, "nodes": self.nodes, "leastNodes": self.least_nodes,
+                "fullNodes": self.full_nodes, "resizedAt": time_out(self.resized_at),
+                "cooldownSeconds": self.cooldown.total_seconds(),
                 "conditions": [c.for_json() for c in self.conditions]}
 
     @classmethod
@@ -211,6 +246,11 @@ class WorkloadTwin:
                    requeue_count=d.get("requeueCount", 0), preempted_by=d.get("preemptedBy", ""),
                    evictions=d.get("evictions", {}), finished=d.get("finished", False),
                    gpus=tuple(tuple(int(g) for g in n) for n in d.get("gpus", [])),
+                   # A Workload stored before elastic gangs: one unit of its whole request.
+                   per_node=d["perNode"] if "perNode" in d else d["resources"], nodes=int(d.get("nodes", 1)),
+                   least_nodes=int(d.get("leastNodes", 1)), full_nodes=int(d.get("fullNodes", 1)),
+                   resized_at=time_in(d.get("resizedAt")),
+                   cooldown=timedelta(seconds=float(d.get("cooldownSeconds", 300))),
                    conditions=[Condition.from_json(c) for c in d.get("conditions", [])])
 
     def summary(self) -> dict[str, Any]:

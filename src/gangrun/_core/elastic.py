@@ -1,0 +1,58 @@
+"""Elastic gangs: the size a gang runs at, as pure functions of what fits (both backends use them).
+
+A gang with `minNodes < nodes` may run on fewer nodes than it asks for:
+
+- **start on what fits**: admitted at its full size when that fits (preempting lower priority as
+  Kueue's rules allow); otherwise at the largest size n, minNodes <= n < nodes, that fits without
+  preempting anyone; otherwise it waits;
+- **shrink instead of waiting**: a preempted gang that resumes after preemption is readmitted by the
+  same rule, so it goes on at what fits now instead of waiting for its full size;
+- **grow back**: a gang running small grows to the largest size that the free quota allows once no
+  pending gang of equal or higher priority needs that quota, at most once per `resizeCooldown`.
+
+`fits(n)` answers whether n nodes fit; the callers know their quota (the local ClusterQueue, or a
+Kueue ClusterQueue's free nominal quota).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+RESIZE = "Resize"  # the stop notice's cause when a gang is stopped to run at another size
+
+
+def largest_size(*, least: int, most: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest n with least <= n <= most and fits(n), or None. Fitting is monotone in n (a smaller
+    gang asks for less), so the search halves the range instead of trying every size."""
+    if most < least or not fits(least):
+        return None
+    lo, hi = least, most  # fits(lo) holds; the answer is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def grow_to(*, current: int, full: int, fits_more: Callable[[int], bool], resized_at: datetime | None,
+            cooldown: timedelta, now: datetime) -> int | None:
+    """The size a gang running on `current` of `full` nodes grows to now, or None.
+
+    `fits_more(k)`: whether k more nodes fit in the free quota that no pending gang of equal or higher
+    priority needs. A gang grows at most once per `cooldown` since its last change of size."""
+    if current >= full or not cooldown_over(resized_at, cooldown, now):
+        return None
+    more = largest_size(least=1, most=full - current, fits=fits_more)
+    return None if more is None else current + more
+
+
+def cooldown_over(resized_at: datetime | None, cooldown: timedelta, now: datetime) -> bool:
+    return resized_at is None or now >= resized_at + cooldown
+
+
+def resize_message(old: int, new: int, why: str) -> str:
+    verb = "growing" if new > old else "shrinking"
+    return f"{verb} the gang from {old} to {new} nodes: {why}"
