@@ -11,7 +11,8 @@ from a parsed document with `ClusteredTask.from_dict(doc)`.
 Keywords are the manifest's field names in snake_case (`nproc_per_node` is `spec.nprocPerNode`, and a
 field added to the manifest later works the same way); `max_restarts`, `resume_after_preemption` (and
 any other `failurePolicy` field) may be given at the top, and `checkpoint_uri` stands for
-`checkpoint: {uri: ...}`; a field given by two keywords is refused, naming both. Durations take a `timedelta`, seconds, or text such as `"1h30m"`.
+`checkpoint: {uri: ...}`; a field given by two keywords is refused, naming both. Durations take a
+`timedelta`, seconds, or text such as `"1h30m"`.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ RESERVED_PREFIX = "gangrun-"  # volumes gangrun adds are named gangrun-*
 SHM_PATH = "/dev/shm"
 NOTICE_DIR = "/etc/gangrun"  # the stop notice, a downward-API file of the pod's annotation
 RUN_DIR = "/var/run/gangrun"  # an emptyDir the worker writes (checkpoint events), root filesystem read-only or not
-TERMINATION_LOG = "/dev/termination-log"  # the worker's terminationMessagePath: the newest checkpoint, for the controller
+TERMINATION_LOG = "/dev/termination-log"  # the worker's terminationMessagePath: its newest checkpoint
 # Where no container may mount: gangrun's own mounts (/var/run is a link to /run in most images, and a
 # mount follows it).
 OWN_MOUNT_PATHS = (NOTICE_DIR, RUN_DIR, "/run/gangrun")
@@ -280,8 +280,9 @@ def _host_network(pod: dict[str, Any], path: str) -> None:
         raise SpecError(f"{path}.hostNetwork", f"must be true or false, got {_describe(host)}")
     policy = pod.get("dnsPolicy", HOST_NETWORK_DNS_POLICY)
     if host and policy != HOST_NETWORK_DNS_POLICY:
-        raise SpecError(f"{path}.dnsPolicy", f"must be {HOST_NETWORK_DNS_POLICY} with hostNetwork (or left out), got "
-                                             f"{_describe(policy)}: rank 0's name resolves through the cluster DNS only")
+        raise SpecError(f"{path}.dnsPolicy", f"must be {HOST_NETWORK_DNS_POLICY} with hostNetwork (or left out), "
+                                             f"got {_describe(policy)}: rank 0's name resolves through the cluster "
+                                             "DNS only")
 
 
 def _plain_resources(c: dict[str, Any], where: str) -> None:
@@ -293,8 +294,9 @@ def _plain_resources(c: dict[str, Any], where: str) -> None:
         for name in _mapping(resources.get(kind, {}), f"{where}.resources.{kind}"):
             if name not in PLAIN_RESOURCES and not name.startswith("hugepages-"):
                 raise SpecError(f"{where}.resources.{kind}[{name}]",
-                                "is not accepted: only the worker asks for GPUs and other devices (spec.resources.gpu); "
-                                "another container's would escape the task's resources and accounting")
+                                "is not accepted: only the worker asks for GPUs and other devices "
+                                "(spec.resources.gpu); another container's would escape the task's resources and "
+                                "accounting")
 
 
 def _worker(c: dict[str, Any], where: str, *, reserved_env: frozenset[str], spec_env: Mapping[str, str],

@@ -162,7 +162,7 @@ def _inline(item: Any, *, seconds: bool) -> str:
 def _duration(s: float) -> str:
     text = f"{s:.1f} s"
     if abs(s) >= 60:
-        whole = int(round(abs(s)))
+        whole = round(abs(s))
         h, m, sec = whole // 3600, whole % 3600 // 60, whole % 60
         text += f" ({h}h {m:02d}m {sec:02d}s)" if h else f" ({m}m {sec:02d}s)"
     return text

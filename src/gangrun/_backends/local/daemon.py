@@ -51,6 +51,7 @@ from gangrun._errors import DaemonUnavailable, GangrunError
 log = logging.getLogger("gangrun.local")
 IDLE_TIMEOUT = 60.0
 HEARTBEAT = timedelta(seconds=5)
+LOCK_PATIENCE = 1.0
 READS = frozenset({"ping", "get", "list", "events", "status"})  # still answered while shutting down
 
 
@@ -365,14 +366,27 @@ def _reply(conn: socket.socket, data: bytes) -> None:
         conn.close()
 
 
+def _take(lock: Any) -> bool:
+    """Take the home's lock, or return False when another daemon holds it. A client checking whether a
+    daemon runs holds the lock shared for an instant, so a refusal is tried again for LOCK_PATIENCE
+    before concluding that another daemon serves: else a crash's clients could turn every new daemon away."""
+    deadline = time.monotonic() + LOCK_PATIENCE
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     paths = Paths(Path(argv[1]).resolve())
     paths.ensure()
     with open(paths.lock, "a") as lock:  # held for the life of the process
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _take(lock):
             return 0  # another daemon serves this home
         paths.pidfile.write_text(str(os.getpid()))
         os.environ["GANGRUN_HOME"] = str(paths.home)
