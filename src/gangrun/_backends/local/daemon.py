@@ -9,9 +9,10 @@ the controller asks for (the engine's `wake_at`, a SIGKILL deadline, a requeue b
 `HEARTBEAT` it notes that it is alive (so the next daemon knows how long this one was down) and
 checks that its socket is still there (re-binding it if someone deleted it).
 
-One daemon per home: an exclusive `flock` on `daemon.lock`; a second one exits at once. Single
-threaded on purpose: `preexec_fn` (PR_SET_PDEATHSIG) is only safe without threads, and one thread
-makes every reconcile atomic with respect to the others.
+One daemon per home: an exclusive `flock` on `daemon.lock`; a second one exits (after trying for
+LOCK_PATIENCE, since clients probe the lock). Single threaded on purpose: `preexec_fn`
+(PR_SET_PDEATHSIG) is only safe without threads, and one thread makes every reconcile atomic with
+respect to the others.
 
 `down` (or SIGTERM): every live gang is stopped (stop notice, SIGTERM, SIGKILL at its deadline),
 no new gang is started, and the daemon exits once no worker is left.
