@@ -189,3 +189,49 @@ def test_s4_describe_reports_no_wait_for_a_preemption_that_ended_the_attempt():
     assert "Evictions:      Preempted 1" in ended and "re-admission" not in ended.replace(WAITING, "")
     waited = describe(_view(evictionsByCause={"Preempted": 1}, waitingForReadmissionSeconds=12.5), [])
     assert "Preempted 1; waited 12.5s for re-admission" in waited
+
+
+
+ACCOUNTING = {"queuedSeconds": 3.0, "gangUpSeconds": 3725.0, "workLostSeconds": 4.5, "goodput": 0.8123,
+              "workLost": [{"attempt": 1, "cause": "Preempted", "seconds": 4.5, "at": "2026-01-01T00:01:00+00:00"}],
+              "lastCheckpoint": {"attempt": 1, "step": 120, "at": "2026-01-01T00:00:58+00:00"},
+              "preemptionsByCause": {"Preempted": 1}, "waitingForReadmissionSeconds": 12.5,
+              # a key added later (badput by cause): printed by the same rules, with no code of its own
+              "badputSeconds": {"queued": 3.0, "waitingForReadmission": 12.5, "workLost": 4.5}}
+
+
+def test_describe_prints_the_accounting_as_labelled_lines_with_units():
+    from gangrun.cli.output import describe
+
+    text = describe(_view(accounting=ACCOUNTING), [])
+    block = text.split("Accounting:\n", 1)[1].split("\nAttempts:", 1)[0].splitlines()
+    words = [" ".join(line.split()) for line in block]
+    for line in ("queued 3.0 s", "gang up 3725.0 s (1h 02m 05s)", "work lost (total) 4.5 s", "goodput 81.2 %",
+                 "waiting for readmission 12.5 s"):
+        assert line in words, block
+    assert not any(c in text for c in "{}'")  # no Python dict anywhere
+    # a nested mapping is an indented block under its label, in the unit of a ...Seconds parent
+    at = block.index("  badput")
+    assert words[at + 1:at + 4] == ["queued 3.0 s", "waiting for readmission 12.5 s", "work lost 4.5 s"]
+    assert all(line.startswith("    ") for line in block[at + 1:at + 4])
+    assert words[block.index("  preemptions by cause") + 1] == "Preempted 1"
+    assert block[block.index("  work lost") + 1].startswith("    attempt 1, cause Preempted, 4.5 s, at ")
+    assert words[block.index("  last checkpoint") + 2] == "step 120"
+
+
+def test_describe_never_cuts_an_attempt_reason():
+    from gangrun.cli.output import describe
+
+    view = _view(attempts=[{"number": 1, "startedAt": "2026-01-01T00:00:00+00:00",
+                            "endedAt": "2026-01-01T00:05:00+00:00", "outcome": "Preempted", "reason": WAITING},
+                           {"number": 2, "startedAt": "2026-01-01T00:06:00+00:00", "endedAt": None,
+                            "outcome": None, "reason": None}])
+    attempts = describe(view, []).split("Attempts:\n", 1)[1].split("\nEvents:", 1)[0]
+    assert "…" not in attempts and attempts.count("reason:") == 1  # attempt 2 has none yet
+    lines = attempts.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("      reason: "))
+    wrapped = [lines[at].removeprefix("      reason: ")]
+    wrapped += [line.strip() for line in lines[at + 1:] if line.startswith(" " * 14)]
+    assert " ".join(wrapped) == WAITING and len(wrapped) > 1  # whole, wrapped
+    assert lines[at + len(wrapped)].split()[0] == "2"  # then the next attempt's row
+    assert all(len(line) <= 100 for line in attempts.splitlines())

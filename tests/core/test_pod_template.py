@@ -223,3 +223,96 @@ def test_local_run_applies_the_worker_s_plain_env_and_lists_everything_else_once
 def test_a_template_with_only_plain_env_loses_nothing_locally() -> None:
     template = worker(env=[{"name": "A", "value": "1"}])
     assert local_ignored(template) == [] and worker_plain_env(template) == {"A": "1"}
+
+
+# -- fields that would break a gang or escape its accounting ---------------------------------------
+
+
+def sidecar(**fields: Any) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "worker"}, {"name": "log-shipper", "image": "x:1", **fields}]}}
+
+
+NOTICE_AND_RUN = ["/etc/gangrun", "//etc/gangrun", "/etc/x/../gangrun", "/etc/./gangrun/", "/etc/gangrun/stop-notice.json",
+                  "/var/run//gangrun", "/run/gangrun"]
+
+
+@pytest.mark.parametrize("container,path", [
+    *(("worker", p) for p in [*NOTICE_AND_RUN, "/dev/termination-log", "//dev/termination-log",
+                              "/dev/../dev/termination-log"]),
+    *(("log-shipper", p) for p in NOTICE_AND_RUN),  # a sidecar's own termination log is its own business
+])
+def test_render_refuses_a_mount_over_gangrun_paths_after_normalising(container: str, path: str) -> None:
+    mount = {"name": "x", "mountPath": path}
+    template = worker(volumeMounts=[mount]) if container == "worker" else sidecar(volumeMounts=[mount])
+    with pytest.raises(SpecError) as e:
+        parse_manifest(manifest(template))
+    assert str(e.value).startswith(f"spec.podTemplate.spec.containers[{container}].volumeMounts[{path}]: set by gangrun")
+
+
+def test_the_termination_log_is_the_worker_s_message_to_the_controller() -> None:
+    with pytest.raises(SpecError, match=r"volumeMounts\[/dev/termination-log\]: set by gangrun \(it carries the worker's "
+                                        r"newest checkpoint to the controller\)"):
+        parse_manifest(manifest(worker(volumeMounts=[{"name": "x", "mountPath": "/dev/termination-log"}])))
+    parse_manifest(manifest(sidecar(volumeMounts=[{"name": "x", "mountPath": "/dev/termination-log"}])))
+
+
+@pytest.mark.parametrize("path", ["/etc", "/etc/gangrun-data", "/var/run", "/dev/termination-logs", "/ckpt"])
+def test_a_mount_beside_or_above_gangrun_paths_passes(path: str) -> None:
+    parse_manifest(manifest(worker(volumeMounts=[{"name": "x", "mountPath": path}])))
+
+
+@pytest.mark.parametrize("template,field,says", [
+    pytest.param({"metadata": {"labels": {"job-name": "x"}}}, "spec.podTemplate.metadata.labels[job-name]",
+                 "set by gangrun (the Job controller's, as batch.kubernetes.io/job-name)", id="legacy-job-name"),
+    pytest.param({"metadata": {"labels": {"controller-uid": "x"}}}, "spec.podTemplate.metadata.labels[controller-uid]",
+                 "set by gangrun", id="legacy-controller-uid"),
+    pytest.param({"metadata": {"labels": {"batch.kubernetes.io/job-name": "x"}}},
+                 "spec.podTemplate.metadata.labels[batch.kubernetes.io/job-name]", "set by gangrun", id="prefixed-job-name"),
+    pytest.param({"spec": {"overhead": {"cpu": "1"}}}, "spec.podTemplate.spec.overhead", "RuntimeClass", id="overhead"),
+    pytest.param({"spec": {"priority": 1000}}, "spec.podTemplate.spec.priority", "spec.priorityClass", id="priority"),
+    pytest.param({"spec": {"schedulingGates": [{"name": "wait"}]}}, "spec.podTemplate.spec.schedulingGates",
+                 "holds the quota", id="scheduling-gates"),
+    pytest.param({"spec": {"activeDeadlineSeconds": 60}}, "spec.podTemplate.spec.activeDeadlineSeconds",
+                 "spec.maxRuntime", id="active-deadline"),
+    pytest.param({"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "g"}]}},
+                 "spec.podTemplate.spec.resourceClaims", "dynamic resource claims", id="pod-resource-claims"),
+    pytest.param(sidecar(resources={"limits": {"nvidia.com/gpu": "1"}}),
+                 "spec.podTemplate.spec.containers[log-shipper].resources.limits[nvidia.com/gpu]",
+                 "only the worker asks for GPUs", id="sidecar-gpu"),
+    pytest.param({"spec": {"initContainers": [{"name": "warm", "resources": {"requests": {"amd.com/gpu": "1"}}}]}},
+                 "spec.podTemplate.spec.initContainers[warm].resources.requests[amd.com/gpu]",
+                 "only the worker asks for GPUs", id="init-container-gpu"),
+    pytest.param(sidecar(resources={"claims": [{"name": "gpu"}]}),
+                 "spec.podTemplate.spec.containers[log-shipper].resources.claims", "dynamic resource claims",
+                 id="sidecar-resource-claim"),
+    pytest.param(sidecar(resources=[]), "spec.podTemplate.spec.containers[log-shipper].resources", "must be a mapping",
+                 id="sidecar-resources-not-a-mapping"),
+    pytest.param({"spec": {"hostNetwork": True, "dnsPolicy": "ClusterFirst"}}, "spec.podTemplate.spec.dnsPolicy",
+                 "must be ClusterFirstWithHostNet with hostNetwork", id="host-network-cluster-first"),
+    pytest.param({"spec": {"hostNetwork": True, "dnsPolicy": "Default"}}, "spec.podTemplate.spec.dnsPolicy",
+                 "rank 0's name resolves through the cluster DNS only", id="host-network-default-dns"),
+    pytest.param({"spec": {"hostNetwork": "yes"}}, "spec.podTemplate.spec.hostNetwork", "must be true or false",
+                 id="host-network-not-a-boolean"),
+])
+def test_a_pod_template_that_would_break_the_gang_or_escape_accounting_is_refused(template: Any, field: str,
+                                                                                   says: str) -> None:
+    with pytest.raises(SpecError) as e:
+        parse_manifest(manifest(template))
+    text = str(e.value)
+    assert text.startswith(f"{field}: ") and says in text, text
+    assert "\n" not in text
+
+
+def test_a_sidecar_may_ask_for_cpu_memory_storage_and_hugepages() -> None:
+    requests = {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "1Gi", "hugepages-2Mi": "4Mi"}
+    parse_manifest(manifest(sidecar(resources={"requests": requests, "limits": requests})))
+
+
+def test_host_network_gets_the_dns_policy_that_resolves_rank_0() -> None:
+    spec = parse_manifest(manifest({"spec": {"hostNetwork": True}}))
+    assert merged(spec.pod_template)["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+    given = parse_manifest(manifest({"spec": {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}}))
+    assert merged(given.pod_template)["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert "dnsPolicy" not in merged(parse_manifest(manifest({"spec": {"hostNetwork": False}})).pod_template)["spec"]
+    own = parse_manifest(manifest({"spec": {"dnsPolicy": "Default"}}))  # without hostNetwork, the user's choice
+    assert merged(own.pod_template)["spec"]["dnsPolicy"] == "Default"

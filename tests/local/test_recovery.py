@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import signal
 import sqlite3
+import subprocess
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -10,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from gangrun._backends.local import LocalBackend
-from gangrun._errors import DaemonUnavailable, UsageError
+from gangrun._core.spec import TaskSpec
+from gangrun._errors import DaemonUnavailable, GangrunError, UsageError
+from gangrun._ui.server import Pages
+from gangrun.cli.output import task_rows
 
 from .conftest import checkpointed, event_types, kill_daemon, phase, wait_for
 
@@ -127,7 +135,8 @@ def test_a_home_gangrun_did_not_create_is_refused_unless_empty(tmp_path: Path) -
     b.down()
 
 
-def test_a_row_that_no_longer_reads_is_named_and_the_rest_are_served(backend: LocalBackend, manifest) -> None:
+def test_a_row_that_no_longer_reads_is_listed_as_unreadable_and_the_rest_are_served(backend: LocalBackend,
+                                                                                    manifest) -> None:
     for name in ("good", "bad"):
         backend.submit(manifest(name, nodes=1, steps=1))
         wait_for(backend, name, phase("Succeeded"))
@@ -138,8 +147,21 @@ def test_a_row_that_no_longer_reads_is_named_and_the_rest_are_served(backend: Lo
                 '"metadata": {"name": "bad"}, "spec": {"nodes": 0, "command": ["x"]}}}',))
     db.commit()
     db.close()
+    why = "spec.nodes: must be >= 1"
+
+    def listed() -> None:  # by `gangrun get` and the web UI's /api/tasks alike, named with why
+        views = backend.list()
+        assert [(v["name"], v["phase"]) for v in views] == [("good", "Succeeded"), ("bad", "Unreadable")]
+        assert why in views[1]["unreadable"] and "`gangrun delete bad` removes it" in views[1]["reason"]
+        rows = Pages(backend).tasks()["tasks"]
+        assert [(r["name"], r["phase"]) for r in rows] == [("good", "Succeeded"), ("bad", "Unreadable")]
+        assert why in rows[1]["reason"]
+        table = task_rows(views)
+        assert "bad   Unreadable" in table and why in table
+
+    listed()  # without a daemon, from the store
     backend.up()
-    assert [v["name"] for v in backend.list()] == ["good"]
+    listed()
     with pytest.raises(UsageError, match=r'task "bad" cannot be read .*spec\.nodes: must be >= 1'):
         backend.get("bad")
     assert backend.delete("bad") is True
@@ -192,3 +214,52 @@ def test_the_daemon_serves_prometheus_metrics_with_queue_length_and_goodput(back
     assert "gangrun_queue_pending_gangs" in text and "gangrun_reconcile_seconds_count" in text
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/nope", timeout=10)
+
+
+def test_a_submit_after_the_daemon_was_killed_waits_for_the_new_one(backend: LocalBackend, manifest) -> None:
+    """16 submits in flight when the daemon dies (stopped first, so each has sent its request and waits
+    for the answer): every one is answered by the daemon that comes up next, none says the dead one
+    still holds the home."""
+    specs = [manifest(f"t{i}", nodes=1, steps=1, step_seconds=0.01) for i in range(16)]
+    old = backend.status()["pid"]
+    os.kill(old, signal.SIGSTOP)
+    results: dict[str, object] = {}
+
+    def submit(spec: TaskSpec) -> None:
+        try:
+            results[spec.name] = LocalBackend(backend.paths.home).submit(spec)
+        except GangrunError as e:
+            results[spec.name] = e
+
+    threads = [threading.Thread(target=submit, args=(s,)) for s in specs]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # every request connected and sent: the stopped daemon's backlog holds them
+    assert not results
+    os.kill(old, signal.SIGKILL)
+    for t in threads:
+        t.join(120)
+    assert results == {s.name: s.name for s in specs}
+    new = backend.status()["pid"]
+    assert new != old
+    assert {v["name"] for v in backend.list()} == {s.name for s in specs}
+
+
+def test_a_lock_held_without_a_live_daemon_is_reported_as_it_is(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    b = LocalBackend(home, start_timeout=1.0)
+    b.paths.ensure()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with open(b.paths.lock, "a") as lock:  # this process holds the lock, as a hung daemon would
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        b.paths.pidfile.write_text(str(gone.pid))
+        with pytest.raises(DaemonUnavailable) as dead:
+            b.up()
+        b.paths.pidfile.write_text(str(os.getpid()))
+        with pytest.raises(DaemonUnavailable) as alive:
+            b.up()
+    assert f"names pid {gone.pid}, which is not running" in str(dead.value)
+    assert "kill" not in str(dead.value) and "fuser" in str(dead.value)
+    assert f"the local control plane (pid {os.getpid()}) holds" in str(alive.value)
+    assert f"kill {os.getpid()}" in str(alive.value)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gangrun._api import arguments
 from gangrun._api.backends import open_backend
 from gangrun._api.task import ClusteredTask
 from gangrun._backends.base import Backend, SupportsFollow
@@ -58,6 +59,7 @@ class TaskRun:
 
         Raises WaitTimeout (a TimeoutError) after `timeout` seconds; the task goes on running.
         """
+        timeout = arguments.seconds(timeout, "timeout")
         deadline = None if timeout is None else self._clock() + timeout
         view = self.status()
         while view["phase"] not in TERMINAL_PHASES:
@@ -93,6 +95,8 @@ class TaskRun:
     def log_lines(self, rank: int | None = 0, attempt: int | None = None, *, follow: bool = False) -> Iterator[str]:
         """The same output line by line, read a chunk at a time (a log of any size costs about one chunk);
         with `follow`, new lines as they are written, until the task ends."""
+        rank = arguments.index(rank, "rank", first=0, none_means="every rank")
+        attempt = arguments.index(attempt, "attempt", first=1, none_means="the current attempt")
         return self._backend.logs(self._name, rank=rank, attempt=attempt, follow=follow)
 
     def events(self) -> list[dict[str, Any]]:
@@ -113,6 +117,7 @@ class TaskRun:
         rank) and the status, until the task ends (see `gangrun._api.watch`)."""
         from gangrun._api.watch import watch
 
+        rank = arguments.index(rank, "rank", first=0, none_means="every rank")
         return watch(self._backend, self._name, rank=rank)
 
     def __repr__(self) -> str:
@@ -145,6 +150,7 @@ def attach(name: str, backend: str | Backend | None = None, *, namespace: str | 
            home: str | Path | None = None) -> TaskRun:
     """A TaskRun for a task submitted before (by this process, another one, or the CLI). An unknown name is a
     UsageError that lists the known ones."""
+    name = arguments.task_name(name)
     be = open_backend(backend, namespace=namespace, kubeconfig=kubeconfig, context=context, home=home)
     be.get(name)
     return TaskRun(name, be)

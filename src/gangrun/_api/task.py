@@ -11,7 +11,8 @@ from a parsed document with `ClusteredTask.from_dict(doc)`.
 Keywords are the manifest's field names in snake_case (`nproc_per_node` is `spec.nprocPerNode`, and a
 field added to the manifest later works the same way); `max_restarts`, `resume_after_preemption` (and
 any other `failurePolicy` field) may be given at the top, and `checkpoint_uri` stands for
-`checkpoint: {uri: ...}`. Durations take a `timedelta`, seconds, or text such as `"1h30m"`.
+`checkpoint: {uri: ...}`; a field given by two keywords is refused, naming both. Durations take a
+`timedelta`, seconds, or text such as `"1h30m"`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from gangrun._core import spec as core_spec
 from gangrun._core.spec import TaskSpec, parse_manifest
+from gangrun._errors import SpecError
 from gangrun._manifest_file import load_manifest
 
 METADATA = {"name": "name", "generate_name": "generateName", "namespace": "namespace", "labels": "labels",
@@ -53,24 +55,49 @@ def _value(v: Any) -> Any:
 
 
 def manifest_from_keywords(options: dict[str, Any]) -> dict[str, Any]:
-    """The manifest document that `ClusteredTask(**options)` stands for (not yet validated)."""
+    """The manifest document that `ClusteredTask(**options)` stands for (not yet validated).
+
+    Two keywords that set the same field (`max_restarts=2` and `failure_policy={"maxRestarts": 1}`,
+    `checkpoint_uri` and `checkpoint={"uri": ...}`, `nproc_per_node` and `nprocPerNode`) are refused
+    naming both: neither silently wins.
+    """
     metadata: dict[str, Any] = {}
     spec: dict[str, Any] = {}
-    failure_policy: dict[str, Any] = {}
+    given: dict[str, str] = {}  # manifest path -> the keyword that set it
+
+    def put(doc: dict[str, Any], path: str, key: str, v: Any, keyword: str) -> None:
+        if path in given:
+            raise SpecError(path, f"is given twice, as {given[path]} and as {keyword}; give one")
+        given[path] = keyword
+        doc[key] = v
+
+    nested: list[tuple[str, str, str, Any]] = []  # (mapping, field, keyword, value): after the mappings themselves
     for key, v in options.items():
         if v is None:
             continue
+        shown = f"{key}={_clip(v)}"
         if key in METADATA:
-            metadata[METADATA[key]] = _value(v)
+            put(metadata, f"metadata.{METADATA[key]}", METADATA[key], _value(v), shown)
         elif key in FAILURE_POLICY:
-            failure_policy[_camel(key)] = _value(v)
+            nested.append(("failurePolicy", _camel(key), shown, _value(v)))
         elif key == "checkpoint_uri":
-            spec.setdefault("checkpoint", {})["uri"] = _value(v)
+            nested.append(("checkpoint", "uri", shown, _value(v)))
         else:
-            spec[_camel(key)] = _value(v)
-    if failure_policy:
-        spec["failurePolicy"] = {**(spec.get("failurePolicy") or {}), **failure_policy}
+            camel = _camel(key)
+            put(spec, f"spec.{camel}", camel, _value(v), shown)
+            if isinstance(spec[camel], dict):  # its fields count as given by this keyword
+                for field in spec[camel]:
+                    given[f"spec.{camel}.{field}"] = f"{key}[{field!r}]={_clip(spec[camel][field])}"
+    for parent, field, keyword, v in nested:
+        doc = spec.setdefault(parent, {})
+        if isinstance(doc, dict):  # anything else is refused by the parser, naming spec.<parent>
+            put(doc, f"spec.{parent}.{field}", field, v, keyword)
     return {"apiVersion": core_spec.API_VERSION, "kind": core_spec.KIND, "metadata": metadata, "spec": spec}
+
+
+def _clip(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:30] + "…" + r[-5:]
 
 
 class ClusteredTask:

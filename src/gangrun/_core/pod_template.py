@@ -13,7 +13,11 @@ working directory, resources and termination message, the environment contract
 (`gangrun._core.worker_env`), the pod's restart policy, hostname, subdomain and grace period, its
 gangrun/Kueue/JobSet labels and annotations, and the volumes and mounts it adds (names starting
 with `gangrun-`, /dev/shm when `spec.shmSize` is set). A template that sets one is refused naming
-the field (`spec.podTemplate.spec.containers[worker].command: set by gangrun (spec.command)`).
+the field (`spec.podTemplate.spec.containers[worker].command: set by gangrun (spec.command)`); so is
+one that sets what would break the gang or escape its quota and accounting (`REFUSED_POD_FIELDS`,
+devices asked for by a container other than the worker). Mount paths are compared normalised
+(`//etc/x/../gangrun` is /etc/gangrun); with `hostNetwork` the pod gets dnsPolicy
+ClusterFirstWithHostNet, without which rank 0's name would not resolve.
 
 Merge, the way Kubernetes merges lists of named things (strategic merge keys): metadata maps and
 `nodeSelector` key by key, `containers`/`initContainers`/`volumes`/`env`/`ports` by name,
@@ -29,6 +33,7 @@ validated by the API server when the pods are created.
 from __future__ import annotations
 
 import copy
+import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -40,10 +45,16 @@ RESERVED_PREFIX = "gangrun-"  # volumes gangrun adds are named gangrun-*
 SHM_PATH = "/dev/shm"
 NOTICE_DIR = "/etc/gangrun"  # the stop notice, a downward-API file of the pod's annotation
 RUN_DIR = "/var/run/gangrun"  # an emptyDir the worker writes (checkpoint events), root filesystem read-only or not
-OWN_MOUNT_PATHS = (NOTICE_DIR, RUN_DIR)
+TERMINATION_LOG = "/dev/termination-log"  # the worker's terminationMessagePath: its newest checkpoint
+# Where no container may mount: gangrun's own mounts (/var/run is a link to /run in most images, and a
+# mount follows it).
+OWN_MOUNT_PATHS = (NOTICE_DIR, RUN_DIR, "/run/gangrun")
 # Label and annotation keys under these prefixes are gangrun's, Kueue's, JobSet's or the Job controller's.
 OWNED_KEY_PREFIXES = ("gangrun.dev/", "kueue.x-k8s.io/", "jobset.sigs.k8s.io/", "batch.kubernetes.io/")
 KEY_HINTS = {"kueue.x-k8s.io/queue-name": "spec.queue", "kueue.x-k8s.io/priority-class": "spec.priorityClass"}
+# The Job controller's labels in their legacy, unprefixed form: it still sets them on every pod, and
+# selects the Job's pods by them.
+LEGACY_JOB_LABELS = ("job-name", "controller-uid")
 
 # Kubernetes v1.36 (k8s.io/api v0.36.3 core/v1 types.go).
 POD_SPEC_FIELDS = frozenset({
@@ -84,6 +95,21 @@ OWNED_WORKER_FIELDS = {
     "restartPolicy": "the gang restarts as a whole: spec.failurePolicy",
     "restartPolicyRules": "the gang restarts as a whole: spec.failurePolicy",
 }
+# Pod fields no template may set, though gangrun does not set them either: each would break the gang or
+# let it use what the task's quota and accounting do not count.
+REFUSED_POD_FIELDS = {
+    "overhead": "Kubernetes sets it from the RuntimeClass (runtimeClassName), and Kueue counts it from there",
+    "priority": "Kubernetes sets it from priorityClassName; the task's Kueue priority is spec.priorityClass",
+    "schedulingGates": "a gated worker never starts while its admitted gang holds the quota",
+    "activeDeadlineSeconds": "it fails one worker pod and so the whole gang; bound the task with spec.maxRuntime",
+    "resourceClaims": "Kueue's quota does not count dynamic resource claims, so the gang would hold devices outside it",
+}
+# With hostNetwork a pod resolves names through the node's resolver unless told otherwise, and rank 0's
+# name (MASTER_ADDR) is a cluster DNS name.
+HOST_NETWORK_DNS_POLICY = "ClusterFirstWithHostNet"
+# What a sidecar or init container may request: anything else (an extended resource like nvidia.com/gpu)
+# is a device the task's spec.resources, its quota request and its accounting do not show.
+PLAIN_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 OWN_PORT_NAME = "rendezvous"
 
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -142,7 +168,9 @@ def _qualified_key(key: str, path: str) -> None:
                               "or '.' starting and ending with a letter or digit")
 
 
-def _string_map(v: Any, path: str, *, label_values: bool, owned_keys: bool) -> dict[str, str]:
+def string_map(v: Any, path: str, *, label_values: bool, owned_keys: bool) -> dict[str, str]:
+    """Labels (`label_values`) or annotations, as Kubernetes allows them; `owned_keys`: refuse the keys
+    of gangrun, Kueue, JobSet and the Job controller."""
     doc = _mapping(v, path)
     for key, value in doc.items():
         where = f"{path}[{key}]"
@@ -157,6 +185,14 @@ def _string_map(v: Any, path: str, *, label_values: bool, owned_keys: bool) -> d
             raise SpecError(where, f"must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and "
                                    f"ending with a letter or digit, got {_describe(value)}")
     return doc
+
+
+def annotation_map(v: Any, path: str, *, owned_keys: bool) -> dict[str, str]:
+    """Annotations: keys as for labels, string values, at most 256 KiB in all."""
+    annotations = string_map(v, path, label_values=False, owned_keys=owned_keys)
+    if sum(len(k) + len(a) for k, a in annotations.items()) > ANNOTATIONS_MAX_BYTES:
+        raise SpecError(path, "must total at most 256 KiB, the API server's limit")
+    return annotations
 
 
 def _named(items: list[Any], path: str, *, seen: dict[str, str] | None = None) -> list[dict[str, Any]]:
@@ -190,16 +226,20 @@ def parse_pod_template(v: Any, path: str, *, reserved_env: frozenset[str], spec_
         if key not in ("labels", "annotations"):
             raise SpecError(f"{path}.metadata.{key}", "unknown field (a pod template's metadata holds labels and "
                                                       "annotations; gangrun names the pods)")
-    _string_map(meta.get("labels", {}), f"{path}.metadata.labels", label_values=True, owned_keys=True)
-    annotations = _string_map(meta.get("annotations", {}), f"{path}.metadata.annotations", label_values=False,
-                              owned_keys=True)
-    if sum(len(k) + len(a) for k, a in annotations.items()) > ANNOTATIONS_MAX_BYTES:
-        raise SpecError(f"{path}.metadata.annotations", "must total at most 256 KiB, the API server's limit")
+    labels = string_map(meta.get("labels", {}), f"{path}.metadata.labels", label_values=True, owned_keys=True)
+    for key in LEGACY_JOB_LABELS:
+        if key in labels:
+            raise _owned(f"{path}.metadata.labels[{key}]", f"the Job controller's, as batch.kubernetes.io/{key}")
+    annotation_map(meta.get("annotations", {}), f"{path}.metadata.annotations", owned_keys=True)
     pod = _mapping(doc.get("spec", {}), f"{path}.spec")
     _known(pod, f"{path}.spec", POD_SPEC_FIELDS)
     for key, why in OWNED_POD_FIELDS.items():
         if key in pod:
             raise _owned(f"{path}.spec.{key}", why)
+    for key, why in REFUSED_POD_FIELDS.items():
+        if key in pod:
+            raise SpecError(f"{path}.spec.{key}", f"is not accepted: {why}")
+    _host_network(pod, f"{path}.spec")
     names: dict[str, str] = {}
     for key in ("initContainers", "containers"):
         listed = _list(pod.get(key, []), f"{path}.spec.{key}")
@@ -214,15 +254,15 @@ def parse_pod_template(v: Any, path: str, *, reserved_env: frozenset[str], spec_
                     raise SpecError(where, "the worker container belongs in containers")
                 _worker(c, where, reserved_env=reserved_env, spec_env=spec_env, shm=shm)
             else:
-                _mounts(c, where, shm=shm)
+                _mounts(c, where, own=OWN_MOUNT_PATHS + ((SHM_PATH,) if shm else ()))
+                _plain_resources(c, where)
     for vol in _named(_list(pod.get("volumes", []), f"{path}.spec.volumes"), f"{path}.spec.volumes"):
         if vol["name"].startswith(RESERVED_PREFIX):
             raise _owned(f"{path}.spec.volumes[{vol['name']}]", f"volume names starting with {RESERVED_PREFIX} are "
                                                                 "gangrun's")
     if "nodeSelector" in pod:
-        _string_map(pod["nodeSelector"], f"{path}.spec.nodeSelector", label_values=True, owned_keys=False)
-    for key in ("tolerations", "imagePullSecrets", "topologySpreadConstraints", "schedulingGates", "hostAliases",
-                "readinessGates", "resourceClaims"):
+        string_map(pod["nodeSelector"], f"{path}.spec.nodeSelector", label_values=True, owned_keys=False)
+    for key in ("tolerations", "imagePullSecrets", "topologySpreadConstraints", "hostAliases", "readinessGates"):
         if key in pod:
             for i, item in enumerate(_list(pod[key], f"{path}.spec.{key}")):
                 _mapping(item, f"{path}.spec.{key}[{i}]")
@@ -231,6 +271,32 @@ def parse_pod_template(v: Any, path: str, *, reserved_env: frozenset[str], spec_
         if value is not None and (not isinstance(value, str) or not _DNS_SUBDOMAIN.match(value)):
             raise SpecError(f"{path}.spec.{key}", f"must be a ServiceAccount name like trainer, got {_describe(value)}")
     return doc
+
+
+def _host_network(pod: dict[str, Any], path: str) -> None:
+    """hostNetwork needs dnsPolicy ClusterFirstWithHostNet (gangrun sets it when the template does not)."""
+    host = pod.get("hostNetwork", False)
+    if not isinstance(host, bool):
+        raise SpecError(f"{path}.hostNetwork", f"must be true or false, got {_describe(host)}")
+    policy = pod.get("dnsPolicy", HOST_NETWORK_DNS_POLICY)
+    if host and policy != HOST_NETWORK_DNS_POLICY:
+        raise SpecError(f"{path}.dnsPolicy", f"must be {HOST_NETWORK_DNS_POLICY} with hostNetwork (or left out), "
+                                             f"got {_describe(policy)}: rank 0's name resolves through the cluster "
+                                             "DNS only")
+
+
+def _plain_resources(c: dict[str, Any], where: str) -> None:
+    """A sidecar or init container asks for cpu, memory and storage only: devices are the worker's."""
+    resources = _mapping(c.get("resources", {}), f"{where}.resources")
+    if "claims" in resources:
+        raise SpecError(f"{where}.resources.claims", f"is not accepted: {REFUSED_POD_FIELDS['resourceClaims']}")
+    for kind in ("requests", "limits"):
+        for name in _mapping(resources.get(kind, {}), f"{where}.resources.{kind}"):
+            if name not in PLAIN_RESOURCES and not name.startswith("hugepages-"):
+                raise SpecError(f"{where}.resources.{kind}[{name}]",
+                                "is not accepted: only the worker asks for GPUs and other devices "
+                                "(spec.resources.gpu); another container's would escape the task's resources and "
+                                "accounting")
 
 
 def _worker(c: dict[str, Any], where: str, *, reserved_env: frozenset[str], spec_env: Mapping[str, str],
@@ -264,23 +330,35 @@ def _worker(c: dict[str, Any], where: str, *, reserved_env: frozenset[str], spec
         port = _mapping(port, f"{where}.ports[{i}]")
         if port.get("name") == OWN_PORT_NAME:
             raise _owned(f"{where}.ports[{OWN_PORT_NAME}]", "the rendezvous port, MASTER_PORT")
-    _mounts(c, where, shm=shm)
+    _mounts(c, where, own=OWN_MOUNT_PATHS + (TERMINATION_LOG,) + ((SHM_PATH,) if shm else ()))
 
 
-def _mounts(c: dict[str, Any], where: str, *, shm: bool) -> None:
-    own = OWN_MOUNT_PATHS + ((SHM_PATH,) if shm else ())
+def _mounts(c: dict[str, Any], where: str, *, own: tuple[str, ...]) -> None:
+    """No mount at or under one of the `own` paths, compared normalised."""
     for i, mount in enumerate(_list(c.get("volumeMounts", []), f"{where}.volumeMounts")):
         mount = _mapping(mount, f"{where}.volumeMounts[{i}]")
         path = mount.get("mountPath")
         if not isinstance(path, str) or not path.startswith("/"):
             raise SpecError(f"{where}.volumeMounts[{i}].mountPath", f"must be an absolute path, got {_describe(path)}")
-        if path.rstrip("/") in own:
-            why = "spec.shmSize" if path.rstrip("/") == SHM_PATH else "gangrun mounts its own files there"
+        taken = next((p for p in own if _at_or_under(path, p)), None)
+        if taken is not None:
+            why = ("spec.shmSize" if taken == SHM_PATH else "it carries the worker's newest checkpoint to the "
+                   "controller" if taken == TERMINATION_LOG else "gangrun mounts its own files there")
             raise _owned(f"{where}.volumeMounts[{path}]", why)
         name = mount.get("name")
         if isinstance(name, str) and name.startswith(RESERVED_PREFIX):
             raise _owned(f"{where}.volumeMounts[{path}].name", f"volume names starting with {RESERVED_PREFIX} are "
                                                                "gangrun's")
+
+
+def _normal_path(path: str) -> str:
+    """An absolute path as the container sees it: `//etc/./x/../gangrun/` is /etc/gangrun."""
+    return "/" + posixpath.normpath(path).lstrip("/")
+
+
+def _at_or_under(path: str, own: str) -> bool:
+    path = _normal_path(path)
+    return path == own or path.startswith(own + "/")
 
 
 # -- use --------------------------------------------------------------------------------------------
@@ -355,6 +433,8 @@ def merge_pod_template(template: Mapping[str, Any], *, labels: Mapping[str, str]
         container["volumeMounts"] = mounts
     containers = [container] + [c for c in spec.get("containers") or [] if c.get("name") != WORKER]
     spec.update({k: v for k, v in pod.items()})
+    if spec.get("hostNetwork") is True:
+        spec.setdefault("dnsPolicy", HOST_NETWORK_DNS_POLICY)
     if "nodeSelector" in pod:
         spec["nodeSelector"] = {**(tpl.get("spec", {}).get("nodeSelector") or {}), **pod["nodeSelector"]}
     spec["containers"] = containers

@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from gangrun._core import worker_env
-from gangrun._core.pod_template import parse_pod_template
+from gangrun._core.pod_template import annotation_map, parse_pod_template, string_map
 from gangrun._core.policy import DEFAULT_MAX_SYSTEM_RETRIES, Policy
 from gangrun._core.units import parse_duration, parse_quantity
 from gangrun._errors import SpecError
@@ -131,6 +131,10 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     _no_unknown(doc, "", {"apiVersion", "kind", "metadata", "spec", "status"})
     _no_unknown(meta, "metadata", {"name", "generateName", "namespace", "labels", "annotations", "uid",
                                    "resourceVersion", "generation", "creationTimestamp", "managedFields"})
+    if meta.get("labels") is not None:  # null is no map at all, as on the API server
+        string_map(meta["labels"], "metadata.labels", label_values=True, owned_keys=False)
+    if meta.get("annotations") is not None:
+        annotation_map(meta["annotations"], "metadata.annotations", owned_keys=False)
     generate_name = _generate_name(meta.get("generateName"))
     # With both, the name wins, as on the API server (an object read back from it carries both).
     name = "" if generate_name and meta.get("name") is None else _name(meta.get("name"), "metadata.name")
@@ -271,10 +275,10 @@ def _no_unknown(doc: dict[str, Any], path: str, known: set[str]) -> None:
 
 
 def _name(v: Any, path: str) -> str:
-    if not isinstance(v, str) or not v:
+    if v is None or v == "":
         alternative = " (or metadata.generateName: a prefix like train-)" if path == "metadata.name" else ""
         raise SpecError(path, "is required: a lowercase DNS-1035 name like train" + alternative)
-    if len(v) > NAME_MAX or not DNS_1035.match(v):
+    if not isinstance(v, str) or len(v) > NAME_MAX or not DNS_1035.match(v):
         raise SpecError(path, f"must be a DNS-1035 label (lowercase letters, digits and '-', starting with a "
                               f"letter, at most {NAME_MAX} characters), got {_clip(v)}")
     return v

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from datetime import datetime
 from typing import Any
 
@@ -87,22 +88,116 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
         out.append(f"Evictions:      {causes}" + (f"; waited {waited:.1f}s for re-admission" if waited > 0 else ""))
     accounting = view.get("accounting")
     if isinstance(accounting, dict) and accounting:
-        out.append("Accounting:     " + ", ".join(f"{k} {_num(v)}" for k, v in accounting.items()))
+        out.append("Accounting:")
+        out.extend(accounting_lines(accounting, indent=2))
     out.append("Attempts:")
-    rows = [[str(a["number"]), _clock_s(a["startedAt"]), _clock_s(a.get("endedAt")), a.get("outcome") or "-",
-             shorten_reason(a.get("reason") or "", 70)] for a in view["attempts"]]
-    out.append(_indent(table(rows, ["#", "STARTED", "ENDED", "OUTCOME", "REASON"])))
+    out.extend(attempt_lines(view["attempts"]))
     out.append("Events:")
     out.extend("  " + event_line(e) for e in events)
     return "\n".join(out)
 
 
+LABEL_WIDTH = 30  # the accounting's values line up after their labels, at every depth
+REASON_LINE = 100  # an attempt's reason wraps at this width; it is never cut
+
+
+def accounting_lines(doc: dict[str, Any], *, indent: int, seconds: bool = False) -> list[str]:
+    """The accounting as labelled lines with units, whatever its keys: `queuedSeconds` is "queued  3.0 s",
+    `goodput` a percentage, a nested mapping an indented block (a key ending in Seconds gives its
+    children seconds), a list one indented line per item. New keys print the same way."""
+    out = []
+    labels = {key: _label(key) for key in doc}
+    plain = {label for key, (label, _) in labels.items() if not key.endswith("Seconds")}
+    for key, value in doc.items():
+        label, unit_s = labels[key]
+        if key.endswith("Seconds") and label in plain:  # workLostSeconds beside the workLost list
+            label += " (total)"
+        unit_s = unit_s or seconds
+        head = " " * indent + label
+        if isinstance(value, dict) and value:
+            out.append(head)
+            out.extend(accounting_lines(value, indent=indent + 2, seconds=unit_s))
+        elif isinstance(value, list) and value:
+            out.append(head)
+            out.extend(" " * (indent + 2) + _inline(item, seconds=unit_s) for item in value)
+        else:
+            out.append(f"{head:<{LABEL_WIDTH}} {_value(key, value, seconds=unit_s)}")
+    return out
+
+
+def _label(key: str) -> tuple[str, bool]:
+    """`waitingForReadmissionSeconds` -> ("waiting for readmission", True): words, and whether in seconds.
+    A key that is a name, not a field (a cause such as `Preempted`), stays as it is."""
+    if key[:1].isupper():
+        return key, False
+    in_seconds = key.endswith("Seconds") and key != "Seconds"
+    base = key.removesuffix("Seconds") if in_seconds else key
+    words = "".join(f" {c.lower()}" if c.isupper() else c for c in base).strip()
+    return words, in_seconds or key == "seconds"
+
+
+def _value(key: str, v: Any, *, seconds: bool) -> str:
+    if v is None or v == [] or v == {}:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if key == "goodput" and isinstance(v, int | float):
+        return f"{v * 100:.1f} %"
+    if isinstance(v, int | float):
+        return _duration(float(v)) if seconds else _num(v)
+    if isinstance(v, str):
+        return _time(v)
+    return str(v)
+
+
+def _inline(item: Any, *, seconds: bool) -> str:
+    """One item of a list on one line: a mapping as `label value` pairs."""
+    if not isinstance(item, dict):
+        return _value("", item, seconds=seconds)
+    parts = []
+    for key, v in item.items():
+        label, unit_s = _label(key)
+        shown = _value(key, v, seconds=unit_s or seconds)
+        parts.append(shown if key == "seconds" else f"{label} {shown}")
+    return ", ".join(parts)
+
+
+def _duration(s: float) -> str:
+    text = f"{s:.1f} s"
+    if abs(s) >= 60:
+        whole = round(abs(s))
+        h, m, sec = whole // 3600, whole % 3600 // 60, whole % 60
+        text += f" ({h}h {m:02d}m {sec:02d}s)" if h else f" ({m}m {sec:02d}s)"
+    return text
+
+
+def _time(text: str) -> str:
+    """An ISO time as the local clock (the timeline's form); any other text as it is."""
+    if "T" not in text:
+        return text
+    try:
+        return _clock(datetime.fromisoformat(text))
+    except ValueError:
+        return text
+
+
+def attempt_lines(attempts: list[dict[str, Any]]) -> list[str]:
+    """The attempts table, each attempt's reason whole on the lines below its row (wrapped, never cut)."""
+    rows = [[str(a["number"]), _clock_s(a["startedAt"]), _clock_s(a.get("endedAt")), a.get("outcome") or "-"]
+            for a in attempts]
+    lines = table(rows, ["#", "STARTED", "ENDED", "OUTCOME"]).splitlines()
+    out = ["  " + lines[0]]
+    for a, line in zip(attempts, lines[1:], strict=True):
+        out.append("  " + line)
+        reason = " ".join(str(a.get("reason") or "").split())
+        if reason:
+            out.extend(textwrap.wrap(reason, REASON_LINE, initial_indent="      reason: ",
+                                     subsequent_indent=" " * 14, break_long_words=False, break_on_hyphens=False))
+    return out
+
+
 def _num(v: Any) -> str:
     return f"{v:.1f}" if isinstance(v, float) else str(v)
-
-
-def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in text.splitlines())
 
 
 REASON_WIDTH = 90

@@ -106,11 +106,12 @@ def spec_schema() -> dict[str, Any]:
     }
 
 
-# Pod template fields gangrun sets itself, with their types so CEL can see them (CEL cannot read fields
+# Pod template fields gangrun sets itself or refuses, with their types so CEL can see them (CEL cannot read fields
 # kept only by x-kubernetes-preserve-unknown-fields).
 _OWNED_POD_TYPES = {"restartPolicy": "string", "terminationGracePeriodSeconds": "integer", "hostname": "string",
                     "subdomain": "string", "hostnameOverride": "string", "nodeName": "string", "resources": "object",
-                    "ephemeralContainers": "objects"}
+                    "ephemeralContainers": "objects", "overhead": "object", "priority": "integer",
+                    "schedulingGates": "objects", "activeDeadlineSeconds": "integer", "resourceClaims": "objects"}
 _OWNED_WORKER_TYPES = {"image": "string", "command": "strings", "args": "strings", "workingDir": "string",
                        "resources": "object", "terminationMessagePath": "string", "terminationMessagePolicy": "string",
                        "restartPolicy": "string", "restartPolicyRules": "objects"}
@@ -134,6 +135,8 @@ def pod_template_schema() -> dict[str, Any]:
     base = "spec.podTemplate.spec"
     pod_rules = [{"rule": f"!has(self.{key})", "message": f"{base}.{key}: set by gangrun ({why})"}
                  for key, why in pod_template.OWNED_POD_FIELDS.items()]
+    pod_rules += [{"rule": f"!has(self.{key})", "message": f"{base}.{key}: is not accepted: {why}"}
+                  for key, why in pod_template.REFUSED_POD_FIELDS.items()]
     worker = pod_template.WORKER
     container_rules = [{"rule": f"self.name != '{worker}' || !has(self.{key})",
                         "message": f"{base}.containers[{worker}].{key}: set by gangrun ({why})"}

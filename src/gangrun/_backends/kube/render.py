@@ -40,7 +40,7 @@ MASTER_PORT = wenv.DEFAULT_MASTER_PORT
 NOTICE_VOLUME, RUN_VOLUME, SHM_VOLUME = "gangrun-notice", "gangrun-run", "gangrun-shm"
 STOP_NOTICE_FILE = "stop-notice.json"  # the SDK reads GANGRUN_STOP_FILE when SIGTERM comes
 EVENTS_FILE = "events.jsonl"  # the SDK appends a line per committed checkpoint
-TERMINATION_LOG = "/dev/termination-log"  # the launcher leaves the newest checkpoint there for the controller
+TERMINATION_LOG = pod_template.TERMINATION_LOG  # the launcher leaves the newest checkpoint there for the controller
 DEFAULT_CHECKPOINT_ROOT = "file:///var/lib/gangrun/checkpoints"  # mount shared storage here, or set checkpoint.uri
 LAUNCHER = ("python", "-m", "gangrun.launch", "--")
 

@@ -26,15 +26,14 @@ from gangrun._backends.local import launcher, logfiles, protocol
 from gangrun._backends.local.config import Config, Paths, default_home
 from gangrun._backends.local.render import resolve_executable
 from gangrun._backends.local.store import Store
-from gangrun._backends.local.task import LocalTask, log_files, view
+from gangrun._backends.local.task import LocalTask, log_files, read_rows, unreadable_view, view
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.timeline import Event
 from gangrun._core.worker_env import submitter_env
-from gangrun._errors import DaemonUnavailable, GangrunError, SpecError, UsageError
+from gangrun._errors import DaemonUnavailable, SpecError, UsageError
 
 START_TIMEOUT = 20.0
-SOCKET_BACK = 7.0  # a daemon re-binds a removed socket within its heartbeat (5 s)
 Offline = Callable[[Store, list[LocalTask], dict[str, str], Config, datetime], Any]
 
 
@@ -42,37 +41,52 @@ class LocalBackend:
     name = "local"
     threadsafe = True  # every call opens its own connection or store: the web page calls it from threads
 
-    def __init__(self, home: Path | str | None = None, *, clock: Clock = system_clock) -> None:
+    def __init__(self, home: Path | str | None = None, *, clock: Clock = system_clock,
+                 start_timeout: float = START_TIMEOUT) -> None:
         self.paths = Paths(Path(home).expanduser().resolve() if home else default_home().resolve())
         self.clock = clock
+        self.start_timeout = start_timeout  # how long a request waits for a daemon to start or come back
 
     # -- the daemon ----------------------------------------------------------------------------------
 
     def _call(self, op: str, args: dict[str, Any] | None = None, *, start: bool = False,
               timeout: float = 30.0) -> Any:
+        """One request to the daemon. When none answers, wait (at most `start_timeout`) for the one that
+        holds the home's lock: a daemon another client is starting (after a crash, several clients find it
+        gone at once), or one putting back its removed socket. With nobody holding the lock, start one if
+        `start`, else raise. A retried submit is safe: the daemon answers the same manifest with its task."""
         try:
             return protocol.call(self.paths.socket, op, args, timeout=timeout)
-        except DaemonUnavailable:
-            if self._locked():  # a daemon runs but did not answer: its socket may be coming back
-                return self._call_again(op, args, timeout=timeout)
-            if not start:
-                raise
-        self._start()
-        return protocol.call(self.paths.socket, op, args, timeout=timeout)
-
-    def _call_again(self, op: str, args: dict[str, Any] | None, *, timeout: float) -> Any:
-        deadline = time.monotonic() + SOCKET_BACK
-        while True:
+        except DaemonUnavailable as e:
+            error = e
+        began = time.monotonic()
+        while time.monotonic() - began < self.start_timeout:
+            if self._locked():
+                time.sleep(0.2)
+            elif start:
+                self._start()
+            else:
+                raise error
             try:
                 return protocol.call(self.paths.socket, op, args, timeout=timeout)
-            except DaemonUnavailable:
-                if time.monotonic() > deadline or not self._locked():
-                    pid = self._pid()
-                    raise DaemonUnavailable(
-                        f"the local control plane (pid {pid or '?'}) holds {self.paths.lock} but does not answer "
-                        f"on {self.paths.socket}; stop it (kill {pid or '<pid>'}) and run `gangrun local up`"
-                    ) from None
-                time.sleep(0.2)
+            except DaemonUnavailable as e:
+                error = e
+        if self._locked():
+            raise self._not_answering(time.monotonic() - began) from None
+        raise error
+
+    def _not_answering(self, waited: float) -> DaemonUnavailable:
+        """What is true of a lock held by a daemon that does not answer: whether the pid it wrote is alive."""
+        pid = self._pid()
+        if pid is not None and _alive(pid):
+            return DaemonUnavailable(
+                f"the local control plane (pid {pid}) holds {self.paths.lock} but has not answered on "
+                f"{self.paths.socket} for {waited:.0f}s; stop it (kill {pid}) and run `gangrun local up`")
+        which = f"{self.paths.pidfile} names pid {pid}, which is not running" if pid is not None else \
+            f"{self.paths.pidfile} names no process"
+        return DaemonUnavailable(
+            f"a process holds {self.paths.lock} but no local control plane answered on {self.paths.socket} for "
+            f"{waited:.0f}s ({which}); `fuser {self.paths.lock}` shows who holds it")
 
     def _locked(self) -> bool:
         """Whether a daemon holds this home's lock (alive, whether or not it answers)."""
@@ -103,15 +117,18 @@ class LocalBackend:
             proc = subprocess.Popen([sys.executable, "-m", "gangrun._backends.local.daemon", str(self.paths.home)],
                                     env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                     start_new_session=True, close_fds=True, cwd=str(self.paths.home))
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             try:
                 protocol.call(self.paths.socket, "ping", timeout=5.0)
                 return
             except DaemonUnavailable:
                 pass
-            if proc.poll() not in (None, 0):
+            code = proc.poll()
+            if code not in (None, 0):
                 break
+            if code == 0 and not self._locked():  # it found another daemon, which has gone too: the caller
+                return                            # starts one again
             time.sleep(0.02)
         said = self.paths.log.read_bytes()[start:].decode(errors="replace").strip().splitlines()
         error = next((line for line in reversed(said) if line.startswith("gangrun: error: ")), "")
@@ -168,7 +185,8 @@ class LocalBackend:
 
     def list(self) -> builtins.list[dict[str, Any]]:
         return builtins.list(self._read("list", {}, lambda store, tasks, broken, cfg, now: [
-            _offline_view(t, cfg, self.paths, store, now) for t in tasks]))
+            *(_offline_view(t, cfg, self.paths, store, now) for t in tasks),
+            *(unreadable_view(name, why) for name, why in broken.items())]))
 
     def events(self, name: str) -> builtins.list[Event]:
         docs = self._read("events", {"name": name}, lambda store, tasks, broken, cfg, now: [
@@ -281,12 +299,7 @@ class LocalBackend:
         try:
             stored = store.config()
             cfg = Config.from_json(stored) if stored else Config.default()
-            tasks, broken = [], {}
-            for row in store.rows():
-                try:
-                    tasks.append(LocalTask.from_row(row))
-                except (GangrunError, KeyError, ValueError, TypeError, AttributeError) as e:
-                    broken[row.name] = str(e)
+            tasks, broken = read_rows(store.rows())
             return offline(store, tasks, broken, cfg, self.clock())
         finally:
             store.close()

@@ -33,7 +33,7 @@ from gangrun._backends.local.reconcile import Action, CreateJobSet, DeleteJobSet
 from gangrun._backends.local.scheduler import may_grow_at, schedule
 from gangrun._backends.local.status import queue_positions, status
 from gangrun._backends.local.store import Store
-from gangrun._backends.local.task import LocalTask, view
+from gangrun._backends.local.task import LocalTask, unreadable_view, view
 from gangrun._backends.local.workload import WorkloadTwin
 from gangrun._backends.metrics import Metrics
 from gangrun._core import elastic
@@ -386,6 +386,10 @@ class Controller:
                     queue_position=queue_positions(self.tasks.values()).get(name))
 
     def views(self, now: datetime) -> list[dict[str, Any]]:
+        """Every task's view, then one for each stored task that no longer reads (never left out)."""
+        return self.readable_views(now) + [unreadable_view(name, why) for name, why in self.broken.items()]
+
+    def readable_views(self, now: datetime) -> list[dict[str, Any]]:
         positions = queue_positions(self.tasks.values())
         return [view(t, self.config, self.paths, now=now, queue_position=positions.get(t.name))
                 for t in self._in_order()]
@@ -395,7 +399,7 @@ class Controller:
 
     def render_metrics(self, now: datetime) -> str:
         """The Prometheus exposition: the counters as they ran, the gauges from the tasks' views now."""
-        self.metrics.observe_views(self.views(now))
+        self.metrics.observe_views(self.readable_views(now))
         return self.metrics.render()
 
     def live_workers(self) -> int:

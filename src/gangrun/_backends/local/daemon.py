@@ -9,9 +9,10 @@ the controller asks for (the engine's `wake_at`, a SIGKILL deadline, a requeue b
 `HEARTBEAT` it notes that it is alive (so the next daemon knows how long this one was down) and
 checks that its socket is still there (re-binding it if someone deleted it).
 
-One daemon per home: an exclusive `flock` on `daemon.lock`; a second one exits at once. Single
-threaded on purpose: `preexec_fn` (PR_SET_PDEATHSIG) is only safe without threads, and one thread
-makes every reconcile atomic with respect to the others.
+One daemon per home: an exclusive `flock` on `daemon.lock`; a second one exits (after trying for
+LOCK_PATIENCE, since clients probe the lock). Single threaded on purpose: `preexec_fn`
+(PR_SET_PDEATHSIG) is only safe without threads, and one thread makes every reconcile atomic with
+respect to the others.
 
 `down` (or SIGTERM): every live gang is stopped (stop notice, SIGTERM, SIGKILL at its deadline),
 no new gang is started, and the daemon exits once no worker is left.
@@ -51,6 +52,7 @@ from gangrun._errors import DaemonUnavailable, GangrunError
 log = logging.getLogger("gangrun.local")
 IDLE_TIMEOUT = 60.0
 HEARTBEAT = timedelta(seconds=5)
+LOCK_PATIENCE = 1.0
 READS = frozenset({"ping", "get", "list", "events", "status"})  # still answered while shutting down
 
 
@@ -365,14 +367,27 @@ def _reply(conn: socket.socket, data: bytes) -> None:
         conn.close()
 
 
+def _take(lock: Any) -> bool:
+    """Take the home's lock, or return False when another daemon holds it. A client checking whether a
+    daemon runs holds the lock shared for an instant, so a refusal is tried again for LOCK_PATIENCE
+    before concluding that another daemon serves: else a crash's clients could turn every new daemon away."""
+    deadline = time.monotonic() + LOCK_PATIENCE
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     paths = Paths(Path(argv[1]).resolve())
     paths.ensure()
     with open(paths.lock, "a") as lock:  # held for the life of the process
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _take(lock):
             return 0  # another daemon serves this home
         paths.pidfile.write_text(str(os.getpid()))
         os.environ["GANGRUN_HOME"] = str(paths.home)

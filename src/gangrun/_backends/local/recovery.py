@@ -16,9 +16,8 @@ from datetime import datetime
 
 from gangrun._backends.local.effects import Effects
 from gangrun._backends.local.store import Store
-from gangrun._backends.local.task import LocalTask
+from gangrun._backends.local.task import LocalTask, read_rows
 from gangrun._core.timeline import Event, EventType
-from gangrun._errors import GangrunError
 
 log = logging.getLogger(__name__)
 KillLeftovers = Callable[[list[tuple[int, int]]], object]  # (pgid, start time) of every recorded worker
@@ -27,17 +26,10 @@ KillLeftovers = Callable[[list[tuple[int, int]]], object]  # (pgid, start time) 
 def load(store: Store, effects: Effects, *, now: datetime,
          kill_leftovers: KillLeftovers) -> tuple[dict[str, LocalTask], dict[str, str]]:
     """(tasks by name, unreadable rows by name → why)."""
-    tasks: dict[str, LocalTask] = {}
-    broken: dict[str, str] = {}
-    for row in store.rows():
-        try:
-            task = LocalTask.from_row(row)
-        except (GangrunError, KeyError, ValueError, TypeError, AttributeError) as e:
-            broken[row.name] = "its stored record no longer reads: " + (
-                str(e) if isinstance(e, GangrunError) else f"{type(e).__name__}: {e}")
-            log.error("gangrun: task %s: %s", row.name, broken[row.name])
-            continue
-        tasks[task.name] = task
+    readable, broken = read_rows(store.rows())
+    for name, why in broken.items():
+        log.error("gangrun: task %s: %s", name, why)
+    tasks = {t.name: t for t in readable}
     kill_leftovers([(w.pid, w.started) for t in tasks.values() if t.gang for w in t.gang.live])
     seen = store.heartbeat()
     down_from = datetime.fromisoformat(seen) if seen else None

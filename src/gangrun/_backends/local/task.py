@@ -23,6 +23,7 @@ from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event
 from gangrun._core.times import time_in, time_out
 from gangrun._core.view import eviction_accounting, task_view
+from gangrun._errors import GangrunError
 
 
 @dataclass(kw_only=True)
@@ -119,6 +120,30 @@ def view(task: LocalTask, config: Config, paths: Paths, *, now: datetime,
                        "waitingForReadmissionSeconds": waited},
     }
     return task_view(task.name, task.state, now=now, extra=extra, policy=spec.policy())
+
+
+UNREADABLE = "Unreadable"  # the phase shown for a stored task whose record no longer reads
+NO_LONGER_READS = "its stored record no longer reads: "
+
+
+def read_rows(rows: list[Row]) -> tuple[list[LocalTask], dict[str, str]]:
+    """The rows as tasks, in order, and the rows that no longer read (name → why): never dropped silently."""
+    tasks: list[LocalTask] = []
+    broken: dict[str, str] = {}
+    for row in rows:
+        try:
+            tasks.append(LocalTask.from_row(row))
+        except (GangrunError, KeyError, ValueError, TypeError, AttributeError) as e:
+            broken[row.name] = NO_LONGER_READS + (
+                str(e) if isinstance(e, GangrunError) else f"{type(e).__name__}: {e}")
+    return tasks, broken
+
+
+def unreadable_view(name: str, why: str) -> dict[str, Any]:
+    """A task whose record no longer reads, as the task list shows it: its name, why, and the way out."""
+    return {"name": name, "backend": "local", "phase": UNREADABLE, "phaseVersion": 0, "attempt": 0,
+            "reason": f"{why.removeprefix(NO_LONGER_READS)}; `gangrun delete {name}` removes it", "unreadable": why,
+            "attempts": []}
 
 
 def pending_message(task: LocalTask) -> str | None:
