@@ -26,6 +26,7 @@ quota that is still free, unless a gang of equal or higher priority is left wait
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -209,14 +210,18 @@ def _grow(admitted: list[Request], free: Resources, *, needed_from: int | None) 
     higher priority is left waiting (`needed_from`: the highest priority left waiting)."""
     grow: list[tuple[str, int]] = []
     for a in sorted(admitted, key=lambda a: (-a.priority, a.admitted_at, a.name)):
-        if not a.may_grow or a.per_node is None or (needed_from is not None and needed_from >= a.priority):
+        per_node = a.per_node
+        if not a.may_grow or per_node is None or (needed_from is not None and needed_from >= a.priority):
             continue
-        more = elastic.largest_size(least=1, most=a.full_nodes - a.nodes,
-                                    fits=lambda k, per=a.per_node, room=free: per.scaled(k).fits_in(room))
+        more = elastic.largest_size(least=1, most=a.full_nodes - a.nodes, fits=_fits_more(per_node, free))
         if more is not None:
             grow.append((a.name, a.nodes + more))
-            free = free - a.per_node.scaled(more)
+            free = free - per_node.scaled(more)
     return tuple(grow)
+
+
+def _fits_more(per_node: Resources, room: Resources) -> Callable[[int], bool]:
+    return lambda k: per_node.scaled(k).fits_in(room)
 
 
 def _show(r: Resources) -> str:
