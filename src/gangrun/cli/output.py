@@ -84,7 +84,7 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
         out.append(f"Evictions:      {causes}" + (f"; waited {waited:.1f}s for re-admission" if waited > 0 else ""))
     accounting = view.get("accounting")
     if isinstance(accounting, dict) and accounting:
-        out.append("Accounting:     " + ", ".join(f"{k} {_num(v)}" for k, v in accounting.items()))
+        out.extend(accounting_lines(accounting))
     out.append("Attempts:")
     rows = [[str(a["number"]), _clock_s(a["startedAt"]), _clock_s(a.get("endedAt")), a.get("outcome") or "-",
              shorten_reason(a.get("reason") or "", 70)] for a in view["attempts"]]
@@ -92,6 +92,37 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
     out.append("Events:")
     out.extend("  " + event_line(e) for e in events)
     return "\n".join(out)
+
+
+_BADPUT = (("queued", "queued"), ("waitingForReadmission", "waiting for re-admission"),
+           ("restoring", "restoring"), ("restarting", "restarting"), ("workLost", "work lost"))
+
+
+def accounting_lines(acct: dict[str, Any]) -> list[str]:
+    """The accounting of `describe`: goodput and what the rest of the task's time went to."""
+    out = []
+    figures = [("goodput", acct.get("goodput")), ("gang up", _secs(acct.get("gangUpSeconds"))),
+               ("restoring", _secs(acct.get("restoringSeconds"))), ("work lost", _secs(acct.get("workLostSeconds")))]
+    out.append("Accounting:     " + ", ".join(f"{k} {_num(v)}" for k, v in figures if v is not None))
+    badput = acct.get("badputSeconds")
+    if isinstance(badput, dict):
+        out.append("Badput:         " + ", ".join(f"{label} {_secs(badput.get(k))}" for k, label in _BADPUT))
+    ck = acct.get("lastCheckpoint")
+    if isinstance(ck, dict):
+        out.append(f"Checkpoint:     step {ck.get('step')} at {_clock_s(ck.get('at'))}"
+                   + (f" (state taken {_clock_s(ck['takenAt'])})" if ck.get("takenAt") else ""))
+    finals, periodic = acct.get("finalSaveSeconds") or [], acct.get("periodicSaveSeconds") or []
+    if finals or periodic:
+        out.append(f"Saves:          {len(periodic)} periodic" + (f" (newest {periodic[-1]:.1f}s)" if periodic else "")
+                   + f", {len(finals)} final" + (f" (newest {finals[-1]:.1f}s)" if finals else ""))
+    check = acct.get("grace")
+    if isinstance(check, dict) and check.get("message"):
+        out.append(("Grace period:   " if check.get("sufficient") else "Grace period:   WARNING: ") + check["message"])
+    return out
+
+
+def _secs(v: Any) -> str | None:
+    return f"{v:.1f}s" if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _num(v: Any) -> str:
