@@ -167,3 +167,12 @@ def test_the_first_step_after_a_load_is_reported_once(tmp_path) -> None:
     ckpt.save(b"b", step=2)
     steps = [e for x in events.read_text().splitlines() if (e := json.loads(x))["type"] == "first_step"]
     assert [(e["task"], e["attempt"], e["rank"], e["step"]) for e in steps] == [("train", 1, 0, 1)]
+
+
+def test_a_save_asking_whether_it_is_the_final_one_does_not_make_the_program_a_listener(tmp_path) -> None:
+    """A program that never read the stop flag still exits at SIGTERM after its saves are flushed."""
+    from gangrun._ckpt import notice
+
+    notice.STATE.listening = False
+    Checkpoint.for_path(str(tmp_path / "ck"), attempt=1, rank=0).save(b"a", step=1)
+    assert notice.STATE.listening is False

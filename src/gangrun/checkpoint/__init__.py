@@ -299,7 +299,7 @@ class Checkpoint:
         """
         if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
             raise TypeError(f"step must be an int or None, not {type(step).__name__}")
-        taken = _Taken(at=time.time(), final=notice.stop_requested())  # the state as of now
+        taken = _Taken(at=time.time(), final=notice.stopping())  # the state as of now
         events.first_step(self._events_file, task=self.task, attempt=self.attempt, rank=self.rank, step=step,
                           now=taken.at)
         if shard:

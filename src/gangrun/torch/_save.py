@@ -97,7 +97,7 @@ class Saver:
 
     def save(self, state_dict: dict[str, Any], *, step: int | None, blocking: bool) -> StateSave:
         t = self.target
-        taken = (time.time(), notice.stop_requested())  # the state as of now, and whether the gang is stopping
+        taken = (time.time(), notice.stopping())  # the state as of now, and whether the gang is stopping
         events.first_step(os.environ.get(EVENTS_FILE_ENV) or None, task=t.task, attempt=t.attempt, rank=_gang.rank(),
                           step=step, now=taken[0])
         with self._lock:
