@@ -335,8 +335,9 @@ class Accounting:
         }
 
     def _settled_badput(self) -> dict[str, float]:
-        stepped = self.stepped_at is not None and self.up_since is not None
-        restoring = self.restoring_seconds + (_seconds(self.up_since, self.stepped_at) if stepped else 0.0)  # type: ignore[arg-type]
+        restoring = self.restoring_seconds
+        if self.up_since is not None and self.stepped_at is not None:
+            restoring += _seconds(self.up_since, self.stepped_at)
         return {"queued": round(self.queued_seconds, 3), "waitingForReadmission": round(self.waiting_seconds, 3),
                 "restoring": round(restoring, 3), "restarting": round(self.restarting_seconds, 3),
                 "workLost": round(self.lost_seconds(), 3)}

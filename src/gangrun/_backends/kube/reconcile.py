@@ -166,7 +166,7 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     ledger = load_accounting(task)
     commits = [c for c in adapter.checkpoints(pods) if c.attempt == before.attempt]
     seen += _checkpoint_events(ledger, commits, now=now)
-    seen += _first_steps(ledger, [t for a, t in adapter.first_steps(pods) if a in (None, before.attempt)],
+    seen += first_step_events(ledger, [t for a, t in adapter.first_steps(pods) if a in (None, before.attempt)],
                          attempt=before.attempt, now=now)
     seen += _workers_running(ledger, before, adapter.workers_running_at(jobset, pods), now=now)
     seen += _admitted(ledger, before, obs, now=now)
@@ -229,7 +229,7 @@ def _save_data(c: Commit, *, now: datetime) -> dict[str, Any]:
     return out
 
 
-def _first_steps(ledger: Accounting, steps: Sequence[datetime], *, attempt: int, now: datetime) -> list[Action]:
+def first_step_events(ledger: Accounting, steps: Sequence[datetime], *, attempt: int, now: datetime) -> list[Action]:
     """A FirstStep event for each worker's first step (from its termination message) that changes the
     accounting: the newest of the current or just-ended period. Read again at every reconcile, so
     only news is recorded."""

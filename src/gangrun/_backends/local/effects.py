@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from gangrun._backends.clock import utc
 from gangrun._backends.local.config import Paths
@@ -133,9 +133,9 @@ def _checkpoint_event(line: bytes, *, attempt: int, now: datetime) -> Event | No
                  message=f"checkpoint committed ({what}) by rank {doc.get('rank', 0)}", data=data)
 
 
-def _time(v: object, now: datetime) -> datetime:
+def _time(v: Any, now: datetime) -> datetime:
     """A worker's unix time, never later than `now` (a worker's clock is the daemon's, but rounding)."""
     try:
-        return min(utc(float(v)), now)  # type: ignore[arg-type]
+        return min(utc(float(v)), now)
     except (TypeError, ValueError, OverflowError, OSError):
         return now
