@@ -122,7 +122,7 @@ def main(args: argparse.Namespace) -> int:
            "STARTUP_SECONDS": str(args.startup_seconds), "LOAD_SECONDS": str(args.load_seconds),
            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     b = LocalBackend(tmp / "home")
-    b.up(cpu="2", memory="8Gi", gpu=0)
+    b.up(cpu="1", memory="8Gi", gpu=0)  # room for one gang: a high-priority task preempts it
     n = args.steps
     try:
         t_u, v_u = run(b, tmp, script, "steady", env, interrupt=False, preempt_at=[], kill_at=0, blocker_seconds=0)

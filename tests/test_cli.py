@@ -189,3 +189,21 @@ def test_s4_describe_reports_no_wait_for_a_preemption_that_ended_the_attempt():
     assert "Evictions:      Preempted 1" in ended and "re-admission" not in ended.replace(WAITING, "")
     waited = describe(_view(evictionsByCause={"Preempted": 1}, waitingForReadmissionSeconds=12.5), [])
     assert "Preempted 1; waited 12.5s for re-admission" in waited
+
+
+def test_describe_shows_the_badput_by_cause_and_a_grace_period_too_short():
+    from gangrun.cli.output import describe
+
+    acct = {"goodput": 0.41, "gangUpSeconds": 120.0, "restoringSeconds": 30.2, "workLostSeconds": 5.1,
+            "badputSeconds": {"queued": 2.0, "waitingForReadmission": 10.0, "restoring": 30.2, "restarting": 4.0,
+                              "workLost": 5.1},
+            "lastCheckpoint": {"attempt": 1, "step": 6, "at": "2026-11-30T12:00:10+00:00",
+                               "takenAt": "2026-11-30T12:00:08+00:00", "uri": "u"},
+            "finalSaveSeconds": [4.0], "periodicSaveSeconds": [1.0, 1.5],
+            "grace": {"sufficient": False, "message": "the grace period (2s) is shorter than 1.5 × ..."}}
+    text = describe(_view(accounting=acct), [])
+    assert "Accounting:     goodput 0.41, gang up 120.0s, restoring 30.2s, work lost 5.1s" in text
+    assert ("Badput:         queued 2.0s, waiting for re-admission 10.0s, restoring 30.2s, restarting 4.0s, "
+            "work lost 5.1s") in text
+    assert "Saves:          2 periodic (newest 1.5s), 1 final (newest 4.0s)" in text
+    assert "Grace period:   WARNING: the grace period (2s) is shorter" in text

@@ -101,7 +101,9 @@ _BADPUT = (("queued", "queued"), ("waitingForReadmission", "waiting for re-admis
 def accounting_lines(acct: dict[str, Any]) -> list[str]:
     """The accounting of `describe`: goodput and what the rest of the task's time went to."""
     out = []
-    figures = [("goodput", acct.get("goodput")), ("gang up", _secs(acct.get("gangUpSeconds"))),
+    goodput = acct.get("goodput")
+    figures = [("goodput", f"{goodput:.2f}" if isinstance(goodput, (int, float)) else None),
+               ("gang up", _secs(acct.get("gangUpSeconds"))),
                ("restoring", _secs(acct.get("restoringSeconds"))), ("work lost", _secs(acct.get("workLostSeconds")))]
     out.append("Accounting:     " + ", ".join(f"{k} {_num(v)}" for k, v in figures if v is not None))
     badput = acct.get("badputSeconds")
