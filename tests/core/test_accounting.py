@@ -103,29 +103,34 @@ def test_events_that_say_nothing_about_time_change_nothing() -> None:
 
 # The badput of each case, by cause: (queued, waitingForReadmission, restoring, restarting, workLost).
 BADPUT_CASES = [
-    pytest.param((*START, step(8), ev(20, E.SUCCEEDED)), 5.0, (2.0, 0.0, 5.0, 1.0, 0.0), 12.0,
-                 id="restoring-time-is-not-productive"),
-    pytest.param((*START, step(8), step(9), ev(20, E.SUCCEEDED)), 6.0, (2.0, 0.0, 6.0, 1.0, 0.0), 11.0,
+    pytest.param((*START, step(4), ev(10, E.WORKER_EXITED, code=137), ev(12, E.RESTARTED), step(17),
+                  ev(30, E.SUCCEEDED)), 5.0, (2.0, 0.0, 5.0, 3.0, 6.0), 14.0,
+                 id="restoring-after-a-restart-is-not-productive"),
+    pytest.param((*START, step(8), ev(20, E.SUCCEEDED)), 0.0, (2.0, 0.0, 0.0, 1.0, 0.0), 17.0,
+                 id="the-tasks-first-start-is-not-restoring-an-uninterrupted-run-makes-it-too"),
+    pytest.param((*START, ev(10, E.WORKER_EXITED, code=1), ev(12, E.RESTARTED), step(16), step(17),
+                  ev(30, E.SUCCEEDED)), 5.0, (2.0, 0.0, 5.0, 3.0, 7.0), 13.0,
                  id="the-gang-steps-once-its-last-rank-does"),
     pytest.param((*START, ev(20, E.SUCCEEDED)), 0.0, (2.0, 0.0, 0.0, 1.0, 0.0), 17.0,
                  id="a-worker-that-never-reports-a-step-is-not-charged-for-restoring"),
-    pytest.param((*START, step(8), ckpt(13, 15, taken=12), ev(16, E.PREEMPTED, reason="Preempted")), 5.0,
-                 (2.0, 0.0, 5.0, 1.0, 4.0), 4.0, id="work-lost-counts-from-when-the-state-was-taken"),
-    pytest.param((*START, ev(16, E.PREEMPTED, reason="Preempted"), step(8, seen=17)), 5.0,
-                 (2.0, 0.0, 5.0, 2.0, 8.0), 0.0, id="a-first-step-reported-after-the-stop-corrects-that-period"),
+    pytest.param((*START, step(8), ckpt(13, 15, taken=12), ev(16, E.PREEMPTED, reason="Preempted")), 0.0,
+                 (2.0, 0.0, 0.0, 1.0, 4.0), 9.0, id="work-lost-counts-from-when-the-state-was-taken"),
+    pytest.param((*START, ev(10, E.WORKER_EXITED, code=1), ev(12, E.RESTARTED), ev(20, E.PREEMPTED, reason="Preempted"),
+                  step(15, seen=21)), 3.0, (2.0, 0.0, 3.0, 4.0, 12.0), 0.0,
+                 id="a-first-step-reported-after-the-stop-corrects-that-period"),
     pytest.param((*START, step(8), ev(16, E.PREEMPTED, reason="Preempted"), ev(16, E.WAITING),
                   ev(30, E.READMITTED), running(34, seen=40), step(39, seen=41), ev(50, E.SUCCEEDED)),
-                 10.0, (2.0, 14.0, 10.0, 5.0, 8.0), 11.0,
+                 5.0, (2.0, 14.0, 5.0, 5.0, 8.0), 16.0,
                  id="up-time-after-readmission-starts-when-workers-run"),
     pytest.param((*START, step(8), ev(16, E.WORKER_EXITED, code=137), ev(19, E.RESTARTED), step(22),
-                  ev(30, E.SUCCEEDED)), 8.0, (2.0, 0.0, 8.0, 4.0, 8.0), 8.0,
+                  ev(30, E.SUCCEEDED)), 3.0, (2.0, 0.0, 3.0, 4.0, 8.0), 13.0,
                  id="the-time-between-a-crash-and-the-restart-is-restarting"),
     pytest.param((*START, step(8), ev(16, E.ATTEMPT_ENDED, code="GangEvicted"), ev(17, E.GANG_CREATED, attempt=2),
                   ev(20, E.ADMITTED, attempt=2), ev(21, E.GANG_STARTED, attempt=2), step(23, attempt=2),
-                  ev(30, E.SUCCEEDED, attempt=2)), 7.0, (5.0, 0.0, 7.0, 3.0, 8.0), 7.0,
+                  ev(30, E.SUCCEEDED, attempt=2)), 2.0, (5.0, 0.0, 2.0, 3.0, 8.0), 12.0,
                  id="a-new-attempt-queues-again"),
     pytest.param((*START, step(8), ev(16, E.PREEMPTED, reason="Preempted"),
-                  ckpt(17, 18, taken=16.5, seconds=1.5, final=True)), 5.0, (2.0, 0.0, 5.0, 2.0, 0.0), 8.0,
+                  ckpt(17, 18, taken=16.5, seconds=1.5, final=True)), 0.0, (2.0, 0.0, 0.0, 2.0, 0.0), 13.0,
                  id="the-final-save-taken-in-the-grace-period-loses-nothing"),
 ]
 
@@ -143,9 +148,10 @@ def test_badput_by_cause(events: tuple[Event, ...], restoring: float, badput: tu
 
 
 def test_restoring_time_is_not_productive() -> None:
-    acct = fold(*START, step(8), ev(20, E.SUCCEEDED))
-    assert acct.restoring(now=at(20)) == 5.0
-    assert acct.goodput(now=at(20)) == pytest.approx(12.0 / 20.0)  # 8..20 of 0..20
+    # Restarted at 12 after a crash at 10, the workers' first step after their load comes at 17.
+    acct = fold(*START, step(4), ev(10, E.WORKER_EXITED, code=137), ev(12, E.RESTARTED), step(17), ev(30, E.SUCCEEDED))
+    assert acct.restoring(now=at(30)) == 5.0
+    assert acct.goodput(now=at(30)) == pytest.approx((25.0 - 5.0 - 6.0) / 30.0)  # up 3..10, 12..30; lost 4..10
 
 
 def test_work_lost_counts_from_when_the_state_was_taken() -> None:

@@ -384,8 +384,8 @@ def test_restoring_time_is_not_productive_and_up_time_after_readmission_starts_w
     _, actions = task.step(suspended, PREEMPTED, [terminated(PODS[0], code=143, message=report)], t=45)
     assert {EventType.CHECKPOINT, EventType.FIRST_STEP, EventType.GRACE_TOO_SHORT} <= set(events(actions))
     acct = task.status["accounting"]
-    assert acct["restoringSeconds"] == 6.0 and acct["badputSeconds"]["workLost"] == 0.0
-    assert acct["finalSaveSeconds"] == [2.5]
+    assert acct["restoringSeconds"] == 0.0  # the task's first start: an uninterrupted run makes it too
+    assert acct["badputSeconds"]["workLost"] == 0.0 and acct["finalSaveSeconds"] == [2.5]
     grace_cond = next(c for c in task.status["conditions"] if c["type"] == "GracePeriodTooShort")
     assert grace_cond["status"] == "True" and "at least 4s" in grace_cond["message"]
     readmitted = WorkloadLookup.found([workload_obj("js-uid").admitted().obj()])
@@ -401,6 +401,11 @@ def test_restoring_time_is_not_productive_and_up_time_after_readmission_starts_w
     assert acct["badputSeconds"]["restarting"] == 7.0  # Readmitted at 60 until the workers ran at 67
     _, actions = task.step(jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj(), readmitted, up, t=95)
     assert EventType.WORKERS_RUNNING not in events(actions)  # not news
+    # Preempted again; the workers' termination messages say they stepped 5 s after they started.
+    task.step(jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj(), PREEMPTED, up, t=100)
+    report = commit_report(step=9, t=at(101), taken=at(100.5), final=True, first_step=at(72))
+    _, actions = task.step(suspended, PREEMPTED, [terminated(up[0], code=143, message=report)], t=103)
+    assert task.status["accounting"]["restoringSeconds"] == 5.0
 
 
 def test_the_get_view_shows_the_same_accounting_fields_as_the_local_backend() -> None:

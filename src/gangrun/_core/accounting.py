@@ -19,7 +19,9 @@ What the events mean here, in order of a task's life:
     WorkersRunning (at)              its workers are running again (at: from the objects)
     FirstStep (at)                   a worker's first step after its load: the time from gang up to
                                      here is `restoring`, not productive (the newest report of the
-                                     period counts: the whole gang steps once its last rank does)
+                                     period counts: the whole gang steps once its last rank does),
+                                     except at the task's first start, which a run that is never
+                                     interrupted makes too: only the starts after a stop restore
     Preempted | Evicted |            the gang stops: work since the state of the newest checkpoint of
       WorkerDisrupted |              this attempt was taken (or since the first step, if later) is lost
       WorkerExited | AttemptEnded |
@@ -101,6 +103,7 @@ class Accounting:
     gang_up_seconds: float = 0.0
     up_since: datetime | None = None
     up_attempt: int = 0
+    first_up: datetime | None = None  # when the task's gang was first up: its start-up is not restoring
     stepped_at: datetime | None = None  # the first step after the load of the period up since `up_since`
     restoring_seconds: float = 0.0  # of the periods that ended
     last_up: UpPeriod | None = None
@@ -159,7 +162,8 @@ class Accounting:
         if self.down_since is not None and at < self.down_since:
             at = self.down_since
         acct = self._end_down(at)
-        return replace(acct, up_since=at, up_attempt=attempt, stepped_at=None, stopping=False, awaiting_workers=False)
+        return replace(acct, up_since=at, up_attempt=attempt, stepped_at=None, stopping=False, awaiting_workers=False,
+                       first_up=acct.first_up or at)
 
     def _end_down(self, at: datetime) -> Accounting:
         """The time since the gang stopped ends at `at`: it waited for re-admission, or restarted."""
@@ -206,7 +210,7 @@ class Accounting:
         up = self.gang_up_seconds + _seconds(self.up_since, at)
         period = UpPeriod(attempt=self.up_attempt, start=self.up_since, end=max(at, self.up_since),
                           stepped=self.stepped_at)
-        restoring = self.restoring_seconds + _restoring(period)
+        restoring = self.restoring_seconds + self._restoring(period)
         acct = replace(self, gang_up_seconds=up, up_since=None, stepped_at=None, restoring_seconds=restoring,
                        last_up=period, down_since=at, down_waiting=False)
         if not lose:
@@ -224,7 +228,7 @@ class Accounting:
             return self
         # The period that just ended, corrected by a report read after its stop.
         fixed = replace(p, stepped=at)
-        restoring = self.restoring_seconds + _restoring(fixed) - _restoring(p)
+        restoring = self.restoring_seconds + self._restoring(fixed) - self._restoring(p)
         acct = replace(self, last_up=fixed, restoring_seconds=restoring)
         return acct._relose(fixed)
 
@@ -245,6 +249,13 @@ class Accounting:
             acct = replace(acct, work_lost=(*acct.work_lost[:-1], replace(last, since=min(mark.taken, last.at))))
         return acct
 
+    def _restoring(self, p: UpPeriod) -> float:
+        """The restoring time of period `p`: none for the task's first start, which a run that is never
+        interrupted makes too (its start-up is part of the work, not a cost of being stopped)."""
+        if p.stepped is None or p.start == self.first_up:
+            return 0.0
+        return _seconds(p.start, min(p.stepped, p.end))
+
     def _relose(self, period: UpPeriod) -> Accounting:
         """The loss of the stop that ended `period`, once a late report moved its first step."""
         last = self.work_lost[-1] if self.work_lost else None
@@ -264,7 +275,7 @@ class Accounting:
     def restoring(self, *, now: datetime) -> float:
         """Gang-up time before the workers' first step after their load (a period still restoring with no
         report yet counts as productive: a worker that never reports is not charged for it)."""
-        if self.up_since is None or self.stepped_at is None:
+        if self.up_since is None or self.stepped_at is None or self.up_since == self.first_up:
             return self.restoring_seconds
         return self.restoring_seconds + _seconds(self.up_since, min(self.stepped_at, now))
 
@@ -318,7 +329,7 @@ class Accounting:
             "submittedAt": time_out(self.submitted_at), "endedAt": time_out(self.ended_at),
             "queuedSeconds": self.queued_seconds, "queuedSince": time_out(self.queued_since),
             "gangUpSeconds": self.gang_up_seconds, "upSince": time_out(self.up_since), "upAttempt": self.up_attempt,
-            "steppedAt": time_out(self.stepped_at), "restoringSeconds": self.restoring_seconds,
+            "firstUp": time_out(self.first_up), "steppedAt": time_out(self.stepped_at), "restoringSeconds": self.restoring_seconds,
             "lastUp": None if p is None else {"attempt": p.attempt, "start": p.start.isoformat(),
                                               "end": p.end.isoformat(), "stepped": time_out(p.stepped)},
             "downSince": time_out(self.down_since), "downWaiting": self.down_waiting,
@@ -336,7 +347,7 @@ class Accounting:
 
     def _settled_badput(self) -> dict[str, float]:
         restoring = self.restoring_seconds
-        if self.up_since is not None and self.stepped_at is not None:
+        if self.up_since is not None and self.stepped_at is not None and self.up_since != self.first_up:
             restoring += _seconds(self.up_since, self.stepped_at)
         return {"queued": round(self.queued_seconds, 3), "waitingForReadmission": round(self.waiting_seconds, 3),
                 "restoring": round(restoring, 3), "restarting": round(self.restarting_seconds, 3),
@@ -352,7 +363,7 @@ class Accounting:
             queued_seconds=float(d.get("queuedSeconds", 0.0)), queued_since=time_in(d.get("queuedSince")),
             gang_up_seconds=float(d.get("gangUpSeconds", 0.0)), up_since=time_in(d.get("upSince")),
             up_attempt=int(d.get("upAttempt", 0)),
-            stepped_at=time_in(d.get("steppedAt")), restoring_seconds=float(d.get("restoringSeconds", 0.0)),
+            first_up=time_in(d.get("firstUp")), stepped_at=time_in(d.get("steppedAt")), restoring_seconds=float(d.get("restoringSeconds", 0.0)),
             last_up=None if not p else UpPeriod(
                 attempt=int(p["attempt"]), start=datetime.fromisoformat(p["start"]),
                 end=datetime.fromisoformat(p["end"]), stepped=time_in(p.get("stepped"))),
@@ -381,8 +392,6 @@ def _at(e: Event) -> datetime:
         return e.time
 
 
-def _restoring(p: UpPeriod) -> float:
-    return _seconds(p.start, min(p.stepped, p.end)) if p.stepped is not None else 0.0
 
 
 def _loss_since(p: UpPeriod, ck: CheckpointMark | None) -> datetime:
