@@ -235,3 +235,23 @@ def test_describe_never_cuts_an_attempt_reason():
     assert " ".join(wrapped) == WAITING and len(wrapped) > 1  # whole, wrapped
     assert lines[at + len(wrapped)].split()[0] == "2"  # then the next attempt's row
     assert all(len(line) <= 100 for line in attempts.splitlines())
+
+
+def test_describe_shows_the_badput_by_cause_and_a_grace_period_too_short():
+    from gangrun.cli.output import describe
+
+    acct = {"goodput": 0.41, "gangUpSeconds": 120.0, "restoringSeconds": 30.2, "workLostSeconds": 5.1,
+            "badputSeconds": {"queued": 2.0, "waitingForReadmission": 10.0, "restoring": 30.2, "restarting": 4.0,
+                              "workLost": 5.1},
+            "lastCheckpoint": {"attempt": 1, "step": 6, "at": "2026-11-30T12:00:10+00:00",
+                               "takenAt": "2026-11-30T12:00:08+00:00", "uri": "u"},
+            "finalSaveSeconds": [4.0], "periodicSaveSeconds": [1.0, 1.5],
+            "grace": {"sufficient": False, "message": "the grace period (2s) is shorter than 1.5 × ..."}}
+    text = describe(_view(accounting=acct), [])
+    words = [" ".join(line.split()) for line in text.splitlines()]
+    at = words.index("badput")
+    assert words[at + 1:at + 6] == ["queued 2.0 s", "waiting for readmission 10.0 s", "restoring 30.2 s",
+                                    "restarting 4.0 s", "work lost 5.1 s"]
+    assert "goodput 41.0 %" in words and "restoring 30.2 s" in words
+    assert words[words.index("final save") + 1] == "4.0 s", words
+    assert "Grace period: WARNING: the grace period (2s) is shorter than 1.5 × ..." in words

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import gangrun
@@ -113,3 +115,15 @@ def test_context_is_cached_until_the_environment_changes(monkeypatch) -> None:
 def test_public_surface_is_sorted_and_exported() -> None:
     assert gangrun.__all__ == sorted(gangrun.__all__)
     assert {"Checkpoint", "Context", "context"} <= set(gangrun.__all__)
+
+
+def test_should_stop_and_progress_report_the_first_step_once(tmp_path) -> None:
+    """The first step after a load ends the gang's restoring time; later calls report nothing."""
+    events = tmp_path / "events.jsonl"
+    env = gang_env(GANGRUN_EVENTS_FILE=str(events), GANGRUN_CHECKPOINT_PATH=None, GANGRUN_PREV_CHECKPOINT_PATH=None)
+    ctx = Context.from_env(env, install_stop_handler=False)
+    ctx.progress(7)
+    assert ctx.should_stop() is False
+    ctx.progress(8)
+    (line,) = [json.loads(x) for x in events.read_text().splitlines()]
+    assert (line["type"], line["task"], line["attempt"], line["rank"], line["step"]) == ("first_step", "train", 3, 6, 7)

@@ -7,8 +7,14 @@ container's termination message, which the kubelet copies into the pod's status
 commit made inside a pod reaches the task's accounting and timeline without the controller reading
 the checkpoint store.
 
-    report(lines)  → the termination message: {"gangrun": 1, "commits": N, "newest": {...}}
-    read(message)  → the newest `Commit` in it, or None for any other or malformed text
+    report(lines)       → the termination message:
+                          {"gangrun": 1, "commits": N, "newest": {...}, "firstStep": <unix seconds>}
+    read(message)       → the newest `Commit` in it, or None for any other or malformed text
+    first_step(message) → when the worker took its first step after its load, or None
+
+The newest commit says when its state was taken (`takenAt`), how long its save took and whether it
+was the final save in the grace period; `firstStep` ends the gang's restoring time. Both correct
+the accounting of the stop at which the controller reads them.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 VERSION = 1
 LIMIT = 4096  # the kubelet keeps at most this many bytes of a termination message
 COMMITTED = "checkpoint_committed"
+FIRST_STEP = "first_step"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,54 +41,87 @@ class Commit:
     seq: int | None = None
     rank: int = 0
     uri: str = ""
+    taken_at: datetime | None = None  # when its state was taken (save() called)
+    save_seconds: float | None = None  # from save() to the commit
+    final: bool = False  # saved after the stop notice (in the grace period)
 
 
-def _commits(lines: Iterable[str]) -> list[dict[str, Any]]:
+def _lines(lines: Iterable[str], kind: str) -> list[dict[str, Any]]:
     out = []
     for line in lines:
         try:
             doc = json.loads(line)
         except ValueError:
             continue  # a line cut by a kill mid-write
-        if isinstance(doc, dict) and doc.get("type") == COMMITTED and isinstance(doc.get("time"), (int, float)):
+        if isinstance(doc, dict) and doc.get("type") == kind and _number(doc.get("time")):
             out.append(doc)
     return out
 
 
 def report(lines: Iterable[str]) -> str:
-    """The termination message for the events file's `lines`; "" when nothing committed."""
-    commits = _commits(lines)
-    if not commits:
+    """The termination message for the events file's `lines`; "" when nothing was reported."""
+    lines = list(lines)
+    commits, steps = _lines(lines, COMMITTED), _lines(lines, FIRST_STEP)
+    if not commits and not steps:
         return ""
-    newest = max(commits, key=lambda d: d["time"])
-    keep = {k: newest.get(k) for k in ("attempt", "rank", "seq", "step", "time", "uri")}
-    text = json.dumps({"gangrun": VERSION, "commits": len(commits), "newest": keep}, separators=(",", ":"))
+    doc: dict[str, Any] = {"gangrun": VERSION, "commits": len(commits)}
+    if steps:  # the newest: a process that loaded twice stepped for good after its last load
+        doc["firstStep"] = max(d["time"] for d in steps)
+    keep: dict[str, Any] = {}
+    if commits:
+        newest = max(commits, key=lambda d: d["time"])
+        keep = {k: newest.get(k) for k in ("attempt", "rank", "seq", "step", "time", "uri", "takenAt", "saveSeconds",
+                                            "final") if k in newest}
+        doc["newest"] = keep
+    text = json.dumps(doc, separators=(",", ":"))
     if len(text.encode()) > LIMIT:  # only a very long URI gets here: the time and step matter more
         keep["uri"] = ""
-        text = json.dumps({"gangrun": VERSION, "commits": len(commits), "newest": keep}, separators=(",", ":"))
+        text = json.dumps(doc, separators=(",", ":"))
     return text
 
 
-def read(message: str) -> Commit | None:
-    """The newest commit of a termination message written by `report`."""
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _time(v: Any) -> datetime | None:
+    if not _number(v):
+        return None
+    try:
+        return datetime.fromtimestamp(float(v), UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _doc(message: str) -> dict[str, Any] | None:
     try:
         doc = json.loads(message)
     except ValueError:
         return None
-    if not isinstance(doc, dict) or doc.get("gangrun") != VERSION or not isinstance(doc.get("newest"), dict):
+    return doc if isinstance(doc, dict) and doc.get("gangrun") == VERSION else None
+
+
+def first_step(message: str) -> datetime | None:
+    """When the worker that wrote the termination `message` took its first step after its load."""
+    doc = _doc(message)
+    return _time(doc.get("firstStep")) if doc is not None else None
+
+
+def read(message: str) -> Commit | None:
+    """The newest commit of a termination message written by `report`."""
+    doc = _doc(message)
+    if doc is None or not isinstance(doc.get("newest"), dict):
         return None
     n = doc["newest"]
-    attempt, t = n.get("attempt"), n.get("time")
-    if isinstance(attempt, bool) or not isinstance(attempt, int) or isinstance(t, bool) \
-            or not isinstance(t, (int, float)):
+    attempt, at = n.get("attempt"), _time(n.get("time"))
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or at is None:
         return None
-    try:
-        at = datetime.fromtimestamp(float(t), UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
+    seconds = n.get("saveSeconds")
 
     def whole(v: Any) -> int | None:
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     return Commit(attempt=attempt, at=at, step=whole(n.get("step")), seq=whole(n.get("seq")),
-                  rank=whole(n.get("rank")) or 0, uri=n.get("uri") if isinstance(n.get("uri"), str) else "")
+                  rank=whole(n.get("rank")) or 0, uri=n.get("uri") if isinstance(n.get("uri"), str) else "",
+                  taken_at=_time(n.get("takenAt")), save_seconds=float(seconds) if _number(seconds) else None,
+                  final=n.get("final") is True)

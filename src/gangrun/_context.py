@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gangrun._ckpt import notice
+from gangrun._ckpt import events, notice
 from gangrun._ckpt.events import EVENTS_FILE_ENV
 from gangrun._ckpt.layout import split_attempt_path
 from gangrun._errors import WorkerEnvError
@@ -52,6 +52,7 @@ class Context:
     master_addr: str | None = None
     master_port: int | None = None
     checkpoint: Checkpoint | None = None
+    events_file: str | None = None  # where the SDK reports checkpoints and the first step to the backend
 
     def __bool__(self) -> bool:
         return self.in_gang
@@ -79,6 +80,7 @@ class Context:
         ask without a collective of its own, and scripts without one do not wait on each other, so
         a rank that stops alone strands nobody. torch is never imported for this.
         """
+        self.progress()
         local = self.stop_requested
         if "torch.distributed" not in sys.modules:
             return local
@@ -89,6 +91,13 @@ class Context:
         from gangrun.torch._stop import agree
 
         return agree(local)
+
+    def progress(self, step: int | None = None) -> None:
+        """Tell gangrun that training is making progress (call it once per step, or at least once after
+        loading). The first call after the load marks the end of the gang's restoring time, which is
+        not counted as productive; later calls cost a set lookup. A save or a `should_stop()` call
+        says the same, so most loops need not call this."""
+        events.first_step(self.events_file, task=self.task, attempt=self.attempt, rank=self.rank, step=step)
 
     @property
     def stop_notice(self) -> StopNotice | None:
@@ -185,4 +194,5 @@ def _parse(env: Mapping[str, str]) -> Context:
         master_addr=env.get("MASTER_ADDR", "").strip() or None,
         master_port=_int(env, "MASTER_PORT", 0, minimum=1, maximum=65535) if port else None,
         checkpoint=ckpt,
+        events_file=(env.get(EVENTS_FILE_ENV) or None) if task else None,
     )

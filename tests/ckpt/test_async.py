@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -138,9 +139,40 @@ def test_b5_commit_appends_one_event_line(tmp_path) -> None:
     ckpt.save(b"a", step=6)
     ckpt.save(b"b", blocking=False)
     ckpt.wait()
-    lines = [json.loads(x) for x in events.read_text().splitlines()]
+    lines = [e for x in events.read_text().splitlines() if (e := json.loads(x))["type"] == "checkpoint_committed"]
     assert [(e["type"], e["task"], e["attempt"], e["rank"], e["seq"], e["step"]) for e in lines] == [
         ("checkpoint_committed", "train", 2, 0, 1, 6),
         ("checkpoint_committed", "train", 2, 0, 2, None),
     ]
     assert lines[0]["uri"] == f"{tmp_path}/ck/attempt-2/ckpt-000001" and isinstance(lines[0]["time"], float)
+
+
+def test_work_lost_counts_from_when_the_state_was_taken_so_a_commit_says_when_that_was(tmp_path) -> None:
+    """A background save's commit line carries when save() was called (its state), not only when it committed."""
+    events = tmp_path / "events.jsonl"
+    ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1, task="train", rank=0, events_file=str(events))
+    before = time.time()
+    ckpt.save(b"a" * 1000, step=3, blocking=False)
+    ckpt.wait()
+    (line,) = [e for x in events.read_text().splitlines() if (e := json.loads(x))["type"] == "checkpoint_committed"]
+    assert before <= line["takenAt"] <= line["time"]
+    assert line["saveSeconds"] == round(line["time"] - line["takenAt"], 3) and line["final"] is False
+
+
+def test_the_first_step_after_a_load_is_reported_once(tmp_path) -> None:
+    events = tmp_path / "events.jsonl"
+    ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1, task="train", rank=0, events_file=str(events))
+    ckpt.load()  # nothing yet: the first step after it still ends the restoring time
+    ckpt.save(b"a", step=1)
+    ckpt.save(b"b", step=2)
+    steps = [e for x in events.read_text().splitlines() if (e := json.loads(x))["type"] == "first_step"]
+    assert [(e["task"], e["attempt"], e["rank"], e["step"]) for e in steps] == [("train", 1, 0, 1)]
+
+
+def test_a_save_asking_whether_it_is_the_final_one_does_not_make_the_program_a_listener(tmp_path) -> None:
+    """A program that never read the stop flag still exits at SIGTERM after its saves are flushed."""
+    from gangrun._ckpt import notice
+
+    notice.STATE.listening = False
+    Checkpoint.for_path(str(tmp_path / "ck"), attempt=1, rank=0).save(b"a", step=1)
+    assert notice.STATE.listening is False

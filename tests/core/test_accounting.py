@@ -17,8 +17,22 @@ def ev(t: float, type_: EventType, attempt: int = 1, **data: object) -> Event:
     return Event(time=at(t), type=type_, message="", attempt=attempt, data=dict(data))
 
 
-def ckpt(t: float, committed: float, attempt: int = 1, step: int = 1) -> Event:
-    return ev(t, E.CHECKPOINT, attempt, step=step, committedAt=at(committed).isoformat())
+def ckpt(t: float, committed: float, attempt: int = 1, step: int = 1, *, taken: float | None = None,
+         seconds: float | None = None, final: bool = False) -> Event:
+    extra: dict[str, object] = {} if taken is None else {"takenAt": at(taken).isoformat()}
+    if seconds is not None:
+        extra.update(saveSeconds=seconds, final=final)
+    return ev(t, E.CHECKPOINT, attempt, step=step, committedAt=at(committed).isoformat(), **extra)
+
+
+def step(t: float, attempt: int = 1, *, seen: float | None = None) -> Event:
+    """A worker's first step after its load at `t`, read by the backend at `seen` (default: then)."""
+    return ev(t if seen is None else seen, E.FIRST_STEP, attempt, at=at(t).isoformat())
+
+
+def running(t: float, attempt: int = 1, *, seen: float | None = None) -> Event:
+    """Every worker running again from `t` (a container's startedAt), noticed at `seen`."""
+    return ev(t if seen is None else seen, E.WORKERS_RUNNING, attempt, at=at(t).isoformat())
 
 
 def fold(*events: Event) -> Accounting:
@@ -61,7 +75,7 @@ def test_b5_work_lost_per_stop_and_gang_up_time(events: tuple[Event, ...], lost:
 
 def test_b5_queued_until_admitted_and_goodput_over_the_tasks_life() -> None:
     acct = fold(*START, ckpt(12, 12), ev(13, E.PREEMPTED, reason="Preempted"), ev(15, E.READMITTED),
-                ev(20, E.SUCCEEDED))
+                ev(15, E.WORKERS_RUNNING, at=at(15).isoformat()), ev(20, E.SUCCEEDED))
     assert acct.queued(now=at(100)) == 2.0
     assert acct.gang_up(now=at(100)) == 15.0  # 3..13 and 15..20
     assert acct.lost_seconds() == 1.0
@@ -75,7 +89,8 @@ def test_b5_a_running_task_counts_up_to_now() -> None:
 
 
 def test_accounting_round_trips_through_storage() -> None:
-    acct = fold(*START, ckpt(9, 8), ev(10, E.PREEMPTED, reason="Preempted"), ev(12, E.READMITTED))
+    acct = fold(*START, step(4), ckpt(9, 8, taken=7.5, seconds=0.5), ev(10, E.PREEMPTED, reason="Preempted"),
+                ev(10, E.WAITING), ev(12, E.READMITTED))
     assert Accounting.from_storage(acct.for_storage()) == acct
     assert Accounting.from_storage(None) == Accounting()
 
@@ -84,3 +99,103 @@ def test_events_that_say_nothing_about_time_change_nothing() -> None:
     acct = fold(*START)
     for kind in (E.PHASE, E.WORKER_READY, E.WAITING):
         assert acct.apply(Event(time=T0, type=kind, message="")) is acct
+
+
+# The badput of each case, by cause: (queued, waitingForReadmission, restoring, restarting, workLost).
+BADPUT_CASES = [
+    pytest.param((*START, step(4), ev(10, E.WORKER_EXITED, code=137), ev(12, E.RESTARTED), step(17),
+                  ev(30, E.SUCCEEDED)), 5.0, (2.0, 0.0, 5.0, 3.0, 6.0), 14.0,
+                 id="restoring-after-a-restart-is-not-productive"),
+    pytest.param((*START, step(8), ev(20, E.SUCCEEDED)), 0.0, (2.0, 0.0, 0.0, 1.0, 0.0), 17.0,
+                 id="the-tasks-first-start-is-not-restoring-an-uninterrupted-run-makes-it-too"),
+    pytest.param((*START, ev(10, E.WORKER_EXITED, code=1), ev(12, E.RESTARTED), step(16), step(17),
+                  ev(30, E.SUCCEEDED)), 5.0, (2.0, 0.0, 5.0, 3.0, 7.0), 13.0,
+                 id="the-gang-steps-once-its-last-rank-does"),
+    pytest.param((*START, ev(20, E.SUCCEEDED)), 0.0, (2.0, 0.0, 0.0, 1.0, 0.0), 17.0,
+                 id="a-worker-that-never-reports-a-step-is-not-charged-for-restoring"),
+    pytest.param((*START, step(8), ckpt(13, 15, taken=12), ev(16, E.PREEMPTED, reason="Preempted")), 0.0,
+                 (2.0, 0.0, 0.0, 1.0, 4.0), 9.0, id="work-lost-counts-from-when-the-state-was-taken"),
+    pytest.param((*START, ev(10, E.WORKER_EXITED, code=1), ev(12, E.RESTARTED), ev(20, E.PREEMPTED, reason="Preempted"),
+                  step(15, seen=21)), 3.0, (2.0, 0.0, 3.0, 4.0, 12.0), 0.0,
+                 id="a-first-step-reported-after-the-stop-corrects-that-period"),
+    pytest.param((*START, step(8), ev(16, E.PREEMPTED, reason="Preempted"), ev(16, E.WAITING),
+                  ev(30, E.READMITTED), running(34, seen=40), step(39, seen=41), ev(50, E.SUCCEEDED)),
+                 5.0, (2.0, 14.0, 5.0, 5.0, 8.0), 16.0,
+                 id="up-time-after-readmission-starts-when-workers-run"),
+    pytest.param((*START, step(8), ev(16, E.WORKER_EXITED, code=137), ev(19, E.RESTARTED), step(22),
+                  ev(30, E.SUCCEEDED)), 3.0, (2.0, 0.0, 3.0, 4.0, 8.0), 13.0,
+                 id="the-time-between-a-crash-and-the-restart-is-restarting"),
+    pytest.param((*START, step(8), ev(16, E.ATTEMPT_ENDED, code="GangEvicted"), ev(17, E.GANG_CREATED, attempt=2),
+                  ev(20, E.ADMITTED, attempt=2), ev(21, E.GANG_STARTED, attempt=2), step(23, attempt=2),
+                  ev(30, E.SUCCEEDED, attempt=2)), 2.0, (5.0, 0.0, 2.0, 3.0, 8.0), 12.0,
+                 id="a-new-attempt-queues-again"),
+    pytest.param((*START, step(8), ev(16, E.PREEMPTED, reason="Preempted"),
+                  ckpt(17, 18, taken=16.5, seconds=1.5, final=True)), 0.0, (2.0, 0.0, 0.0, 2.0, 0.0), 13.0,
+                 id="the-final-save-taken-in-the-grace-period-loses-nothing"),
+]
+
+
+@pytest.mark.parametrize(("events", "restoring", "badput", "productive"), BADPUT_CASES)
+def test_badput_by_cause(events: tuple[Event, ...], restoring: float, badput: tuple[float, ...],
+                         productive: float) -> None:
+    acct = fold(*events)
+    now = acct.ended_at or max(e.time for e in events)
+    view = acct.view(now=now)
+    assert view["restoringSeconds"] == restoring
+    assert tuple(view["badputSeconds"][k] for k in ("queued", "waitingForReadmission", "restoring", "restarting",
+                                                     "workLost")) == badput
+    assert acct.productive(now=now) == pytest.approx(productive)
+
+
+def test_restoring_time_is_not_productive() -> None:
+    # Restarted at 12 after a crash at 10, the workers' first step after their load comes at 17.
+    acct = fold(*START, step(4), ev(10, E.WORKER_EXITED, code=137), ev(12, E.RESTARTED), step(17), ev(30, E.SUCCEEDED))
+    assert acct.restoring(now=at(30)) == 5.0
+    assert acct.goodput(now=at(30)) == pytest.approx((25.0 - 5.0 - 6.0) / 30.0)  # up 3..10, 12..30; lost 4..10
+
+
+def test_work_lost_counts_from_when_the_state_was_taken() -> None:
+    # The state of step 10 was taken at 12 and its background write finished at 15.
+    acct = fold(*START, step(8), ckpt(15, 15, taken=12), ev(16, E.WORKER_EXITED, code=137))
+    assert [w.seconds for w in acct.work_lost] == [4.0]
+
+
+def test_up_time_after_readmission_starts_when_workers_run() -> None:
+    acct = fold(*START, ev(16, E.PREEMPTED, reason="Preempted"), ev(16, E.WAITING), ev(30, E.READMITTED))
+    assert acct.gang_up(now=at(33)) == 13.0  # not up again before its workers run
+    acct = acct.apply(running(34, seen=40))  # noticed late: the time comes from the objects
+    assert acct.gang_up(now=at(40)) == 19.0
+    assert acct.badput(now=at(40))["waitingForReadmission"] == 14.0
+    assert acct.badput(now=at(40))["restarting"] == 5.0  # 1 s from admission to gang up, then 30..34
+
+
+def test_workers_running_before_the_readmission_is_seen_start_the_gang_then() -> None:
+    """The local backend starts the workers in the same pass as it sees the readmission."""
+    acct = fold(*START, ev(16, E.PREEMPTED, reason="Preempted"), ev(16, E.WAITING), running(30, seen=30),
+                ev(30, E.READMITTED))
+    assert acct.up_since == at(30)
+
+
+def test_badput_and_goodput_add_up_to_the_tasks_life() -> None:
+    for case in BADPUT_CASES:
+        events = case.values[0]
+        acct = fold(*events)
+        if acct.ended_at is None or acct.submitted_at is None:
+            continue
+        life = (acct.ended_at - acct.submitted_at).total_seconds()
+        now = acct.ended_at
+        assert sum(acct.badput(now=now).values()) + acct.productive(now=now) == pytest.approx(life), case.id
+
+
+def test_save_durations_are_kept_by_kind() -> None:
+    acct = fold(*START, ckpt(5, 5, taken=4, seconds=1.0), ckpt(7, 7, taken=6.5, seconds=0.5, final=True))
+    assert acct.periodic_saves == (1.0,) and acct.final_saves == (0.5,)
+    assert acct.view(now=at(8))["finalSaveSeconds"] == [0.5]
+
+
+def test_a_readmission_noticed_after_the_workers_ran_ends_the_wait_when_they_ran() -> None:
+    acct = fold(*START, ev(16, E.PREEMPTED, reason="Preempted"), ev(16, E.WAITING), ev(40, E.READMITTED),
+                running(34, seen=41))
+    assert acct.up_since == at(34)
+    assert acct.badput(now=at(41))["waitingForReadmission"] == 18.0  # 16..34, not 16..40
+    assert acct.gang_up(now=at(41)) == 13.0 + 7.0

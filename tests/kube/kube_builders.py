@@ -210,9 +210,24 @@ def terminated(pod: dict[str, Any], *, code: int = 0, message: str = "", t: date
     return pod
 
 
-def commit_report(*, step: int, t: datetime, attempt: int = 1, rank: int = 0, seq: int | None = None) -> str:
-    """A termination message as gangrun.launch writes it for a worker whose newest commit was `step`."""
-    line = {"type": "checkpoint_committed", "task": "train", "attempt": attempt, "rank": rank,
-            "seq": step if seq is None else seq, "step": step, "uri": f"s3://b/train/attempt-{attempt}/step-{step}",
-            "time": t.timestamp()}
-    return _checkpoint_report.report([json.dumps(line)])
+def commit_report(*, step: int, t: datetime, attempt: int = 1, rank: int = 0, seq: int | None = None,
+                  taken: datetime | None = None, final: bool = False, first_step: datetime | None = None) -> str:
+    """A termination message as gangrun.launch writes it for a worker whose newest commit was `step`
+    (its state taken at `taken`), and whose first step after its load was at `first_step`."""
+    line: dict[str, Any] = {"type": "checkpoint_committed", "task": "train", "attempt": attempt, "rank": rank,
+                            "seq": step if seq is None else seq, "step": step,
+                            "uri": f"s3://b/train/attempt-{attempt}/step-{step}", "time": t.timestamp()}
+    if taken is not None:
+        line.update(takenAt=taken.timestamp(), saveSeconds=round((t - taken).total_seconds(), 3), final=final)
+    lines = [json.dumps(line)]
+    if first_step is not None:
+        lines.append(json.dumps({"type": "first_step", "task": "train", "attempt": attempt, "rank": rank,
+                                 "step": 1, "time": first_step.timestamp()}))
+    return _checkpoint_report.report(lines)
+
+
+def started(pod: dict[str, Any], t: datetime) -> dict[str, Any]:
+    """The pod with its worker container running since `t`."""
+    pod = copy.deepcopy(pod)
+    pod["status"]["containerStatuses"] = [{"name": "worker", "state": {"running": {"startedAt": ts(t)}}}]
+    return pod

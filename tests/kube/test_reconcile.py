@@ -12,6 +12,7 @@ from kube_builders import (
     disrupted,
     jobset_obj,
     pod_obj,
+    started,
     task_obj,
     task_spec,
     terminated,
@@ -372,6 +373,41 @@ def test_the_status_carries_the_accounting_folded_from_the_timeline() -> None:
     assert EventType.CHECKPOINT not in events(actions)  # the same commit, read again, is not news
 
 
+def test_restoring_time_is_not_productive_and_up_time_after_readmission_starts_when_workers_run() -> None:
+    """The workers' termination messages correct the stop (first step, state taken, final save); after
+    the readmission the gang is up from its containers' startedAt, not from when it was seen."""
+    task = Task(failurePolicy={"resumeAfterPreemption": True}, terminationGracePeriod="2s")
+    running(task)  # gang up at 10
+    task.step(jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj(), PREEMPTED, PODS, t=40)
+    suspended = jobset_obj(task.spec).suspended().obj()
+    report = commit_report(step=6, t=at(43), taken=at(40.5), final=True, first_step=at(16))
+    _, actions = task.step(suspended, PREEMPTED, [terminated(PODS[0], code=143, message=report)], t=45)
+    assert {EventType.CHECKPOINT, EventType.FIRST_STEP, EventType.GRACE_TOO_SHORT} <= set(events(actions))
+    acct = task.status["accounting"]
+    assert acct["restoringSeconds"] == 0.0  # the task's first start: an uninterrupted run makes it too
+    assert acct["badputSeconds"]["workLost"] == 0.0 and acct["finalSaveSeconds"] == [2.5]
+    grace_cond = next(c for c in task.status["conditions"] if c["type"] == "GracePeriodTooShort")
+    assert grace_cond["status"] == "True" and "at least 4s" in grace_cond["message"]
+    readmitted = WorkloadLookup.found([workload_obj("js-uid").admitted().obj()])
+    back = jobset_obj(task.spec).admitted().obj()
+    pending = [pod_obj("train-1", i, phase="Pending") for i in (0, 1)]
+    _, actions = task.step(back, readmitted, pending, t=60)
+    assert EventType.READMITTED in events(actions) and task.status["accounting"]["upSince"] is None
+    up = [started(pod_obj("train-1", i), at(66 + i)) for i in (0, 1)]
+    _, actions = task.step(jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj(), readmitted, up, t=90)
+    assert EventType.WORKERS_RUNNING in events(actions)
+    acct = task.status["accounting"]
+    assert acct["upSince"] == at(67).isoformat()  # the newest container start, not the controller's 90
+    assert acct["badputSeconds"]["restarting"] == 7.0  # Readmitted at 60 until the workers ran at 67
+    _, actions = task.step(jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj(), readmitted, up, t=95)
+    assert EventType.WORKERS_RUNNING not in events(actions)  # not news
+    # Preempted again; the workers' termination messages say they stepped 5 s after they started.
+    task.step(jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj(), PREEMPTED, up, t=100)
+    report = commit_report(step=9, t=at(101), taken=at(100.5), final=True, first_step=at(72))
+    _, actions = task.step(suspended, PREEMPTED, [terminated(up[0], code=143, message=report)], t=103)
+    assert task.status["accounting"]["restoringSeconds"] == 5.0
+
+
 def test_the_get_view_shows_the_same_accounting_fields_as_the_local_backend() -> None:
     from gangrun._backends.kube.backend import _accounting
     from gangrun._backends.kube.reconcile import load_state
@@ -379,8 +415,9 @@ def test_the_get_view_shows_the_same_accounting_fields_as_the_local_backend() ->
     task = Task()
     running(task)
     view = _accounting(task.obj, load_state(task.obj, now=at(10)))
-    assert set(view) == {"queuedSeconds", "gangUpSeconds", "workLost", "workLostSeconds", "goodput", "lastCheckpoint",
-                         "preemptionsByCause", "waitingForReadmissionSeconds"}
+    assert set(view) == {"queuedSeconds", "gangUpSeconds", "restoringSeconds", "workLost", "workLostSeconds",
+                         "goodput", "badputSeconds", "lastCheckpoint", "finalSaveSeconds", "periodicSaveSeconds",
+                         "preemptionsByCause", "waitingForReadmissionSeconds", "grace"}
 
 
 def test_a_preemption_that_ends_the_attempt_tells_the_workers_it_was_a_preemption() -> None:

@@ -63,6 +63,11 @@ def test_s11_preempted_gang_resumes_from_step_6_on_attempt_1(backend: LocalBacke
     assert acct["waitingForReadmissionSeconds"] > 0
     assert len(acct["workLost"]) == 1 and acct["workLost"][0]["cause"] == "Preempted"
     assert 0 < acct["goodput"] <= 1
+    # Both starts are restoring until the workers' first step; the readmitted gang is up once they run.
+    assert types.count("FirstStep") >= 2 and "WorkersRunning" in types
+    assert acct["restoringSeconds"] > 0 and acct["badputSeconds"]["restoring"] == acct["restoringSeconds"]
+    assert acct["badputSeconds"]["waitingForReadmission"] > 0
+    assert acct["lastCheckpoint"]["takenAt"] <= acct["lastCheckpoint"]["at"]
 
 
 def test_preemption_without_resume_is_a_user_retry_and_attempt_2_resumes_from_attempt_1(

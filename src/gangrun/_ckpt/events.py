@@ -1,8 +1,16 @@
-"""The checkpoint side of the task's event timeline.
+"""The worker side of the task's event timeline.
 
-When the backend sets ``GANGRUN_EVENTS_FILE``, every commit appends one JSON line to it. The line is
-written with a single ``write`` on an ``O_APPEND`` descriptor, so lines from many ranks and processes
-never interleave (a short line is written atomically by the kernel in append mode).
+When the backend sets ``GANGRUN_EVENTS_FILE``, the SDK appends one JSON line to it for each of:
+
+- ``checkpoint_committed``: a committed checkpoint, with when its state was taken (``takenAt``:
+  when save() was called), how long the save took (``saveSeconds``, from the call to the commit),
+  and whether it was a ``final`` save (made after the stop notice, in the grace period);
+- ``first_step``: this process's first training step after its load (or after it started, when it
+  loads nothing). A step is a save, a ``ctx.should_stop()`` call or an explicit ``ctx.progress()``;
+  the time from the gang's start to it is the gang's restoring time, which is not productive.
+
+Each line is written with a single ``write`` on an ``O_APPEND`` descriptor, so lines from many ranks
+and processes never interleave (a short line is written atomically by the kernel in append mode).
 """
 
 from __future__ import annotations
@@ -10,11 +18,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
+from typing import Any
 
 log = logging.getLogger("gangrun")
 
 EVENTS_FILE_ENV = "GANGRUN_EVENTS_FILE"
+COMMITTED = "checkpoint_committed"
+FIRST_STEP = "first_step"
+
+_stepped: set[str] = set()  # events files this process has reported its first step (since its load) to
+_step_lock = threading.Lock()
 
 
 def checkpoint_committed(
@@ -26,25 +41,43 @@ def checkpoint_committed(
     seq: int,
     step: int | None,
     uri: str,
+    taken_at: float | None = None,
+    final: bool = False,
     now: float | None = None,
 ) -> None:
     """Append a ``checkpoint_committed`` line; a failure to record is logged, never raised (the
     checkpoint is committed either way, and a timeline gap must not fail training)."""
     if not events_file:
         return
-    line = json.dumps(
-        {
-            "type": "checkpoint_committed",
-            "task": task,
-            "attempt": attempt,
-            "rank": rank,
-            "seq": seq,
-            "step": step,
-            "uri": uri,
-            "time": time.time() if now is None else now,
-        },
-        separators=(",", ":"),
-    )
+    t = time.time() if now is None else now
+    doc: dict[str, Any] = {"type": COMMITTED, "task": task, "attempt": attempt, "rank": rank, "seq": seq,
+                           "step": step, "uri": uri, "time": t}
+    if taken_at is not None:
+        doc.update(takenAt=taken_at, saveSeconds=round(max(0.0, t - taken_at), 3), final=final)
+    _append(events_file, doc)
+
+
+def loaded() -> None:
+    """This process restored a checkpoint: its next step is the first one after the load."""
+    with _step_lock:
+        _stepped.clear()
+
+
+def first_step(events_file: str | None, *, task: str | None, attempt: int | None, rank: int,
+               step: int | None = None, now: float | None = None) -> None:
+    """Report this process's first step after its load, once (cheap on every later call)."""
+    if not events_file or events_file in _stepped:
+        return
+    with _step_lock:
+        if events_file in _stepped:
+            return
+        _stepped.add(events_file)
+    _append(events_file, {"type": FIRST_STEP, "task": task, "attempt": attempt, "rank": rank, "step": step,
+                          "time": time.time() if now is None else now})
+
+
+def _append(events_file: str, doc: dict[str, Any]) -> None:
+    line = json.dumps(doc, separators=(",", ":"))
     try:
         fd = os.open(events_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -52,4 +85,4 @@ def checkpoint_committed(
         finally:
             os.close(fd)
     except OSError as e:
-        log.warning("gangrun: could not record the checkpoint event in %s: %s", events_file, e)
+        log.warning("gangrun: could not record the %s event in %s: %s", doc["type"], events_file, e)

@@ -193,6 +193,12 @@ def stop_requested() -> bool:
     return STATE.notice is not None
 
 
+def stopping() -> bool:
+    """Whether a stop notice came, read without telling gangrun that the program handles the stop
+    (a save asks it to say whether it is the final one; the program has not listened for that)."""
+    return STATE.notice is not None
+
+
 def on_stop(fn: Callable[[StopNotice], object]) -> None:
     """Call `fn(notice)` once, from the ``gangrun-stop`` thread, when a stop is requested."""
     STATE.listening = True

@@ -234,6 +234,9 @@ def timeline(view: Doc, events: list[Doc], *, now: datetime) -> Doc:
             "waitingForReadmissionSeconds": view.get("waitingForReadmissionSeconds"),
             "workLostSeconds": (accounting or {}).get("workLostSeconds"),
             "queuedSeconds": (accounting or {}).get("queuedSeconds"),
+            "restoringSeconds": (accounting or {}).get("restoringSeconds"),
+            "badputSeconds": (accounting or {}).get("badputSeconds"),
+            "grace": (accounting or {}).get("grace"),
             "checkpoints": len(checkpoints),
         },
     }

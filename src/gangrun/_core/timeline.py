@@ -39,6 +39,9 @@ class EventType(StrEnum):
     ABORTED = "Aborted"
     WORKER_EXITED = "WorkerExited"  # a worker's own exit outside a stop: the cause of a restart or failure
     CONTROL_PLANE = "ControlPlane"  # the backend itself: restarted, stopped, lost a gang's workers
+    WORKERS_RUNNING = "WorkersRunning"  # every worker of a round is running again (data "at": when, from the objects)
+    FIRST_STEP = "FirstStep"  # a worker's first training step after its load (data "at": the worker's own time)
+    GRACE_TOO_SHORT = "GracePeriodTooShort"  # the grace period is shorter than the final saves need
 
 
 @dataclass(frozen=True, kw_only=True)

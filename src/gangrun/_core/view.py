@@ -6,6 +6,8 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
+from gangrun._core import grace
+from gangrun._core.accounting import Accounting
 from gangrun._core.policy import Policy
 from gangrun._core.state import TaskState
 
@@ -16,6 +18,15 @@ def eviction_accounting(state: TaskState, *, now: datetime) -> tuple[dict[str, i
     counts = Counter(e.reason or e.kind.value for e in state.evictions)
     counts.update(d.reason for d in state.disruptions)
     return dict(counts), round(state.waiting_for_readmission(now=now).total_seconds(), 3)
+
+
+def accounting_view(acct: Accounting, *, grace_seconds: float, now: datetime, preemptions: dict[str, int],
+                    waited: float) -> dict[str, Any]:
+    """`accounting` of `get -o json`: the figures folded from the timeline, the preemptions by cause,
+    and whether the grace period fits the final saves measured so far (None before the first)."""
+    check = grace.check(acct.final_saves, grace_seconds)
+    return {**acct.view(now=now), "preemptionsByCause": preemptions, "waitingForReadmissionSeconds": waited,
+            "grace": check.for_json() if check is not None else None}
 
 
 def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, Any] | None = None,

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gangrun._ckpt import cache, catalog, events, shards, transfer
+from gangrun._ckpt import cache, catalog, events, notice, shards, transfer
 from gangrun._ckpt import writer as writer_mod
 from gangrun._ckpt.catalog import Candidate
 from gangrun._ckpt.commit import pending_for, uncommit
@@ -65,6 +65,14 @@ class SaveInfo:
     attempt: int
     step: int | None
     uri: str
+
+
+@dataclass(frozen=True)
+class _Taken:
+    """When a save's state was taken (save() was called), and whether the gang was stopping then."""
+
+    at: float
+    final: bool
 
 
 class Checkpoint:
@@ -196,8 +204,10 @@ class Checkpoint:
                 have = f"rank {self.rank}'s part" if path is not None else f"no part for rank {self.rank}"
                 part = f", sharded over {manifest.world_size} ranks: {have}"
             say(f"gangrun: loaded checkpoint from {where} (seq {cand.seq}, step {manifest.step}{part}): {uri}")
+            events.loaded()
             return path
         self._load_done = True
+        events.loaded()
         if skipped:
             say(
                 f"gangrun: no usable checkpoint: all {skipped} checkpoint(s) found under {self.root} "
@@ -289,8 +299,11 @@ class Checkpoint:
         """
         if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
             raise TypeError(f"step must be an int or None, not {type(step).__name__}")
+        taken = _Taken(at=time.time(), final=notice.stopping())  # the state as of now
+        events.first_step(self._events_file, task=self.task, attempt=self.attempt, rank=self.rank, step=step,
+                          now=taken.at)
         if shard:
-            return self._save_shard(data, step=step, blocking=blocking, snapshot=snapshot)
+            return self._save_shard(data, step=step, blocking=blocking, snapshot=snapshot, taken=taken)
         if not self.writer:
             if not self._said_not_writer:
                 self._said_not_writer = True
@@ -303,20 +316,20 @@ class Checkpoint:
             self._last_seq = seq
             info = SaveInfo(seq, self.attempt, step, self._uri_of(self.attempt, seq))
             if blocking:
-                self._run_blocking(lambda: self._commit(src, seq, step), info)
+                self._run_blocking(lambda: self._commit(src, seq, step, taken), info)
                 self._bg.submit(lambda: self._retain(seq))
             else:
                 staged = transfer.snapshot(src, self._staging(seq)) if snapshot else src
 
                 def job() -> None:
-                    self._commit(staged, seq, step)
+                    self._commit(staged, seq, step, taken)
                     self._retain(seq)
 
                 self._bg.submit(job)
         return info
 
     def _save_shard(
-        self, data: bytes | str | os.PathLike[str], *, step: int | None, blocking: bool, snapshot: bool
+        self, data: bytes | str | os.PathLike[str], *, step: int | None, blocking: bool, snapshot: bool, taken: _Taken
     ) -> SaveInfo:
         if step is None:
             raise UsageError("a sharded save needs step= (the same on every rank)")
@@ -357,14 +370,14 @@ class Checkpoint:
                 # In the rare case that this rank joined a killed gang's leftover save (shards.py),
                 # the commit has a higher seq than `info` says; a blocking save returns the right one.
                 def job() -> None:
-                    self._commit_shard(save, staged)
+                    self._commit_shard(save, staged, taken)
                     if self.rank == 0:  # who commits, prunes
                         self._retain(save.seq)
 
                 self._bg.submit(job)
                 return info
             committed: list[shards.ShardSave] = []
-            self._run_blocking(lambda: committed.append(self._commit_shard(save, staged)), info)
+            self._run_blocking(lambda: committed.append(self._commit_shard(save, staged, taken)), info)
             if self.rank == 0:
                 self._bg.submit(lambda: self._retain(save.seq))
             done = committed[0]
@@ -397,7 +410,7 @@ class Checkpoint:
         """Wait for the background save; False on timeout. Raises CommitFailed once if it failed."""
         return self._bg.wait(timeout)
 
-    def _commit(self, src: transfer.Source, seq: int, step: int | None) -> None:
+    def _commit(self, src: transfer.Source, seq: int, step: int | None, taken: _Taken) -> None:
         pending = pending_for(self._storage, join(self._attempt_path, entry_name(seq)), protocol=self._protocol)
         try:
             pending.create()
@@ -415,9 +428,9 @@ class Checkpoint:
             raise
         finally:
             src.discard()
-        self._committed(seq, step)
+        self._committed(seq, step, taken)
 
-    def _commit_shard(self, save: shards.ShardSave, src: transfer.Source) -> shards.ShardSave:
+    def _commit_shard(self, save: shards.ShardSave, src: transfer.Source, taken: _Taken) -> shards.ShardSave:
         """Write this rank's part and see the save committed (rank 0 commits it); returns the save
         that committed, which on a rank other than 0 may be a newer one than `save` (shards.py)."""
         try:
@@ -440,14 +453,15 @@ class Checkpoint:
         finally:
             src.discard()
         shards.finish(save)
-        self._committed(save.seq, save.step)
+        self._committed(save.seq, save.step, taken)
         return save
 
-    def _committed(self, seq: int, step: int | None) -> None:
+    def _committed(self, seq: int, step: int | None, taken: _Taken) -> None:
         uri = self._uri_of(self.attempt, seq)
         log.info("gangrun: committed checkpoint seq %d (step %s): %s", seq, step, uri)
         events.checkpoint_committed(
-            self._events_file, task=self.task, attempt=self.attempt, rank=self.rank, seq=seq, step=step, uri=uri
+            self._events_file, task=self.task, attempt=self.attempt, rank=self.rank, seq=seq, step=step, uri=uri,
+            taken_at=taken.at, final=taken.final,
         )
 
     def _retain(self, seq: int) -> None:

@@ -90,6 +90,9 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
     if isinstance(accounting, dict) and accounting:
         out.append("Accounting:")
         out.extend(accounting_lines(accounting, indent=2))
+        grace = accounting.get("grace")
+        if isinstance(grace, dict) and grace.get("sufficient") is False:
+            out.append(f"Grace period:   WARNING: {grace.get('message')}")
     out.append("Attempts:")
     out.extend(attempt_lines(view["attempts"]))
     out.append("Events:")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from gangrun._ckpt import events
 from gangrun._ckpt.logs import say
 from gangrun.checkpoint import Checkpoint
 from gangrun.torch import _gang
@@ -72,7 +73,9 @@ def load_state(
     """Load the newest committed torch checkpoint into `state_dict` in place (own attempt first,
     then earlier ones), resharding if it was written by another world size. Returns what was
     loaded, or None (state_dict untouched) when there is no checkpoint yet."""
-    return load(resolve(checkpoint, storage_options), state_dict)
+    loaded = load(resolve(checkpoint, storage_options), state_dict)
+    events.loaded()  # the next step is the first one after the load
+    return loaded
 
 
 def wait(timeout: float | None = None) -> bool:

@@ -41,7 +41,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 import torch
-from gangrun._ckpt import catalog, events
+from gangrun._ckpt import catalog, events, notice
 from gangrun._ckpt import writer as writer_mod
 from gangrun._ckpt.commit import PendingCheckpoint, pending_for
 from gangrun._ckpt.events import EVENTS_FILE_ENV
@@ -96,6 +96,10 @@ class Saver:
         self._staged: dict[str, Any] | None = None  # staging buffers, reused from save to save
 
     def save(self, state_dict: dict[str, Any], *, step: int | None, blocking: bool) -> StateSave:
+        t = self.target
+        taken = (time.time(), notice.stopping())  # the state as of now, and whether the gang is stopping
+        events.first_step(os.environ.get(EVENTS_FILE_ENV) or None, task=t.task, attempt=t.attempt, rank=_gang.rank(),
+                          step=step, now=taken[0])
         with self._lock:
             self._bg.wait()  # one save in flight; raises the previous one's failure, once
             group = _gang.side_group()
@@ -103,7 +107,7 @@ class Saver:
                 seq, location, pending = self._open(group)
                 writer_mod.ACTIVE.enter()
                 try:
-                    self._write(state_dict, seq, step, location, pending, group)
+                    self._write(state_dict, seq, step, location, pending, group, taken)
                 finally:
                     writer_mod.ACTIVE.exit()
                 if pending is not None:  # rank 0, which committed, prunes: in the background
@@ -117,7 +121,7 @@ class Saver:
             uri = self.target.uri_of(self.target.attempt, seq)
 
             def job() -> None:
-                self._write(staged, seq, step, location, pending, group)
+                self._write(staged, seq, step, location, pending, group, taken)
                 if pending is not None:
                     self._retain(seq)
 
@@ -172,8 +176,9 @@ class Saver:
         location: str,
         pending: PendingCheckpoint | None,
         group: Any,
+        taken: tuple[float, bool],
     ) -> None:
-        """Steps 2-4, on every rank."""
+        """Steps 2-4, on every rank. `taken`: when the state was taken, and whether in a stop."""
         t = self.target
         me = _gang.rank()
         data_dir = join(location, "data")
@@ -186,13 +191,14 @@ class Saver:
         reports = _gang.gather(report, group)
         outcome: str | None = None
         if reports is not None:  # rank 0
-            outcome = self._commit(reports, seq, step, data_dir, pending)
+            outcome = self._commit(reports, seq, step, data_dir, pending, taken)
         outcome = _gang.broadcast(outcome, group)
         if outcome is not None:
             raise CommitFailed(f"torch checkpoint save {t.uri_of(t.attempt, seq)} failed: {outcome}")
 
     def _commit(
-        self, reports: list[_Report], seq: int, step: int | None, data_dir: str, pending: PendingCheckpoint | None
+        self, reports: list[_Report], seq: int, step: int | None, data_dir: str, pending: PendingCheckpoint | None,
+        taken: tuple[float, bool],
     ) -> str | None:
         """Rank 0: commit if every rank wrote; returns why not otherwise (and removes the save)."""
         t = self.target
@@ -221,7 +227,8 @@ class Saver:
         uri = t.uri_of(t.attempt, seq)
         log.info("gangrun: committed torch checkpoint seq %d (step %s, %d ranks): %s", seq, step, len(reports), uri)
         events.checkpoint_committed(
-            os.environ.get(EVENTS_FILE_ENV) or None, task=t.task, attempt=t.attempt, rank=0, seq=seq, step=step, uri=uri
+            os.environ.get(EVENTS_FILE_ENV) or None, task=t.task, attempt=t.attempt, rank=0, seq=seq, step=step,
+            uri=uri, taken_at=taken[0], final=taken[1],
         )
         return None
 

@@ -253,6 +253,42 @@ def checkpoints(pods: Iterable[Any]) -> list[checkpoint_report.Commit]:
     return out
 
 
+def first_steps(pods: Iterable[Any]) -> list[tuple[int | None, datetime]]:
+    """(attempt, when) of each worker's first step after its load, from its termination message."""
+    out = []
+    for pod in pods:
+        if not isinstance(pod, dict):
+            continue
+        for cs in _list(_get(pod, "status", "containerStatuses")):
+            if not isinstance(cs, dict) or cs.get("name") != CONTAINER:
+                continue
+            for state in ("state", "lastState"):
+                message = _get(cs, state, "terminated", "message")
+                t = checkpoint_report.first_step(message) if isinstance(message, str) and message else None
+                if t is not None:
+                    out.append((attempt_of(pod), t))
+    return out
+
+
+def workers_running_at(obj: Any, pods: Iterable[Any]) -> datetime | None:
+    """When every worker of the JobSet's current round was running: the newest container `startedAt`
+    among them; None while one is not running (or the JobSet is suspended)."""
+    if not isinstance(obj, dict) or is_suspended(obj):
+        return None
+    restarts = max(_int(_get(obj, "status", "restarts")), 0)
+    started: list[datetime] = []
+    for pod in current_round(pods, restarts):
+        if _get(pod, "metadata", "deletionTimestamp") or _get(pod, "status", "phase") != "Running":
+            continue
+        for cs in _list(_get(pod, "status", "containerStatuses")):
+            if isinstance(cs, dict) and cs.get("name") == CONTAINER:
+                t = parse_time(_get(cs, "state", "running", "startedAt"))
+                if t is not None:
+                    started.append(t)
+    expected = expected_workers(obj)
+    return max(started) if started and len(started) >= expected else None
+
+
 def is_suspended(obj: Any) -> bool:
     """Whether a JobSet is suspended: by its spec, or by its `Suspended` condition."""
     return _get(obj, "spec", "suspend") is True or any(c.type == jobset.SUSPENDED and c.is_true

@@ -36,7 +36,7 @@ from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event
-from gangrun._core.view import eviction_accounting, task_view
+from gangrun._core.view import accounting_view, eviction_accounting, task_view
 from gangrun._errors import ApiError, BackendError, Conflict, NotFound, SpecError, UsageError
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -426,7 +426,8 @@ def _accounting(task: dict[str, Any], state: TaskState) -> dict[str, Any]:
     """The accounting of `get -o json`, the same fields as on the local backend."""
     now = system_clock()
     causes, waited = eviction_accounting(state, now=now)
-    return {**load_accounting(task).view(now=now), "preemptionsByCause": causes, "waitingForReadmissionSeconds": waited}
+    return accounting_view(load_accounting(task), grace_seconds=_grace_seconds(task), now=now, preemptions=causes,
+                           waited=waited)
 
 
 def _check_kubeconfig(path: str | None) -> None:

@@ -40,6 +40,7 @@ from gangrun._backends.kube.reconcile import (
     CreateJobSet,
     DeleteJobSet,
     event_type,
+    first_step_events,
     load_accounting,
     load_state,
     reconcile,
@@ -322,21 +323,28 @@ def _status_written(task: dict[str, Any]) -> bool:
 
 
 def _worth_keeping(pod: dict[str, Any]) -> bool:
-    """Whether a deleted pod still says something a sync needs: a checkpoint, or a node disruption."""
-    return bool(adapter.checkpoints([pod])) or adapter.disruption({}, [pod]) is not None
+    """Whether a deleted pod still says something a sync needs: a checkpoint, a first step after a load,
+    or a node disruption."""
+    return (bool(adapter.checkpoints([pod])) or bool(adapter.first_steps([pod]))
+            or adapter.disruption({}, [pod]) is not None)
 
 
 def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
     """Whether the status already holds what a deleted pod said (or the task has left its attempt).
 
     A disruption is in the status only once the gang restarted for it, which may be several syncs
-    after its pod went; a checkpoint once the accounting has it (or a newer one).
+    after its pod went; a checkpoint once the accounting has it (or a newer one); a first step once
+    it would change nothing.
     """
     if adapter.attempt_of(pod) != status.get("attempt", 1) or status.get("phase") in TERMINAL_PHASES:
         return True
     d = adapter.disruption({}, [pod])
     if d is not None and not any(isinstance(r, dict) and r.get("worker") == d.worker
                                  for r in status.get("disruptions") or []):
+        return False
+    steps = [t for _, t in adapter.first_steps([pod])]
+    if steps and first_step_events(load_accounting({"status": status}), steps, attempt=status.get("attempt", 1),
+                                   now=max(steps)):
         return False
     commits = adapter.checkpoints([pod])
     newest = adapter.parse_time(((status.get("accounting") or {}).get("lastCheckpoint") or {}).get("at"))

@@ -160,9 +160,18 @@ def pod_template_schema() -> dict[str, Any]:
     }
 
 
+BADPUT_CAUSES = ("queued", "waitingForReadmission", "restoring", "restarting", "workLost")
+
+
 def status_schema() -> dict[str, Any]:
     """`.status`: the persisted `TaskState` (see `gangrun._core.state.TaskState.for_storage`) plus conditions."""
     record = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    seconds = {"type": "array", "items": {"type": "number"}}
+    accounting_properties = {
+        "restoringSeconds": {"type": "number", "description": "gang up before the first step after a load"},
+        "badputSeconds": {"type": "object", "properties": {k: {"type": "number"} for k in BADPUT_CAUSES}},
+        "finalSaveSeconds": seconds, "periodicSaveSeconds": seconds,
+    }
     return {
         "type": "object",
         "properties": {
@@ -188,7 +197,9 @@ def status_schema() -> dict[str, Any]:
             "disruptionsInARow": {"type": "integer"},
             "disruptions": {"type": "array", "items": record,
                             "description": "whole-gang restarts for workers lost to node disruptions"},
-            "accounting": {**record, "description": "time queued, gang up, work lost per stop, last checkpoint"},
+            "accounting": {**record, "properties": accounting_properties,
+                           "description": "time queued, gang up, restoring, work lost per stop, last checkpoint, "
+                                          "save durations; badput by cause as of the newest event"},
             "jobSet": _str("the JobSet of the current attempt"),
             "observedGeneration": {"type": "integer"},
             "conditions": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],

@@ -36,7 +36,7 @@ from gangrun._backends.kube import adapter, crd
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.render import check_renderable, jobset_name, render_jobset
 from gangrun._checkpoint_report import Commit
-from gangrun._core import kueue
+from gangrun._core import grace, kueue
 from gangrun._core.accounting import Accounting
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.conditions import Condition, find_condition, set_condition
@@ -51,7 +51,7 @@ from gangrun._errors import SpecError
 
 INVALID_SPEC = "InvalidSpec"
 WARNING_EVENTS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.ATTEMPT_ENDED, EventType.FAILED,
-                            EventType.DISRUPTED})
+                            EventType.DISRUPTED, EventType.GRACE_TOO_SHORT})
 LIVE_PHASES = ("Pending", "Running")
 # Stop-notice causes besides Kueue's Evicted reasons and error codes (the local backend's words).
 ABORTED, ATTEMPT_ENDED, NODE_DISRUPTION = "Aborted", "AttemptEnded", "NodeDisruption"
@@ -166,6 +166,9 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     ledger = load_accounting(task)
     commits = [c for c in adapter.checkpoints(pods) if c.attempt == before.attempt]
     seen += _checkpoint_events(ledger, commits, now=now)
+    seen += first_step_events(ledger, [t for a, t in adapter.first_steps(pods) if a in (None, before.attempt)],
+                         attempt=before.attempt, now=now)
+    seen += _workers_running(ledger, before, adapter.workers_running_at(jobset, pods), now=now)
     seen += _admitted(ledger, before, obs, now=now)
     decided: list[Action] = []
     state = before
@@ -182,6 +185,10 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     for a in actions:  # the accounting is the timeline folded, event by event, as on the local backend
         if isinstance(a, RecordEvent):
             ledger = ledger.apply(a.event)
+    warning = grace.newly_short(load_accounting(task).final_saves, ledger.final_saves, _grace_seconds(spec))
+    if warning:
+        actions.append(RecordEvent(Event(time=now, type=EventType.GRACE_TOO_SHORT, attempt=state.attempt,
+                                         message=warning)))
     status = _status_patch(task, state, now=now, ledger=ledger)
     if status is None:
         actions = [a for a in actions if not isinstance(a, RecordEvent)]
@@ -209,8 +216,44 @@ def _checkpoint_events(ledger: Accounting, commits: Sequence[Commit], *, now: da
         out.append(RecordEvent(Event(time=now, type=EventType.CHECKPOINT, attempt=c.attempt,
                                      message=f"checkpoint committed ({what}) by rank {c.rank}",
                                      data={"step": c.step, "seq": c.seq, "uri": c.uri,
-                                           "committedAt": min(c.at, now).isoformat()})))
+                                           "committedAt": min(c.at, now).isoformat(),
+                                           **_save_data(c, now=now)})))
     return out
+
+
+def _save_data(c: Commit, *, now: datetime) -> dict[str, Any]:
+    """When the commit's state was taken and how long its save took, when the worker said."""
+    out: dict[str, Any] = {} if c.taken_at is None else {"takenAt": min(c.taken_at, now).isoformat()}
+    if c.save_seconds is not None:
+        out.update(saveSeconds=c.save_seconds, final=c.final)
+    return out
+
+
+def first_step_events(ledger: Accounting, steps: Sequence[datetime], *, attempt: int, now: datetime) -> list[Action]:
+    """A FirstStep event for each worker's first step (from its termination message) that changes the
+    accounting: the newest of the current or just-ended period. Read again at every reconcile, so
+    only news is recorded."""
+    out: list[Action] = []
+    for t in sorted(steps):
+        event = Event(time=now, type=EventType.FIRST_STEP, attempt=attempt, data={"at": min(t, now).isoformat()},
+                      message="a worker took its first step after loading its checkpoint")
+        after = ledger.apply(event)
+        if after != ledger:
+            out.append(RecordEvent(event))
+            ledger = after
+    return out
+
+
+def _workers_running(ledger: Accounting, before: TaskState, running: datetime | None, *,
+                     now: datetime) -> list[Action]:
+    """After a readmission: the gang is up again from when its last worker's container started."""
+    if running is None or ledger.up_since is not None or running == ledger.workers_running_at:
+        return []
+    if not ledger.awaiting_workers and before.eviction is None:
+        return []  # not back from an eviction: GangStarted and GangRestarted say when it is up
+    return [RecordEvent(Event(time=now, type=EventType.WORKERS_RUNNING, attempt=before.attempt,
+                              data={"at": min(running, now).isoformat()},
+                              message=f"every worker of attempt {before.attempt} running again"))]
 
 
 def _admitted(ledger: Accounting, before: TaskState, obs: Observation, *, now: datetime) -> list[Action]:
@@ -314,7 +357,24 @@ def _invalid(task: dict[str, Any], state: TaskState, problem: str, *,
 # -- status -------------------------------------------------------------------------------------------
 
 
-def _conditions(state: TaskState, old: Any, *, now: datetime) -> list[dict[str, Any]]:
+def _grace_seconds(spec: TaskSpec) -> float:
+    return spec.termination_grace.total_seconds()
+
+
+def _grace_condition(task: dict[str, Any], ledger: Accounting) -> Condition | None:
+    """GracePeriodTooShort, once a final save was measured (True: the grace period does not fit it)."""
+    try:
+        seconds = _grace_seconds(task_spec(task))
+    except SpecError:
+        return None
+    check = grace.check(ledger.final_saves, seconds)
+    if check is None:
+        return None
+    return Condition(type=grace.CONDITION, status=str(check.short),
+                     reason=grace.REASON_SHORT if check.short else grace.REASON_OK, message=check.message)
+
+
+def _conditions(state: TaskState, old: Any, *, now: datetime, extra: Sequence[Condition] = ()) -> list[dict[str, Any]]:
     conds = [c for c in adapter.conditions({"status": {"conditions": old}})]
     phase = state.phase
     eviction = state.eviction
@@ -328,6 +388,7 @@ def _conditions(state: TaskState, old: Any, *, now: datetime) -> list[dict[str, 
                   message=eviction.message if eviction is not None else ""),
         Condition(type="Finished", status=str(phase.terminal), reason=phase.value if phase.terminal else "NotFinished",
                   message=(state.message or state.info.reason) if phase.terminal else ""),
+        *extra,
     ]
     for c in wanted:
         set_condition(conds, c, now=now)
@@ -343,7 +404,8 @@ def _status_patch(task: dict[str, Any], state: TaskState, *, now: datetime,
     new = {**state.for_storage(), "jobSet": jobset_name(name, state.attempt) if name else "",
            "accounting": ledger.for_storage(),
            "observedGeneration": (task.get("metadata") or {}).get("generation", 0),
-           "conditions": _conditions(state, old.get("conditions"), now=now)}
+           "conditions": _conditions(state, old.get("conditions"), now=now,
+                                     extra=[c for c in (_grace_condition(task, ledger),) if c is not None])}
     if _without_nulls(new) == _without_nulls(old):
         return None
     return new

@@ -1,8 +1,9 @@
 """Carrying out what the gang twin asks for: start a round of workers, signal them, write the stop notice.
 
 The twin decides (`gang.py` returns `Effect`s); `Effects.apply` does, through the small `Processes`
-interface the daemon implements with real processes and pidfds. It also reads the SDK's checkpoint
-events file of a running gang (`read_checkpoints`), the other file the workers and the daemon share.
+interface the daemon implements with real processes and pidfds. It also reads the SDK's events file
+of a running gang (`read_checkpoints`: commits and first steps), the other file the workers and the
+daemon share.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import json
 import os
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from gangrun._backends.clock import utc
 from gangrun._backends.local.config import Paths
 from gangrun._backends.local.gang import Effect, GangTwin, Signal, StartRound, Worker, WriteNotice
 from gangrun._backends.local.render import Launch, launch, worker_env
 from gangrun._backends.local.task import LocalTask
+from gangrun._ckpt import events
 from gangrun._core.timeline import Event, EventType
 
 
@@ -68,6 +70,9 @@ class Effects:
             task.record(Event(time=now, type=EventType.WORKER_READY, attempt=g.attempt,
                               message=f"worker rank {w.rank} (node {w.node}) running, pid {started[w.rank][0]}",
                               data={"rank": w.rank, "pid": started[w.rank][0], "restart": g.restarts}))
+        if not cannot:  # a readmitted gang is up again from here (the accounting waits for it)
+            task.record(Event(time=now, type=EventType.WORKERS_RUNNING, attempt=g.attempt, data={"at": now.isoformat()},
+                              message=f"every worker of round {g.restarts} running"))
         self.apply(task, g.round_started(g.port, started, cannot_start=cannot, grace=task.spec.termination_grace,
                                          now=now), now)
 
@@ -81,7 +86,7 @@ class Effects:
         os.replace(tmp, run / "stop.json")
 
     def read_checkpoints(self, task: LocalTask, now: datetime) -> None:
-        """Turn the SDK's new `checkpoint_committed` lines of the gang's attempt into timeline events."""
+        """Turn the SDK's new lines of the gang's attempt (commits, first steps) into timeline events."""
         g = task.gang
         if g is None:
             return
@@ -111,16 +116,27 @@ def _checkpoint_event(line: bytes, *, attempt: int, now: datetime) -> Event | No
         doc = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(doc, dict) or doc.get("type") != "checkpoint_committed":
+    if not isinstance(doc, dict) or doc.get("type") not in (events.COMMITTED, events.FIRST_STEP):
         return None
-    try:
-        committed = utc(float(doc.get("time") or 0))
-    except (TypeError, ValueError, OverflowError, OSError):
-        committed = now
+    # Stamped when it is read, so the timeline stays in order; when it happened is in the data.
+    at = _time(doc.get("time"), now)
+    if doc["type"] == events.FIRST_STEP:
+        return Event(time=now, type=EventType.FIRST_STEP, attempt=doc.get("attempt", attempt),
+                     message=f"rank {doc.get('rank', 0)} took its first step after its load (step {doc.get('step')})",
+                     data={"at": at.isoformat(), "rank": doc.get("rank", 0)})
     step = doc.get("step")
     what = f"step {step}" if step is not None else f"seq {doc.get('seq')}"
-    # Stamped when it is read, so the timeline stays in order; when it committed is in the data.
+    data = {"step": step, "seq": doc.get("seq"), "uri": doc.get("uri"), "committedAt": at.isoformat()}
+    if "takenAt" in doc:
+        data.update(takenAt=_time(doc["takenAt"], now).isoformat(), saveSeconds=doc.get("saveSeconds"),
+                    final=doc.get("final") is True)
     return Event(time=now, type=EventType.CHECKPOINT, attempt=doc.get("attempt", attempt),
-                 message=f"checkpoint committed ({what}) by rank {doc.get('rank', 0)}",
-                 data={"step": step, "seq": doc.get("seq"), "uri": doc.get("uri"),
-                       "committedAt": min(committed, now).isoformat()})
+                 message=f"checkpoint committed ({what}) by rank {doc.get('rank', 0)}", data=data)
+
+
+def _time(v: Any, now: datetime) -> datetime:
+    """A worker's unix time, never later than `now` (a worker's clock is the daemon's, but rounding)."""
+    try:
+        return min(utc(float(v)), now)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return now

@@ -17,12 +17,13 @@ from gangrun._backends.local.config import Config, Paths
 from gangrun._backends.local.gang import GangTwin
 from gangrun._backends.local.store import Row
 from gangrun._backends.local.workload import WorkloadTwin
+from gangrun._core import grace
 from gangrun._core.accounting import Accounting
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
-from gangrun._core.timeline import Event
+from gangrun._core.timeline import Event, EventType
 from gangrun._core.times import time_in, time_out
-from gangrun._core.view import eviction_accounting, task_view
+from gangrun._core.view import accounting_view, eviction_accounting, task_view
 from gangrun._errors import GangrunError
 
 
@@ -75,8 +76,19 @@ class LocalTask:
         return self.state.phase.terminal
 
     def record(self, event: Event) -> None:
+        before = self.acct
         self.events.append(event)
         self.acct = self.acct.apply(event)
+        if self.acct.final_saves != before.final_saves:
+            warning = grace.newly_short(before.final_saves, self.acct.final_saves, self.grace_seconds)
+            if warning:
+                self.events.append(Event(time=event.time, type=EventType.GRACE_TOO_SHORT, attempt=event.attempt,
+                                         message=warning))
+
+    @property
+    def grace_seconds(self) -> float:
+        """How long the workers have between SIGTERM and SIGKILL (the local stop deadline)."""
+        return self.spec.termination_grace.total_seconds()
 
     def fingerprint(self) -> tuple[Any, ...]:
         """Changes whenever something worth persisting changed (the twins count their own changes)."""
@@ -116,8 +128,8 @@ def view(task: LocalTask, config: Config, paths: Paths, *, now: datetime,
         "executable": task.doc.get("executable"),
         "checkpointRoot": paths.checkpoint_root(task.name, spec.checkpoint_uri),
         "logs": str(paths.logs(task.name)),
-        "accounting": {**task.acct.view(now=now), "preemptionsByCause": causes,
-                       "waitingForReadmissionSeconds": waited},
+        "accounting": accounting_view(task.acct, grace_seconds=task.grace_seconds, now=now,
+                                      preemptions=causes, waited=waited),
     }
     return task_view(task.name, task.state, now=now, extra=extra, policy=spec.policy())
 

@@ -173,6 +173,10 @@ function legend() {
   return el("div", { class: "legend" }, ...items.map(([t, c]) => el("span", {}, el("i", { style: `background:${c}` }), t)));
 }
 
+// What the time of a task that was not productive went to (accounting.badputSeconds), in this order.
+const BADPUT = [["queued", "queued"], ["waitingForReadmission", "waiting for re-admission"],
+  ["restoring", "restoring"], ["restarting", "restarting"], ["workLost", "work lost"]];
+
 async function showTask(name) {
   const doc = await getJSON(`/api/tasks/${encodeURIComponent(name)}`);
   document.getElementById("backend").textContent = `${doc.backend} backend`;
@@ -186,7 +190,11 @@ async function showTask(name) {
     el("span", {}, "preemptions ", el("b", { text: String(s.preemptions) })),
     el("span", {}, "waited for re-admission ", el("b", { text: secs(s.waitingForReadmissionSeconds) })),
     el("span", {}, "work lost ", el("b", { text: secs(s.workLostSeconds) })),
+    el("span", {}, "restoring ", el("b", { text: secs(s.restoringSeconds) })),
     el("span", {}, "checkpoints ", el("b", { text: String(s.checkpoints) })));
+  const badput = s.badputSeconds ? el("div", { class: "summary badput" }, el("span", { class: "muted", text: "badput" }),
+    ...BADPUT.map(([key, label]) => el("span", {}, `${label} `, el("b", { text: secs(s.badputSeconds[key]) })))) : "";
+  const grace = s.grace && !s.grace.sufficient ? el("p", { class: "why", id: "grace", text: s.grace.message }) : "";
   const reason = el("p", { class: row.waiting ? "why" : "muted", id: "reason", text: why(row) });
   const chart = el("div", { class: "chart" }, drawTimeline(tl, width), legend());
   const events = el("table", { class: "events" }, el("tbody", {}, ...doc.events.slice(-40).reverse().map((e) =>
@@ -196,7 +204,8 @@ async function showTask(name) {
   let logs = document.getElementById("logs-panel");
   if (!logs || logs.dataset.task !== name) logs = logsPanel(name);
   updateChoices(logs, row.attempt, doc.worldSize || 1);
-  main.replaceChildren(el("p", {}, el("a", { href: "#/", text: "← all tasks" })), title, summary, reason, chart,
+  main.replaceChildren(el("p", {}, el("a", { href: "#/", text: "← all tasks" })), title, summary, badput, grace, reason,
+    chart,
     el("h2", { text: "Worker output" }), logs, el("h2", { text: "Timeline (newest first)" }), events);
   await refreshLogs(name);
 }
