@@ -199,3 +199,23 @@ def test_a_readmission_noticed_after_the_workers_ran_ends_the_wait_when_they_ran
     assert acct.up_since == at(34)
     assert acct.badput(now=at(41))["waitingForReadmission"] == 18.0  # 16..34, not 16..40
     assert acct.gang_up(now=at(41)) == 13.0 + 7.0
+
+
+# -- elastic gangs: time up counts in node-seconds, as the fraction of the full size it runs at --------
+
+
+def test_an_elastic_gang_running_on_half_its_nodes_is_half_as_productive() -> None:
+    acct = fold(ev(0, E.SUBMITTED), ev(0, E.GANG_CREATED), ev(0, E.ADMITTED, nodes=2, of=4), ev(0, E.GANG_STARTED),
+                ev(10, E.SUCCEEDED))
+    assert acct.gang_up(now=at(10)) == pytest.approx(5.0)
+    assert acct.goodput(now=at(10)) == pytest.approx(0.5)
+
+
+def test_a_resize_while_up_is_a_stop_whose_loss_the_final_save_shrinks() -> None:
+    acct = fold(ev(0, E.SUBMITTED), ev(0, E.GANG_CREATED), ev(0, E.ADMITTED, nodes=2, of=4), ev(0, E.GANG_STARTED),
+                ev(10, E.RESIZED, **{"from": 2, "to": 4, "of": 4}), ckpt(10.5, 10.5, taken=10.2, seconds=0.3, final=True),
+                ev(11, E.RESTARTED), ev(21, E.SUCCEEDED))
+    assert [(w.cause, round(w.seconds, 3)) for w in acct.work_lost] == [("Resize", 0.0)]
+    assert acct.gang_up(now=at(21)) == pytest.approx(10 * 0.5 + 10)  # node-seconds: half, then the whole gang
+    assert acct.badput(now=at(21))["restarting"] == pytest.approx(1.0)
+    assert Accounting.from_storage(acct.for_storage()) == acct

@@ -30,6 +30,10 @@ What the events mean here, in order of a task's life:
                                      any other time between a stop and the next start is `restarting`
     CheckpointCommitted (takenAt)    the newest checkpoint; one taken during a stop (the final save
                                      in the grace period) shrinks that stop's loss
+    Admitted (nodes, of) |           an elastic gang's size: time up counts in node-seconds, as the
+      Resized (to, of)               fraction of its full size it runs at (a rigid gang: 1); a
+                                     resize while up is a stop (its work since the newest save is
+                                     lost; the final save in the grace period shrinks that)
     ControlPlane (downFrom, downTo)  the backend was down: a gang that was up is known only until
                                      `downFrom`; its work since the newest checkpoint is lost
     Succeeded | Failed | Aborted     the clock of goodput stops
@@ -72,16 +76,18 @@ class CheckpointMark:
 
 @dataclass(frozen=True, kw_only=True)
 class WorkLost:
-    """One stop that threw work away: `seconds` of gang-up time since `since` (checkpoint or first step)."""
+    """One stop that threw work away: `seconds` of gang-up time since `since` (checkpoint or first step),
+    at `size` of the gang's full size (an elastic gang running small loses less)."""
 
     attempt: int
     cause: str
     at: datetime
     since: datetime
+    size: float = 1.0
 
     @property
     def seconds(self) -> float:
-        return max(0.0, (self.at - self.since).total_seconds())
+        return max(0.0, (self.at - self.since).total_seconds()) * self.size
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +98,7 @@ class UpPeriod:
     start: datetime
     end: datetime
     stepped: datetime | None = None
+    size: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +125,7 @@ class Accounting:
     last_checkpoint: CheckpointMark | None = None
     final_saves: tuple[float, ...] = ()  # seconds each save made during a stop took (the newest SAVES_KEPT)
     periodic_saves: tuple[float, ...] = ()  # seconds each other save took
+    size: float = 1.0  # the fraction of its full size the gang runs at (elastic gangs; node-seconds)
 
     def apply(self, e: Event) -> Accounting:
         """The accounting after event `e`. Returns `self` for events that change nothing."""
@@ -137,6 +145,10 @@ class Accounting:
             acct = acct._readmitted(_at(e), attempt=e.attempt or acct.up_attempt)
         elif kind is EventType.WORKERS_RUNNING:
             acct = acct._workers_running(_at(e), attempt=e.attempt or acct.up_attempt)
+        elif kind in (EventType.ADMITTED, EventType.RESIZED) and e.data.get("of"):
+            if kind is EventType.RESIZED and acct.up_since is not None:
+                acct = acct._stop("Resize", t)
+            acct = replace(acct, size=_fraction(e.data.get("to", e.data.get("nodes")), e.data["of"]))
         elif kind is EventType.CONTROL_PLANE and "downFrom" in e.data:
             acct = acct._stop("ControlPlaneDown", datetime.fromisoformat(e.data["downFrom"]))
         if kind in (EventType.ADMITTED, EventType.GANG_STARTED) and acct.queued_since is not None:
@@ -207,15 +219,16 @@ class Accounting:
         """The gang stops being up at `at`; unless `lose` is False its work since the last save is lost."""
         if self.up_since is None:
             return self
-        up = self.gang_up_seconds + _seconds(self.up_since, at)
+        up = self.gang_up_seconds + _seconds(self.up_since, at) * self.size
         period = UpPeriod(attempt=self.up_attempt, start=self.up_since, end=max(at, self.up_since),
-                          stepped=self.stepped_at)
+                          stepped=self.stepped_at, size=self.size)
         restoring = self.restoring_seconds + self._restoring(period)
         acct = replace(self, gang_up_seconds=up, up_since=None, stepped_at=None, restoring_seconds=restoring,
                        last_up=period, down_since=at, down_waiting=False)
         if not lose:
             return acct
-        lost = WorkLost(attempt=self.up_attempt, cause=cause, at=at, since=_loss_since(period, self.last_checkpoint))
+        lost = WorkLost(attempt=self.up_attempt, cause=cause, at=at, since=_loss_since(period, self.last_checkpoint),
+                        size=self.size)
         return replace(acct, work_lost=(*self.work_lost, lost), stopping=True)
 
     def _first_step(self, at: datetime) -> Accounting:
@@ -254,7 +267,7 @@ class Accounting:
         interrupted makes too (its start-up is part of the work, not a cost of being stopped)."""
         if p.stepped is None or p.start == self.first_up:
             return 0.0
-        return _seconds(p.start, min(p.stepped, p.end))
+        return _seconds(p.start, min(p.stepped, p.end)) * p.size
 
     def _relose(self, period: UpPeriod) -> Accounting:
         """The loss of the stop that ended `period`, once a late report moved its first step."""
@@ -267,7 +280,7 @@ class Accounting:
     # -- views ------------------------------------------------------------------------------------
 
     def gang_up(self, *, now: datetime) -> float:
-        return self.gang_up_seconds + (_seconds(self.up_since, now) if self.up_since else 0.0)
+        return self.gang_up_seconds + (_seconds(self.up_since, now) * self.size if self.up_since else 0.0)
 
     def queued(self, *, now: datetime) -> float:
         return self.queued_seconds + (_seconds(self.queued_since, now) if self.queued_since else 0.0)
@@ -277,7 +290,7 @@ class Accounting:
         report yet counts as productive: a worker that never reports is not charged for it)."""
         if self.up_since is None or self.stepped_at is None or self.up_since == self.first_up:
             return self.restoring_seconds
-        return self.restoring_seconds + _seconds(self.up_since, min(self.stepped_at, now))
+        return self.restoring_seconds + _seconds(self.up_since, min(self.stepped_at, now)) * self.size
 
     def waiting(self, *, now: datetime) -> float:
         return self.waiting_seconds + (_seconds(self.down_since, now) if self.down_since and self.down_waiting
@@ -332,12 +345,14 @@ class Accounting:
             "firstUp": time_out(self.first_up), "steppedAt": time_out(self.stepped_at),
             "restoringSeconds": self.restoring_seconds,
             "lastUp": None if p is None else {"attempt": p.attempt, "start": p.start.isoformat(),
-                                              "end": p.end.isoformat(), "stepped": time_out(p.stepped)},
+                                              "end": p.end.isoformat(), "stepped": time_out(p.stepped),
+                                              "size": p.size},
             "downSince": time_out(self.down_since), "downWaiting": self.down_waiting,
             "waitingSeconds": self.waiting_seconds, "restartingSeconds": self.restarting_seconds,
             "awaitingWorkers": self.awaiting_workers, "workersRunningAt": time_out(self.workers_running_at),
             "workLost": [{"attempt": w.attempt, "cause": w.cause, "at": w.at.isoformat(),
-                          "since": w.since.isoformat()} for w in self.work_lost],
+                          "since": w.since.isoformat(), "size": w.size} for w in self.work_lost],
+            "size": self.size,
             "stopping": self.stopping,
             "lastCheckpoint": None if self.last_checkpoint is None else _mark_out(self.last_checkpoint),
             "finalSaveSeconds": list(self.final_saves), "periodicSaveSeconds": list(self.periodic_saves),
@@ -349,7 +364,7 @@ class Accounting:
     def _settled_badput(self) -> dict[str, float]:
         restoring = self.restoring_seconds
         if self.up_since is not None and self.stepped_at is not None and self.up_since != self.first_up:
-            restoring += _seconds(self.up_since, self.stepped_at)
+            restoring += _seconds(self.up_since, self.stepped_at) * self.size
         return {"queued": round(self.queued_seconds, 3), "waitingForReadmission": round(self.waiting_seconds, 3),
                 "restoring": round(restoring, 3), "restarting": round(self.restarting_seconds, 3),
                 "workLost": round(self.lost_seconds(), 3)}
@@ -368,14 +383,16 @@ class Accounting:
             restoring_seconds=float(d.get("restoringSeconds", 0.0)),
             last_up=None if not p else UpPeriod(
                 attempt=int(p["attempt"]), start=datetime.fromisoformat(p["start"]),
-                end=datetime.fromisoformat(p["end"]), stepped=time_in(p.get("stepped"))),
+                end=datetime.fromisoformat(p["end"]), stepped=time_in(p.get("stepped")),
+                size=float(p.get("size", 1.0))),
             down_since=time_in(d.get("downSince")), down_waiting=bool(d.get("downWaiting", False)),
             waiting_seconds=float(d.get("waitingSeconds", 0.0)),
             restarting_seconds=float(d.get("restartingSeconds", 0.0)),
             awaiting_workers=bool(d.get("awaitingWorkers", False)),
             workers_running_at=time_in(d.get("workersRunningAt")),
             work_lost=tuple(WorkLost(attempt=int(w["attempt"]), cause=str(w["cause"]),
-                                     at=datetime.fromisoformat(w["at"]), since=datetime.fromisoformat(w["since"]))
+                                     at=datetime.fromisoformat(w["at"]), since=datetime.fromisoformat(w["since"]),
+                                     size=float(w.get("size", 1.0)))
                             for w in d.get("workLost", [])),
             stopping=bool(d.get("stopping", False)),
             last_checkpoint=None if not ck else CheckpointMark(
@@ -383,6 +400,7 @@ class Accounting:
                 uri=ck.get("uri") or "", taken_at=time_in(ck.get("takenAt"))),
             final_saves=tuple(float(x) for x in d.get("finalSaveSeconds") or ()),
             periodic_saves=tuple(float(x) for x in d.get("periodicSaveSeconds") or ()),
+            size=float(d.get("size", 1.0)),
         )
 
 
@@ -394,6 +412,13 @@ def _at(e: Event) -> datetime:
         return e.time
 
 
+def _fraction(nodes: Any, of: Any) -> float:
+    """The share of its full size a gang runs at, from an event's data (1 when it does not say)."""
+    try:
+        share = int(nodes) / int(of)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return 1.0
+    return min(1.0, max(0.0, share))
 
 
 def _loss_since(p: UpPeriod, ck: CheckpointMark | None) -> datetime:

@@ -50,7 +50,8 @@ def schedule(tasks: Mapping[str, LocalTask], quota: Resources, *, now: datetime)
         at = f" on {size} of {wl.full_nodes} nodes (what fits now)" if size < wl.full_nodes else ""
         t.record(Event(time=now, type=EventType.ADMITTED, attempt=wl.attempt,
                        message=f"admitted by ClusterQueue {CLUSTER_QUEUE} (queue {wl.queue}, "
-                               f"priority {wl.priority_class} = {wl.priority}){at}", data={"nodes": size}))
+                               f"priority {wl.priority_class} = {wl.priority}){at}",
+                       data={"nodes": size, "of": wl.full_nodes}))
         touched.add(name)
     for name, size in plan.grow:
         t = tasks[name]
