@@ -129,3 +129,16 @@ def test_a_view_without_evictions_takes_the_wait_from_the_timeline() -> None:
 def test_task_row(doc: dict, want: dict) -> None:
     row = task_row(doc)
     assert {k: row[k] for k in want} == want
+
+
+def test_an_elastic_gangs_running_segments_say_the_size_it_ran_at_and_each_resize_is_a_mark() -> None:
+    doc = timeline(view([attempt(1, 0, 1, None)], [eviction(1, "Preempted", 5, 6)]),
+                   [ev(0.5, "Admitted", nodes=4, of=4), ev(1, "GangStarted"),
+                    ev(5, "Preempted", reason="Preempted", detail="InClusterQueue"), ev(6, "Readmitted"),
+                    ev(6, "Resized", **{"from": 4, "to": 2, "of": 4}), ev(10, "Resized", **{"from": 2, "to": 4, "of": 4})],
+                   now=T0 + timedelta(seconds=12))
+    (lane,) = doc["lanes"]
+    running = [(s["start"], s["end"], s["label"]) for s in lane["segments"] if s["kind"] == "running"]
+    assert running == [(t(1), t(5), "gang running"), (t(6), t(10), "gang running on 2 of 4 nodes"),
+                       (t(10), t(12), "gang running")]
+    assert marks(lane, "resized") == [("resized", t(6), "4 → 2 nodes"), ("resized", t(10), "2 → 4 nodes")]

@@ -8,7 +8,8 @@ per attempt:
               (preempted → readmitted), restarting (a worker exited → the gang is up again)
     marks     checkpoint (each commit, with its step), preempted (and by whom), evicted, readmitted,
               restarted, resumed (the checkpoint a gang start loaded: the newest committed before it,
-              of this attempt or an earlier one), ended (the attempt's outcome)
+              of this attempt or an earlier one), resized (an elastic gang's new size), ended (the
+              attempt's outcome); an elastic gang's running segments say the size it ran at
     lost      work thrown away by a stop: the time since the newest checkpoint, as the backend
               accounted it (`accounting.workLost`)
 
@@ -52,6 +53,30 @@ class _Ev:
     attempt: int | None
     message: str
     data: Doc
+
+
+def _sizes(own: list[_Ev]) -> list[tuple[datetime, str]]:
+    """(from when, label) of an elastic gang's sizes: its admission below the full size, each resize."""
+    out = []
+    for e in own:
+        to = e.data.get("to") if e.type == EventType.RESIZED.value else (
+            e.data.get("nodes") if e.type == EventType.ADMITTED.value else None)
+        of = e.data.get("of")
+        if to is not None and of:
+            out.append((e.at, "gang running" if to == of else f"gang running on {to} of {of} nodes"))
+    return out
+
+
+def _by_size(a: datetime, b: datetime, sizes: list[tuple[datetime, str]]) -> list[tuple[datetime, datetime, str]]:
+    """The span a..b cut where the gang's size changed, each piece with its label."""
+    label = next((lb for at, lb in reversed(sizes) if at <= a), "gang running")
+    out, start = [], a
+    for at, lb in sizes:
+        if a < at < b:
+            out.append((start, at, label))
+            start, label = at, lb
+    out.append((start, b, label))
+    return out
 
 
 def _t(text: Any) -> datetime | None:
@@ -179,10 +204,14 @@ def _lane(attempt: Doc, view: Doc, events: list[_Ev], checkpoints: list[Doc], *,
                           "message": e.message})
         elif e.type == EventType.READMITTED.value:
             marks.append({"kind": "readmitted", "at": _iso(e.at), "label": "readmitted", "message": e.message})
+        elif e.type == EventType.RESIZED.value:
+            marks.append({"kind": "resized", "at": _iso(e.at), "message": e.message,
+                          "label": f"{e.data.get('from')} → {e.data.get('to')} nodes"})
     if up_from is not None:
-        gang_end = end
-        for a, b in _subtract((up_from, gang_end), holes):
-            segment("running", a, b, "gang running")
+        sizes = _sizes(own)
+        for a, b in _subtract((up_from, end), holes):
+            for c, d, label in _by_size(a, b, sizes):
+                segment("running", c, d, label)
 
     # Each time the whole gang (re)starts it loads its newest checkpoint: the first start of the attempt,
     # each readmission, each whole-gang restart.

@@ -143,7 +143,7 @@ function drawMark(g, m, x, y, resumedFrom) {
       svg("text", { x: px + 8, y: top - 16, class: "label-preempted" }, m.label));
   } else if (m.kind === "readmitted") {
     mark.append(svg("path", { d: `M${px - 5} ${bottom + 10} h10 l-5 -8 z` }));
-  } else if (m.kind === "restarted") {
+  } else if (m.kind === "restarted" || m.kind === "resized") {
     mark.append(svg("path", { d: `M${px - 5} ${bottom + 10} h10 l-5 -8 z` }),
       svg("text", { x: px + 6, y: bottom + 12 }, m.label));
   } else if (m.kind === "resumed") {
