@@ -7,7 +7,7 @@ exception, because one odd object must not stop the controller from driving ever
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -238,24 +238,18 @@ def disruption(obj: Any, pods: Iterable[Any]) -> Disruption | None:
 
 def checkpoints(pods: Iterable[Any]) -> list[checkpoint_report.Commit]:
     """The newest committed checkpoint each terminated worker left in its termination message."""
-    out = []
-    for pod in pods:
-        if not isinstance(pod, dict):
-            continue
-        for cs in _list(_get(pod, "status", "containerStatuses")):
-            if not isinstance(cs, dict) or cs.get("name") != CONTAINER:
-                continue
-            for state in ("state", "lastState"):
-                message = _get(cs, state, "terminated", "message")
-                mark = checkpoint_report.read(message) if isinstance(message, str) and message else None
-                if mark is not None:
-                    out.append(mark)
-    return out
+    return [mark for _, message in _termination_messages(pods)
+            if (mark := checkpoint_report.read(message)) is not None]
 
 
 def first_steps(pods: Iterable[Any]) -> list[tuple[int | None, datetime]]:
     """(attempt, when) of each worker's first step after its load, from its termination message."""
-    out = []
+    return [(attempt_of(pod), t) for pod, message in _termination_messages(pods)
+            if (t := checkpoint_report.first_step(message)) is not None]
+
+
+def _termination_messages(pods: Iterable[Any]) -> Iterator[tuple[dict[str, Any], str]]:
+    """(pod, message) of every termination message the worker container left, current and last state."""
     for pod in pods:
         if not isinstance(pod, dict):
             continue
@@ -264,10 +258,8 @@ def first_steps(pods: Iterable[Any]) -> list[tuple[int | None, datetime]]:
                 continue
             for state in ("state", "lastState"):
                 message = _get(cs, state, "terminated", "message")
-                t = checkpoint_report.first_step(message) if isinstance(message, str) and message else None
-                if t is not None:
-                    out.append((attempt_of(pod), t))
-    return out
+                if isinstance(message, str) and message:
+                    yield pod, message
 
 
 def workers_running_at(obj: Any, pods: Iterable[Any]) -> datetime | None:
