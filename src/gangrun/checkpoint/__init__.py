@@ -435,7 +435,9 @@ class Checkpoint:
                 )  # fmt: skip
                 save.pending.finalize(manifest.to_bytes())
             except BaseException as e:
-                shards.abandon(save, e)
+                err = shards.abandon(save, e)
+                if err is not e and isinstance(e, Exception):  # every rank raises the same line
+                    raise err from e
                 raise
         finally:
             src.discard()
