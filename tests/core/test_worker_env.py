@@ -89,3 +89,21 @@ def test_assignments(total, wanted, held, want) -> None:
 def test_asking_for_more_than_the_quota_says_how_many_are_free() -> None:
     with pytest.raises(gpus.NotEnoughGPUs, match="8 GPUs wanted, 4 of 8 free"):
         gpus.assign(8, {"a": (1, 4), "b": (2, 4)})
+
+
+@pytest.mark.parametrize(
+    ("argv0", "name"),
+    [
+        ("train.py", "train"),
+        ("/home/me/proj/train.py", "train"),
+        ("./scripts/fine tune.py", "fine-tune"),
+        ("/home/me/proj/mypkg/__main__.py", "mypkg"),
+        ("-c", "python"),
+        ("", "python"),
+        ("/usr/bin/ipython", "ipython"),
+        ("..py", "python"),
+    ],
+)
+def test_a_script_outside_a_gang_keeps_its_checkpoints_under_its_own_name(argv0: str, name: str) -> None:
+    assert worker_env.script_name(argv0) == name
+    assert worker_env.standalone_checkpoint_root("/home/me/proj", argv0) == f"/home/me/proj/.gangrun/checkpoints/{name}"

@@ -123,6 +123,8 @@ class Checkpoint:
         self._loaded_manifest: Manifest | None = None
         self._loaded_path: str | None = None
         self._shard_paths: dict[int, Path] = {}
+        # Outside a gang, where this checkpoint is (gangrun._context): said at the first load or save.
+        self._where: str | None = None
         self.loaded_from: LoadedFrom | None = None
         self.loaded_uri: str | None = None
         self.loaded_step: int | None = None
@@ -165,6 +167,7 @@ class Checkpoint:
         """
         if self._load_done:
             return self._loaded
+        self._say_where()
         skipped = 0
         for cand in catalog.candidates(self._storage, self._root_path, attempt=self.attempt):
             uri = self._uri_of(cand.attempt, cand.seq)
@@ -289,6 +292,7 @@ class Checkpoint:
         """
         if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
             raise TypeError(f"step must be an int or None, not {type(step).__name__}")
+        self._say_where()
         if shard:
             return self._save_shard(data, step=step, blocking=blocking, snapshot=snapshot)
         if not self.writer:
@@ -465,6 +469,12 @@ class Checkpoint:
             log.warning("gangrun: could not remove old checkpoints under %s: %r", self.root, e)
 
     # ---------------------------------------------------------------- places
+
+    def _say_where(self) -> None:
+        """Once, on rank 0: where the checkpoints of a script run outside a gang go."""
+        where, self._where = self._where, None
+        if where and self.rank == 0:
+            say(where)
 
     def _uri_of(self, attempt: int, seq: int) -> str:
         return join(self.root, attempt_name(attempt), entry_name(seq))
