@@ -76,6 +76,7 @@ def test_a_resave_of_an_abandoned_sharded_step_commits(tmp_path: Path, protocol:
     shards.abandon(left, "rank(s) 1 did not finish within 300s")
     rendezvous = Path(earlier._attempt_path) / "shards-r0-s2.json"
     assert "abandoned" in json.loads(rendezvous.read_text())
+    time.sleep(1)  # a readmission takes far longer; a process's start time is known to 10 ms
 
     started = time.monotonic()
     results = _gang(root, world=2, step=2, sizes=[10, 10], delays=[2.0, 0.0], protocol=protocol)
