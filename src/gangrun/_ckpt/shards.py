@@ -78,8 +78,16 @@ def _process_started() -> float:
         return now
 
 
-#: A rendezvous opened before this moment is a leftover of an earlier run of the gang.
-STARTED = _process_started()
+_started: tuple[int, float] | None = None  # (pid, start): a forked child has a start of its own
+
+
+def process_started() -> float:
+    """When this process started: a rendezvous opened before it is a leftover of an earlier run."""
+    global _started
+    pid = os.getpid()
+    if _started is None or _started[0] != pid:
+        _started = (pid, _process_started())
+    return _started[1]
 
 
 class ShardSaveAbandoned(CommitFailed):
@@ -192,7 +200,7 @@ def open_save(
     started) is an earlier run's: it is passed over, and the rank waits for the new one. Clocks of
     different nodes may disagree by a little; a readmission takes far longer than that.
     """
-    since = STARTED if since is None else since
+    since = process_started() if since is None else since
     name = rendezvous_name(restart, step)
     if rank == 0:
         seq = max(catalog.next_seq(storage, attempt_dir), seq_floor)
