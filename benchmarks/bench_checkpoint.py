@@ -309,6 +309,7 @@ def run_torch(work: Path, total: int, repeat: int) -> None:
         print("gangrun.torch: torch is not installed (the 'torch' extra); skipped")
         return
     import torch
+
     from gangrun.torch import save_state, wait
 
     n = 16

@@ -127,3 +127,77 @@ def test_should_stop_and_progress_report_the_first_step_once(tmp_path) -> None:
     ctx.progress(8)
     (line,) = [json.loads(x) for x in events.read_text().splitlines()]
     assert (line["type"], line["task"], line["attempt"], line["rank"], line["step"]) == ("first_step", "train", 3, 6, 7)
+
+
+# torchrun's variables as torchrun sets them for one worker, outside a gang.
+def torchrun_env(*, nnodes: int, nproc: int, node: int, local: int, **over: str) -> dict[str, str]:
+    env = {
+        "RANK": str(node * nproc + local), "LOCAL_RANK": str(local), "GROUP_RANK": str(node),
+        "ROLE_RANK": str(node * nproc + local), "LOCAL_WORLD_SIZE": str(nproc), "WORLD_SIZE": str(nnodes * nproc),
+        "GROUP_WORLD_SIZE": str(nnodes), "ROLE_WORLD_SIZE": str(nnodes * nproc), "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_RUN_ID": "none",
+    }  # fmt: skip
+    env.update(over)
+    return env
+
+
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [
+        pytest.param(torchrun_env(nnodes=1, nproc=2, node=0, local=1), (1, 1, 2, 0, 1, 2, 0), id="1x2-rank-1"),
+        pytest.param(torchrun_env(nnodes=2, nproc=2, node=1, local=1), (3, 1, 4, 1, 2, 2, 0), id="2x2-rank-3"),
+        pytest.param(torchrun_env(nnodes=3, nproc=1, node=2, local=0), (2, 0, 3, 2, 3, 1, 0), id="3x1-rank-2"),
+        pytest.param(torchrun_env(nnodes=1, nproc=2, node=0, local=1, NPROC_PER_NODE="1", NODE_RANK="3", NNODES="1"),
+                     (1, 1, 2, 0, 1, 2, 0), id="torchrun-wins-over-stale-shell-variables"),
+        pytest.param(torchrun_env(nnodes=1, nproc=4, node=0, local=3, TORCHELASTIC_RESTART_COUNT="2"),
+                     (3, 3, 4, 0, 1, 4, 2), id="a-torchrun-restart-is-the-restart-attempt"),
+        pytest.param({k: v for k, v in torchrun_env(nnodes=2, nproc=2, node=1, local=0).items() if k != "GROUP_WORLD_SIZE"},
+                     (2, 0, 4, 1, 2, 2, 0), id="nodes-from-the-world-size-without-GROUP_WORLD_SIZE"),
+        pytest.param({}, (0, 0, 1, 0, 1, 1, 0), id="plain-python"),
+    ],
+)
+def test_a_script_under_torchrun_outside_a_gang_reads_torchruns_ranks(env: dict[str, str], want: tuple) -> None:
+    ctx = Context.from_env(env, standalone_root="/proj/.gangrun/checkpoints/train")
+    assert not ctx and not notice.STATE.installed
+    got = (ctx.rank, ctx.local_rank, ctx.world_size, ctx.node_rank, ctx.nnodes, ctx.nproc_per_node, ctx.restart_attempt)
+    assert got == want
+    ckpt = ctx.checkpoint
+    assert ckpt is not None and (ckpt.root, ckpt.attempt, ckpt.rank, ckpt.world_size) == (
+        "/proj/.gangrun/checkpoints/train", 1, want[0], want[2])
+    assert ckpt.writer == (want[0] == 0) and ckpt.restart_attempt == want[6]
+
+
+@pytest.mark.parametrize(
+    ("path", "root", "attempt"),
+    [("/data/ck", "/data/ck", 1), ("/data/ck/attempt-3", "/data/ck", 3), ("s3://b/runs/train", "s3://b/runs/train", 1)],
+)
+def test_outside_a_gang_checkpoint_path_names_the_folder(path: str, root: str, attempt: int) -> None:
+    ctx = Context.from_env({"GANGRUN_CHECKPOINT_PATH": path}, standalone_root="/proj/.gangrun/checkpoints/train")
+    assert (ctx.checkpoint.root, ctx.checkpoint.attempt) == (root, attempt)
+
+
+def test_outside_a_gang_the_first_load_names_the_checkpoint_folder_once(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    ctx = Context.from_env({}, standalone_root=str(tmp_path / ".gangrun" / "checkpoints" / "train"))
+    assert ctx.checkpoint.load() is None
+    ctx.checkpoint.save(b"state", step=3)
+    err = capsys.readouterr().err
+    line = f"gangrun: not in a gangrun task: checkpoints go to {tmp_path}/.gangrun/checkpoints/train"
+    assert err.count(line) == 1, err
+    again = Context.from_env({}, standalone_root=str(tmp_path / ".gangrun" / "checkpoints" / "train")).checkpoint
+    assert again.load().read_bytes() == b"state" and again.loaded_step == 3  # the next run of the script
+
+
+def test_context_outside_a_gang_puts_checkpoints_under_the_current_folder(tmp_path, monkeypatch) -> None:
+    from gangrun import _context
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", [str(tmp_path / "train.py")])
+    for name in ("GANGRUN_TASK", "GANGRUN_CHECKPOINT_PATH", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    _context._standalone_root.cache_clear()
+    monkeypatch.setattr(_context, "_cache", None)
+    try:
+        assert gangrun.context().checkpoint.root == f"{tmp_path}/.gangrun/checkpoints/train"
+    finally:
+        _context._standalone_root.cache_clear()

@@ -23,13 +23,13 @@ import sys
 import time
 from typing import cast
 
+import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 import gangrun
-import torch
 from gangrun.torch import load_state, save_state, wait
-from torch import nn
 
 STEPS = int(os.environ.get("STEPS", "60"))
 SAVE_EVERY = int(os.environ.get("SAVE_EVERY", "5"))

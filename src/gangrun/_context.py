@@ -3,9 +3,19 @@
 Inside a gang the backend sets ``GANGRUN_TASK``, ``GANGRUN_ATTEMPT``, ``JOBSET_RESTART_ATTEMPT``,
 ``NNODES``, ``NODE_RANK``, ``NPROC_PER_NODE``, ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR``, ``MASTER_PORT``, ``GANGRUN_CHECKPOINT_PATH`` and ``GANGRUN_PREV_CHECKPOINT_PATH``.
-Outside one (no ``GANGRUN_TASK``), `context()` still answers: ``in_gang`` is False, the context is
-falsy, ranks describe a single process and there is no checkpoint. A malformed variable raises
-`WorkerEnvError` naming it, rather than a worker silently training as the wrong rank.
+
+Outside one (no ``GANGRUN_TASK``) the same script still runs: `context()` answers with ``in_gang``
+False (the context is falsy), the ranks torchrun sets when it started the process (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``GROUP_WORLD_SIZE``,
+``TORCHELASTIC_RESTART_COUNT``), or a single process under plain ``python``, and a checkpoint in a
+local folder (``GANGRUN_CHECKPOINT_PATH`` when set, else ``.gangrun/checkpoints/<script name>``
+under the current folder; see `gangrun._core.worker_env`), which the first load or save names in
+one log line. Its attempt is 1 on every run, so a second run of the script loads the newest
+checkpoint of the first. torchrun's names come before gangrun's NPROC_PER_NODE / NODE_RANK /
+NNODES, which a gang sets to the same values: they are what the launcher of this very process said.
+
+A malformed variable raises `WorkerEnvError` naming it, rather than a worker silently training as
+the wrong rank.
 
 In a gang, `context()` called from the main thread also installs the SIGTERM stop notice
 (`stop_requested`, `on_stop`; see gangrun._ckpt.notice).
@@ -13,6 +23,7 @@ In a gang, `context()` called from the main thread also installs the SIGTERM sto
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -21,6 +32,7 @@ from dataclasses import dataclass
 from gangrun._ckpt import events, notice
 from gangrun._ckpt.events import EVENTS_FILE_ENV
 from gangrun._ckpt.layout import split_attempt_path
+from gangrun._core import worker_env as wenv
 from gangrun._errors import WorkerEnvError
 from gangrun.checkpoint import Checkpoint
 
@@ -32,6 +44,7 @@ _VARS = (
     "GANGRUN_TASK", "GANGRUN_ATTEMPT", "JOBSET_RESTART_ATTEMPT", "NNODES", "NODE_RANK", "NPROC_PER_NODE",
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GANGRUN_CHECKPOINT_PATH",
     "GANGRUN_PREV_CHECKPOINT_PATH", EVENTS_FILE_ENV, notice.STOP_FILE_ENV, notice.GRACE_ENV,
+    wenv.LOCAL_WORLD_SIZE, wenv.GROUP_RANK, wenv.GROUP_WORLD_SIZE, wenv.TORCHELASTIC_RESTART_COUNT,
 )  # fmt: skip
 
 
@@ -51,7 +64,7 @@ class Context:
     nproc_per_node: int = 1
     master_addr: str | None = None
     master_port: int | None = None
-    checkpoint: Checkpoint | None = None
+    checkpoint: Checkpoint | None = None  # outside a gang: a local folder (see the module docstring)
     events_file: str | None = None  # where the SDK reports checkpoints and the first step to the backend
 
     def __bool__(self) -> bool:
@@ -116,11 +129,19 @@ class Context:
         return notice.install()
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, install_stop_handler: bool | None = None) -> Context:
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        install_stop_handler: bool | None = None,
+        standalone_root: str | None = None,
+    ) -> Context:
         """Read a context from `env` (default os.environ). `install_stop_handler`: None = only in a
-        gang; True = always (main thread); False = never."""
+        gang; True = always (main thread); False = never. `standalone_root`: where checkpoints go
+        outside a gang when GANGRUN_CHECKPOINT_PATH is not set (None: no checkpoint there);
+        `context()` passes ``.gangrun/checkpoints/<script name>`` under the current folder."""
         env = os.environ if env is None else env
-        ctx = _parse(env)
+        ctx = _parse(env, standalone_root)
         if install_stop_handler or (install_stop_handler is None and ctx.in_gang):
             notice.install(env)
         return ctx
@@ -134,8 +155,14 @@ def context() -> Context:
     global _cache
     key = tuple(os.environ.get(v) for v in _VARS)
     if _cache is None or _cache[0] != key:
-        _cache = (key, Context.from_env(os.environ))
+        _cache = (key, Context.from_env(os.environ, standalone_root=_standalone_root()))
     return _cache[1]
+
+
+@functools.cache
+def _standalone_root() -> str:
+    """Decided once: a script that changes its folder later keeps its checkpoints where they started."""
+    return wenv.standalone_checkpoint_root(os.getcwd(), sys.argv[0] if sys.argv else "")
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
@@ -152,19 +179,36 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0, m
     return value
 
 
-def _parse(env: Mapping[str, str]) -> Context:
+def _first_int(
+    env: Mapping[str, str], names: tuple[str, str], default: int, *, minimum: int = 0, maximum: int | None = None
+) -> int:
+    """The first of `names` that is set (torchrun's name, then gangrun's), checked under its own name."""
+    for name in names:
+        if env.get(name, "").strip():
+            return _int(env, name, default, minimum=minimum, maximum=maximum)
+    return default
+
+
+def _parse(env: Mapping[str, str], standalone_root: str | None = None) -> Context:
     task = env.get("GANGRUN_TASK", "").strip() or None
-    attempt = _int(env, "GANGRUN_ATTEMPT", 1, minimum=1)
-    nnodes = _int(env, "NNODES", 1, minimum=1)
-    nproc = _int(env, "NPROC_PER_NODE", 1, minimum=1)
-    world = _int(env, "WORLD_SIZE", nnodes * nproc, minimum=1)
+    attempt = _int(env, "GANGRUN_ATTEMPT", 1, minimum=1) if task else 1
+    nproc = _first_int(env, (wenv.LOCAL_WORLD_SIZE, wenv.NPROC_PER_NODE), 1, minimum=1)
+    world = _int(env, "WORLD_SIZE", 0, minimum=1)
+    # Without a node count (plain torchrun sets GROUP_WORLD_SIZE; older ones do not), the world size
+    # says it when it is a whole number of nodes.
+    guess = world // nproc if world and world % nproc == 0 else 1
+    nnodes = _first_int(env, (wenv.GROUP_WORLD_SIZE, wenv.NNODES), guess, minimum=1)
+    world = world or nnodes * nproc
     rank = _int(env, "RANK", 0, maximum=world - 1)
-    node_rank = _int(env, "NODE_RANK", 0, maximum=nnodes - 1)
+    node_rank = _first_int(env, (wenv.GROUP_RANK, wenv.NODE_RANK), 0, minimum=0, maximum=nnodes - 1)
     local_rank = _int(env, "LOCAL_RANK", 0, maximum=nproc - 1)
+    restart = _first_int(env, (wenv.RESTART_ATTEMPT, wenv.TORCHELASTIC_RESTART_COUNT), 0, minimum=0)
     port = env.get("MASTER_PORT", "").strip()
     ckpt = None
-    path = env.get("GANGRUN_CHECKPOINT_PATH", "").strip() if task else ""
-    if path:
+    path = env.get("GANGRUN_CHECKPOINT_PATH", "").strip()
+    if not task:
+        ckpt = _standalone_checkpoint(path, standalone_root, rank=rank, world=world, restart=restart)
+    elif path:
         split = split_attempt_path(path)
         if split is None or split[1] != attempt:
             raise WorkerEnvError("GANGRUN_CHECKPOINT_PATH", f"must end in attempt-{attempt}, got {path!r}")
@@ -176,7 +220,7 @@ def _parse(env: Mapping[str, str]) -> Context:
             raise WorkerEnvError("GANGRUN_PREV_CHECKPOINT_PATH", f"must be {want}, got {prev!r}")
         ckpt = Checkpoint(
             split[0], attempt=attempt, task=task, rank=rank, world_size=world,
-            restart_attempt=_int(env, "JOBSET_RESTART_ATTEMPT", 0), events_file=env.get(EVENTS_FILE_ENV) or None,
+            restart_attempt=restart, events_file=env.get(EVENTS_FILE_ENV) or None,
         )  # fmt: skip
     if task:
         notice.grace_period(env)  # a malformed grace period is reported now, not at the SIGTERM
@@ -184,7 +228,7 @@ def _parse(env: Mapping[str, str]) -> Context:
         in_gang=task is not None,
         task=task,
         attempt=attempt if task else None,
-        restart_attempt=_int(env, "JOBSET_RESTART_ATTEMPT", 0),
+        restart_attempt=restart,
         rank=rank,
         local_rank=local_rank,
         world_size=world,
@@ -196,3 +240,19 @@ def _parse(env: Mapping[str, str]) -> Context:
         checkpoint=ckpt,
         events_file=(env.get(EVENTS_FILE_ENV) or None) if task else None,
     )
+
+
+def _standalone_checkpoint(path: str, default: str | None, *, rank: int, world: int, restart: int) -> Checkpoint | None:
+    """Outside a gang: GANGRUN_CHECKPOINT_PATH (a root, or a ``<root>/attempt-<N>`` folder) or
+    `default`, attempt 1 unless the path names another. Its first load or save says where it is."""
+    root = path or default
+    if not root:
+        return None
+    if "://" not in root:
+        root = os.path.abspath(root)
+    split = split_attempt_path(root)
+    root, attempt = split if split is not None else (root, 1)
+    ckpt = Checkpoint(root, attempt=attempt, rank=rank, world_size=world, restart_attempt=restart)
+    how = "GANGRUN_CHECKPOINT_PATH" if path else "set GANGRUN_CHECKPOINT_PATH to choose another place"
+    ckpt._where = f"gangrun: not in a gangrun task: checkpoints go to {root} ({how})"
+    return ckpt

@@ -98,3 +98,21 @@ def test_asking_for_more_than_the_quota_says_how_many_are_free() -> None:
 ])
 def test_a_local_task_keeps_its_submitters_variables_but_gangruns_own(name, kept) -> None:
     assert (name in worker_env.submitter_env({name: "x"})) is kept
+
+
+@pytest.mark.parametrize(
+    ("argv0", "name"),
+    [
+        ("train.py", "train"),
+        ("/home/me/proj/train.py", "train"),
+        ("./scripts/fine tune.py", "fine-tune"),
+        ("/home/me/proj/mypkg/__main__.py", "mypkg"),
+        ("-c", "python"),
+        ("", "python"),
+        ("/usr/bin/ipython", "ipython"),
+        ("..py", "python"),
+    ],
+)
+def test_a_script_outside_a_gang_keeps_its_checkpoints_under_its_own_name(argv0: str, name: str) -> None:
+    assert worker_env.script_name(argv0) == name
+    assert worker_env.standalone_checkpoint_root("/home/me/proj", argv0) == f"/home/me/proj/.gangrun/checkpoints/{name}"

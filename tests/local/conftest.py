@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from gangrun._backends.local import LocalBackend
+from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._manifest_file import load_manifest
 
@@ -95,10 +96,16 @@ def manifest(tmp_path: Path) -> Callable[..., TaskSpec]:
 
 
 def wait_for(b: LocalBackend, name: str, predicate: Callable[[dict[str, Any]], bool], *,
-             timeout: float = TIMEOUT, what: str = "") -> dict[str, Any]:
+             timeout: float = TIMEOUT, what: str = "", after_end: bool = False) -> dict[str, Any]:
+    """The task's view once `predicate` holds. Fails at once, with the task's reason, when the task
+    has ended without it: its phase will not change again, so waiting out the timeout would only hide
+    why. `after_end`: what is awaited comes after the end (its workers stopping, its quota released)."""
     deadline = time.monotonic() + timeout
     view = b.get(name)
     while not predicate(view):
+        if not after_end and Phase(view["phase"]).terminal:
+            raise AssertionError(f"{name}: ended {view['phase']} ({view['reason']}) before {what or predicate}; "
+                                 f"last view: {view}")
         if time.monotonic() > deadline:
             raise AssertionError(f"{name}: timed out waiting for {what or predicate}; last view: {view}")
         view = b.wait_for_change(name, after_version=(view["attempt"], view["phaseVersion"], view["phase"]),

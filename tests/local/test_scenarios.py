@@ -130,7 +130,8 @@ def test_max_runtime_exceeded_ends_the_attempt(backend: LocalBackend, manifest) 
     assert "MaxRuntimeExceeded" in done["message"]
     # The task fails first; its quota is released once the workers have stopped (SIGTERM, grace), as Kueue
     # releases a Workload's quota only when its pods are gone.
-    wait_for(backend, "train", lambda _: backend.status()["used"]["cpu"] == "0", what="quota released")
+    wait_for(backend, "train", lambda _: backend.status()["used"]["cpu"] == "0", what="quota released",
+             after_end=True)
     assert not any(w["running"] for w in backend.get("train")["gang"]["workers"])
 
 
@@ -139,10 +140,11 @@ def test_cancel_stops_every_worker_and_frees_the_quota(backend: LocalBackend, ma
     wait_for(backend, "train", phase("Running"))
     assert backend.cancel("train") is True
     done = wait_for(backend, "train", lambda v: v["phase"] == "Aborted" and not any(
-        w["running"] for w in v["gang"]["workers"]))
+        w["running"] for w in v["gang"]["workers"]), after_end=True)
     assert done["reason"] == "cancelled by the user"
     assert backend.cancel("train") is False
-    wait_for(backend, "train", lambda _: backend.status()["used"]["cpu"] == "0", what="quota released")
+    wait_for(backend, "train", lambda _: backend.status()["used"]["cpu"] == "0", what="quota released",
+             after_end=True)
 
 
 @pytest.mark.parametrize("reason", ["NodeFailures", "PodsReadyTimeout"])

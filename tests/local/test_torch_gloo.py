@@ -8,6 +8,7 @@ missing torch fails these tests instead.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -48,6 +49,23 @@ def test_gloo_all_reduce_across_a_two_node_gang(backend, manifest, tmp_path: Pat
     assert done["attempt"] == 1
     lines = list(backend.logs("gloo"))
     assert sum("all_reduce ok: 3.0" in line for line in lines) == 2
+
+
+def test_a_script_that_runs_under_torchrun_runs_unchanged_in_a_gang(backend, manifest, tmp_path: Path) -> None:
+    """tests/torch_sdk/adapted.py, which tests/torch_sdk/test_torch_standalone.py runs under plain
+    python and torchrun, in a 2-node gang: the gang's ranks, and the task's checkpoint location."""
+    script = tmp_path / "train.py"
+    script.write_text((Path(__file__).resolve().parents[1] / "torch_sdk" / "adapted.py").read_text())
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    spec = manifest("adapted", nodes=2, command=[sys.executable, str(script)], cpu="1",
+                    env={"PYTHONPATH": src, "OMP_NUM_THREADS": "1"})
+    backend.submit(spec)
+    wait_for(backend, "adapted", phase("Succeeded"), timeout=180)
+    lines = list(backend.logs("adapted"))
+    results = sorted((json.loads(line[line.index("{"):]) for line in lines if "{" in line), key=lambda r: r["rank"])
+    assert [(r["rank"], r["world"], r["node_rank"], r["in_gang"], r["step"]) for r in results] == [
+        (0, 2, 0, True, 3), (1, 2, 1, True, 3)]
+    assert not any("not in a gangrun task" in line for line in lines), "a gang's checkpoints are the task's"
 
 
 @pytest.mark.slow

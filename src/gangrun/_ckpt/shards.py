@@ -11,7 +11,8 @@ by restart attempt `r`:
 2. Every rank writes its part under ``data/rank-<rank>/``, makes it durable, then writes its part
    marker ``parts/rank-<rank>.json`` (what the part holds: files, sizes, CRC-32s) last. A rank
    that has no part (its write failed, its input was bad) leaves ``parts/rank-<rank>.failed``
-   instead, so rank 0 gives up at once.
+   (why, in one line) instead, so rank 0 gives up at once. A rank whose write failed removes what
+   it wrote of its part first: when the disk is full, that is what makes room for the marker.
 3. Rank 0 waits for every marker, checks that every listed file is there with its size, and
    commits with the same protocol as any save (commit.py): the manifest (kind "sharded", every
    part) and a rename on local filesystems, the manifest written last on object stores. The other
@@ -19,20 +20,24 @@ by restart attempt `r`:
 
 A rank killed at any moment leaves no committed checkpoint with a missing or torn part: the commit
 happens only after every marker, and a marker only after its part's data is durable. A save that
-cannot complete (a rank died or failed, or the timeout passed) is abandoned: rank 0 removes the
-pending folder, marks the rendezvous abandoned (for ranks that have not read it yet) and says so;
-the other ranks see the folder vanish, or the mark, and raise.
+cannot complete (a rank died or failed, or the timeout passed) is abandoned: rank 0 marks the
+rendezvous abandoned, with the reason, and removes the pending folder; every rank then raises
+ShardSaveAbandoned with that same one-line reason (a rank that failed composes the same line
+itself from its own error).
 
 A gang killed mid-save leaves its rendezvous behind. Readmitted after a preemption, it runs the
 same attempt and restart attempt again and may save the same step: a rank can then read the old
 rendezvous before rank 0 replaces it. Such a rank notices the new one while it waits for the
-commit and moves its part there (`wait_committed`).
+commit and moves its part there (`wait_committed`). A leftover marked abandoned is told apart by
+when it was opened: before this process started, so by an earlier run of the gang; the rank
+ignores it and waits for rank 0's new rendezvous, and the re-save commits as usual.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -55,6 +60,34 @@ from gangrun._ckpt.storage import Storage
 from gangrun._errors import CommitFailed
 
 log = logging.getLogger("gangrun")
+
+#: How long a rank whose part failed waits for rank 0 to abandon the save, so that it raises rank
+#: 0's line (which names every rank that failed) rather than its own.
+AGREE_SECONDS = 10.0
+
+
+def _process_started() -> float:
+    """When this process started, on the wall clock (Linux: from /proc, to the clock tick; elsewhere,
+    when this module was imported, which a script does at its start)."""
+    now = time.time()
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time after boot
+        return now - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+
+
+_started: tuple[int, float] | None = None  # (pid, start): a forked child has a start of its own
+
+
+def process_started() -> float:
+    """When this process started: a rendezvous opened before it is a leftover of an earlier run."""
+    global _started
+    pid = os.getpid()
+    if _started is None or _started[0] != pid:
+        _started = (pid, _process_started())
+    return _started[1]
 
 
 class ShardSaveAbandoned(CommitFailed):
@@ -123,6 +156,11 @@ class _Polls:
 class _Rendezvous:
     seq: int
     abandoned: str | None  # why, once rank 0 gave the save up (late ranks learn it here)
+    opened: float | None  # when rank 0 opened the save (wall clock); None in files of older versions
+
+    def leftover(self, since: float) -> bool:
+        """Abandoned by a run of the gang older than `since` (this rank's start), not by this one."""
+        return self.abandoned is not None and self.opened is not None and self.opened < since
 
 
 def _read_rendezvous(storage: Storage, path: str) -> _Rendezvous | None:
@@ -134,8 +172,10 @@ def _read_rendezvous(storage: Storage, path: str) -> _Rendezvous | None:
         return None
     if not isinstance(doc, dict) or type(doc.get("seq")) is not int or doc["seq"] < 1:
         return None
-    why = doc.get("abandoned")
-    return _Rendezvous(doc["seq"], None if why is None else str(why))
+    why, opened = doc.get("abandoned"), doc.get("opened")
+    return _Rendezvous(
+        doc["seq"], None if why is None else str(why), float(opened) if isinstance(opened, (int, float)) else None
+    )
 
 
 def open_save(
@@ -147,15 +187,20 @@ def open_save(
     step: int,
     seq_floor: int,
     timeout: float,
+    since: float | None = None,
     protocol: str | None = None,
 ) -> ShardSave:
     """Step 1: rank 0 picks the seq and publishes it; every other rank reads it (waits up to `timeout`).
 
     The rendezvous a rank reads may be a leftover: a gang killed during its save of this step,
     readmitted with the same restart attempt (a readmission is not a JobSet restart), saves the
-    same step again, and a rank can get there before rank 0 replaces the file. That cannot be
-    told from the outside, so `wait_committed` watches for it and moves the part (see there).
+    same step again, and a rank can get there before rank 0 replaces the file. A leftover that is
+    still open cannot be told from the outside, so `wait_committed` watches for it and moves the
+    part (see there). One marked abandoned and opened before `since` (default: when this process
+    started) is an earlier run's: it is passed over, and the rank waits for the new one. Clocks of
+    different nodes may disagree by a little; a readmission takes far longer than that.
     """
+    since = process_started() if since is None else since
     name = rendezvous_name(restart, step)
     if rank == 0:
         seq = max(catalog.next_seq(storage, attempt_dir), seq_floor)
@@ -165,25 +210,39 @@ def open_save(
             if is_rendezvous(stale):
                 storage.remove(join(attempt_dir, stale))
         # No fsync: a rendezvous is never needed after a crash.
-        storage.write_bytes(join(attempt_dir, name), json.dumps({"seq": save.seq}).encode(), sync=False)
+        doc = {"seq": save.seq, "opened": time.time()}
+        storage.write_bytes(join(attempt_dir, name), json.dumps(doc).encode(), sync=False)
         return save
     found: _Rendezvous | None = None
+    passed_over = False
     for _ in _Polls(timeout=timeout, local=storage.local):
         found = _read_rendezvous(storage, join(attempt_dir, name))
+        if found is not None and found.leftover(since):
+            if not passed_over:
+                passed_over = True
+                log.info("gangrun: step %d's rendezvous is an earlier run's abandoned save (seq %d): "
+                         "waiting for rank 0's", step, found.seq)  # fmt: skip
+            found = None
+            continue
         if found is not None:
             break
     if found is None:
-        raise ShardSaveAbandoned(f"sharded save of step {step}: rank 0 did not start it within {timeout:.0f}s")
+        raise ShardSaveAbandoned(
+            f"sharded save of step {step} abandoned: rank 0 did not start it within {timeout:.0f}s"
+        )
     if found.abandoned is not None:
-        raise ShardSaveAbandoned(f"sharded save of step {step} was abandoned by rank 0: {found.abandoned}")
+        raise ShardSaveAbandoned(found.abandoned)
     return ShardSave(storage, attempt_dir, restart, step, found.seq, protocol)
 
 
 def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
-    """Step 2: this rank's part, made durable, then its marker. On failure, a `.failed` marker."""
+    """Step 2: this rank's part, made durable, then its marker.
+
+    On failure the partial part is removed first (on a full disk it is what fills it), then a
+    `.failed` marker tells rank 0; raises ShardSaveAbandoned with the line every rank will raise."""
     storage = save.storage
+    folder = save.part_dir(rank)
     try:
-        folder = save.part_dir(rank)
         storage.makedirs(folder)
         files, dirs = transfer.write_source(storage, folder, src)
         storage.sync_tree(folder)  # durable before the marker that vouches for it
@@ -193,9 +252,38 @@ def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
     except BaseException as e:
         why = _abandoned(save) if rank != 0 else None
         if why is not None:  # rank 0 gave up and removed the folder this rank was writing into
-            raise ShardSaveAbandoned(f"sharded save of step {save.step} was abandoned by rank 0: {why}") from e
-        report_failure(save, rank, e)
-        raise
+            raise ShardSaveAbandoned(why) from e
+        try:
+            storage.remove(folder)
+        except Exception:  # the marker below may still fit; the timeout ends the save otherwise
+            log.debug("gangrun: could not remove this rank's partial part", exc_info=True)
+        if rank != 0:
+            report_failure(save, rank, e)
+        if not isinstance(e, Exception):  # an interrupt stays one
+            raise
+        line = failed_parts(save.step, [rank], reason(e))
+        if rank != 0:  # rank 0's line, which also names any other rank that failed at the same time
+            line = _await_abandoned(save, AGREE_SECONDS) or line
+        raise ShardSaveAbandoned(line) from e
+
+
+def _await_abandoned(save: ShardSave, timeout: float) -> str | None:
+    for _ in _Polls(timeout=timeout, local=save.storage.local):
+        why = _abandoned(save)
+        if why is not None:
+            return why
+    return None
+
+
+def reason(e: BaseException) -> str:
+    """An error as one line: what a `.failed` marker holds and every rank's message repeats."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if isinstance(e, OSError) else f"{type(e).__name__}: {text}"
+
+
+def failed_parts(step: int, ranks: list[int], why: str) -> str:
+    """The line every rank raises when ranks could not write their part (`why`: the first one's reason)."""
+    return f"sharded save of step {step} abandoned: rank(s) {_ranks(ranks)} failed to write their part: {why}"
 
 
 def _abandoned(save: ShardSave) -> str | None:
@@ -218,7 +306,8 @@ def report_failure(save: ShardSave, rank: int, why: object) -> None:
     than let it wait for the timeout. Best effort: the timeout still ends the save."""
     try:
         save.storage.makedirs(join(save.pending.location, PARTS))
-        save.storage.write_bytes(save.marker(rank, ".failed"), repr(why).encode(), sync=False)
+        text = why if isinstance(why, str) else reason(why) if isinstance(why, BaseException) else str(why)
+        save.storage.write_bytes(save.marker(rank, ".failed"), text[:500].encode(), sync=False)
     except Exception:
         log.debug("gangrun: could not report the failed part to rank 0", exc_info=True)
 
@@ -241,9 +330,13 @@ def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, 
             break
     what = f"sharded save of step {save.step}"
     if failed:
-        raise ShardSaveAbandoned(f"{what}: rank(s) {_ranks(failed)} failed to write their part")
+        try:
+            why = save.storage.read_bytes(save.marker(failed[0], ".failed")).decode(errors="replace").strip()
+        except Exception:  # the marker's presence is what matters
+            why = ""
+        raise ShardSaveAbandoned(failed_parts(save.step, failed, why or "(no reason given)"))
     if missing:
-        raise ShardSaveAbandoned(f"{what}: rank(s) {_ranks(missing)} did not finish within {timeout:.0f}s")
+        raise ShardSaveAbandoned(f"{what} abandoned: rank(s) {_ranks(missing)} did not finish within {timeout:.0f}s")
     parts: list[Part] = []
     sizes = storage.sizes(save.pending.data_dir)
     for r in range(world_size):
@@ -289,7 +382,7 @@ def wait_committed(save: ShardSave, part: Part, *, timeout: float) -> ShardSave:
             polls.restart()
             continue
         if news is not None and news.seq >= save.seq and news.abandoned is not None:
-            raise ShardSaveAbandoned(f"sharded save of step {save.step} was abandoned by rank 0: {news.abandoned}")
+            raise ShardSaveAbandoned(news.abandoned)
         if not storage.exists(save.pending.location):
             # Renamed (committed) or removed (abandoned) since the first look: look again.
             if storage.exists(join(save.pending.final, MANIFEST)):
@@ -298,29 +391,59 @@ def wait_committed(save: ShardSave, part: Part, *, timeout: float) -> ShardSave:
     raise ShardSaveAbandoned(f"sharded save of step {save.step}: not committed within {timeout:.0f}s")
 
 
-def abandon(save: ShardSave, why: object) -> None:
-    """Rank 0: give up a save that cannot complete, remove what it wrote, and say so.
+def abandon(save: ShardSave, why: object) -> ShardSaveAbandoned:
+    """Rank 0: give up a save that cannot complete, remove what it wrote, and say so. Returns the
+    error every rank raises (the same line: `why` itself when it is one already).
 
-    The rendezvous stays, marked abandoned, so that a rank that has not read it yet raises at
-    once instead of waiting; rank 0's next sharded save removes it.
+    The rendezvous stays, marked abandoned with that line, so that a rank that has not read it yet
+    raises at once instead of waiting; rank 0's next sharded save removes it. The mark goes first,
+    so that a rank whose writes fail as the folder vanishes finds it; if it does not fit (a full
+    disk), the folder is removed to make room and the mark written after.
     """
-    doc = {"seq": save.seq, "abandoned": str(why)[:500]}
-    for step in (lambda: save.storage.write_bytes(save.rendezvous, json.dumps(doc).encode(), sync=False),
-                 lambda: save.storage.remove(save.pending.location)):  # fmt: skip
+    if isinstance(why, ShardSaveAbandoned):
+        err = why
+    else:
+        text = reason(why) if isinstance(why, BaseException) else str(why)
+        err = ShardSaveAbandoned(f"sharded save of step {save.step} abandoned: rank 0: {text}")
+    message = str(err)[:500]
+    # The open time stays: a rank of a later run of the gang must still see this as an earlier run's.
+    old = _read_quietly(save)
+    doc = {"seq": save.seq, "abandoned": message, "opened": old.opened if old and old.seq == save.seq else None}
+
+    def mark() -> bool:
         try:
-            step()
-        except Exception:  # a leftover is removed by a later retention pass; the timeout ends the wait
-            log.debug("gangrun: could not clean up the abandoned save of step %d", save.step, exc_info=True)
-    say(f"gangrun: abandoned the sharded save of step {save.step} (seq {save.seq}): {why}")
+            save.storage.write_bytes(save.rendezvous, json.dumps(doc).encode(), sync=False)
+            return True
+        except Exception:
+            log.debug("gangrun: could not mark the sharded save of step %d abandoned", save.step, exc_info=True)
+            return False
+
+    marked = mark()
+    try:
+        save.storage.remove(save.pending.location)
+    except Exception:  # a leftover is removed by a later retention pass
+        log.debug("gangrun: could not remove the abandoned save of step %d", save.step, exc_info=True)
+    if not marked:
+        mark()  # with the room the removal made; the timeout ends the other ranks' wait otherwise
+    say(f"gangrun: {message} (seq {save.seq})")
+    return err
+
+
+def _read_quietly(save: ShardSave) -> _Rendezvous | None:
+    try:
+        return _read_rendezvous(save.storage, save.rendezvous)
+    except Exception:
+        return None
 
 
 def give_up(save: ShardSave, rank: int, why: object) -> None:
     """This rank has no part for an open save (its input was bad, its snapshot failed): rank 0
     abandons the save, any other rank reports the failure so that rank 0 abandons it."""
+    text = reason(why) if isinstance(why, BaseException) else str(why)
     if rank == 0:
-        abandon(save, why)
+        abandon(save, ShardSaveAbandoned(failed_parts(save.step, [0], text)))
     else:
-        report_failure(save, rank, why)
+        report_failure(save, rank, text)
 
 
 def finish(save: ShardSave) -> None:

@@ -21,10 +21,15 @@ the base its workers start from (see docs/local-backend.md, "The workers' enviro
 
 `user_env(spec)` is the user's own variables (spec.env, then the podTemplate worker container's plain
 `env` values), which never share a name with the contract (the manifest refuses that).
+
+Outside a gang (plain `python`, or torchrun on its own) a script has no checkpoint root from a
+backend: `standalone_checkpoint_root` names the folder its checkpoints go to instead.
 """
 
 from __future__ import annotations
 
+import posixpath
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -54,6 +59,10 @@ RANK = "RANK"
 LOCAL_RANK = "LOCAL_RANK"
 RESTART_ATTEMPT = "JOBSET_RESTART_ATTEMPT"
 RUN_ID = "TORCHELASTIC_RUN_ID"
+# torchrun's own, read by the SDK when a script runs under torchrun outside a gang (torchrun sets
+# them inside a gang too, to the same values as gangrun's NNODES and JOBSET_RESTART_ATTEMPT).
+GROUP_WORLD_SIZE = "GROUP_WORLD_SIZE"
+TORCHELASTIC_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # local only: Kubernetes' device plugin picks the GPUs
 POD_NAMESPACE = "POD_NAMESPACE"  # Kubernetes only, from the downward API
@@ -152,3 +161,30 @@ def submitter_env(environ: Mapping[str, str]) -> dict[str, str]:
     contract's names and any `GANGRUN_*`), which gangrun sets for each worker and which, captured from a
     shell that is itself a worker, would be another gang's values."""
     return {k: v for k, v in environ.items() if k not in RESERVED and not k.startswith("GANGRUN_")}
+
+
+# -- outside a gang -----------------------------------------------------------------------------------
+
+#: Where a script run outside a gang keeps its checkpoints, under the folder it runs in.
+STANDALONE_CHECKPOINTS = ".gangrun/checkpoints"
+
+
+def script_name(argv0: str) -> str:
+    """The name a script goes by: ``train.py`` -> ``train``; a package run with ``-m`` by its folder's
+    name (``pkg/__main__.py`` -> ``pkg``); ``python -c``, the interactive prompt and odd characters
+    give ``python`` or a cleaned name, so the result is always a plain folder name."""
+    if argv0 in ("", "-", "-c", "-m"):
+        return "python"
+    path = argv0.replace("\\", "/").rstrip("/")
+    base = posixpath.basename(path)
+    stem = base[:-3] if base.endswith(".py") else base
+    if stem == "__main__":
+        stem = posixpath.basename(posixpath.dirname(path))
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip(".-")
+    return stem or "python"
+
+
+def standalone_checkpoint_root(cwd: str, argv0: str) -> str:
+    """The checkpoint root of a script run outside a gang: ``<cwd>/.gangrun/checkpoints/<script name>``.
+    The same script run again in the same folder finds its earlier runs' checkpoints there."""
+    return posixpath.join(cwd, STANDALONE_CHECKPOINTS, script_name(argv0))

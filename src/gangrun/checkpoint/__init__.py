@@ -131,6 +131,8 @@ class Checkpoint:
         self._loaded_manifest: Manifest | None = None
         self._loaded_path: str | None = None
         self._shard_paths: dict[int, Path] = {}
+        # Outside a gang, where this checkpoint is (gangrun._context): said at the first load or save.
+        self._where: str | None = None
         self.loaded_from: LoadedFrom | None = None
         self.loaded_uri: str | None = None
         self.loaded_step: int | None = None
@@ -173,6 +175,7 @@ class Checkpoint:
         """
         if self._load_done:
             return self._loaded
+        self._say_where()
         skipped = 0
         for cand in catalog.candidates(self._storage, self._root_path, attempt=self.attempt):
             uri = self._uri_of(cand.attempt, cand.seq)
@@ -299,6 +302,7 @@ class Checkpoint:
         """
         if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
             raise TypeError(f"step must be an int or None, not {type(step).__name__}")
+        self._say_where()
         taken = _Taken(at=time.time(), final=notice.stopping())  # the state as of now
         events.first_step(self._events_file, task=self.task, attempt=self.attempt, rank=self.rank, step=step,
                           now=taken.at)
@@ -448,7 +452,9 @@ class Checkpoint:
                 )  # fmt: skip
                 save.pending.finalize(manifest.to_bytes())
             except BaseException as e:
-                shards.abandon(save, e)
+                err = shards.abandon(save, e)
+                if err is not e and isinstance(e, Exception):  # every rank raises the same line
+                    raise err from e
                 raise
         finally:
             src.discard()
@@ -477,6 +483,12 @@ class Checkpoint:
             log.warning("gangrun: could not remove old checkpoints under %s: %r", self.root, e)
 
     # ---------------------------------------------------------------- places
+
+    def _say_where(self) -> None:
+        """Once, on rank 0: where the checkpoints of a script run outside a gang go."""
+        where, self._where = self._where, None
+        if where and self.rank == 0:
+            say(where)
 
     def _uri_of(self, attempt: int, seq: int) -> str:
         return join(self.root, attempt_name(attempt), entry_name(seq))

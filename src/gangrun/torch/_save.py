@@ -34,13 +34,14 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 # The helpers DCP's own BlockingAsyncStager is made of; that class itself pins its cached buffers
 # unconditionally, which fails on machines without an accelerator.
 from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-import torch
 from gangrun._ckpt import catalog, events, notice
 from gangrun._ckpt import writer as writer_mod
 from gangrun._ckpt.commit import PendingCheckpoint, pending_for

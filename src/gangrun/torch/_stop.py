@@ -8,9 +8,8 @@ flags is True on every rank as soon as any rank has it, and every rank computes 
 
 from __future__ import annotations
 
-import torch.distributed as dist
-
 import torch
+import torch.distributed as dist
 
 
 def agree(local: bool) -> bool:

@@ -1,7 +1,7 @@
 """Where a torch checkpoint goes: the task's checkpoint root and this attempt, as `ctx.checkpoint` has them.
 
-Inside a gang the target is `gangrun.context().checkpoint` (``GANGRUN_CHECKPOINT_PATH``); a script
-may pass a `Checkpoint` of its own (tests, notebooks, a run outside gangrun). Object-store
+By default the target is `gangrun.context().checkpoint`: ``GANGRUN_CHECKPOINT_PATH`` in a gang, a
+local folder outside one (gangrun._context); a script may pass a `Checkpoint` of its own. Object-store
 credentials come from the usual environment, or from `storage_options` passed along.
 """
 
@@ -52,11 +52,12 @@ def resolve(checkpoint: Checkpoint | None, storage_options: dict[str, Any] | Non
         from gangrun._context import context
 
         checkpoint = context().checkpoint
-        if checkpoint is None:
+        if checkpoint is None:  # only for a context built without a place for checkpoints
             raise UsageError(
                 "no checkpoint location: run inside a gangrun task (GANGRUN_CHECKPOINT_PATH) "
                 "or pass checkpoint=Checkpoint(...)"
             )
+    checkpoint._say_where()
     storage, root_path = open_storage(checkpoint.root, storage_options)
     return Target(
         root=checkpoint.root,

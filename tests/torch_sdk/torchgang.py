@@ -1,8 +1,10 @@
 """Run a real gang for a test: one process per rank, torch.distributed over gloo on loopback, with
 the worker environment a gangrun backend sets (ranks, MASTER_ADDR/PORT, GANGRUN_CHECKPOINT_PATH).
 
-tests/torch has no __init__.py on purpose: a package named ``torch`` on the test path would hide
-the real torch.
+The folder is not named ``torch``: the test path holds ``tests/``, and a folder named after a
+package there is imported in its place (as a namespace package) when the real one is missing, so
+``import torch`` would succeed without torch and the tests would fail instead of skipping
+(tests/test_optional_torch.py proves that they skip).
 
 torch is an optional extra: `require_torch()` skips a test module where it is missing, except under
 CI (``CI=true``), where a missing torch fails it, so the torch path never goes untested unnoticed.

@@ -19,12 +19,12 @@ import sys
 import time
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
 import gangrun
-import torch
 from gangrun.torch import load_state, save_state, wait
 
 ROWS, COLS, OPTS = 4, 8, None  # read from the environment by main(): a forked rank (zygote.py) imports this early

@@ -15,10 +15,8 @@ import signal
 import sys
 import traceback
 
-import torch.distributed
+import torch.distributed  # noqa: F401  (torch imported once here, before any fork: the point of this process)
 import worker
-
-import torch  # noqa: F401  (imported once here, before any fork: the point of this process)
 
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)
 for line in sys.stdin:
