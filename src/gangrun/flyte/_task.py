@@ -44,14 +44,14 @@ CANCEL_WAIT = 120.0  # seconds a cancelled run waits for its gang to end (its wo
 
 
 @dataclass(kw_only=True)
-class GangTask(AsyncFunctionTaskTemplate):
+class GangTask(AsyncFunctionTaskTemplate[..., Any, Any]):
     """A Flyte function task that runs as a gangrun gang (see the module's docstring)."""
 
     task_type: str = TASK_TYPE
     gang_retries: int = 0  # the Flyte task's retries, moved here: the gang spends them, Flyte none
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        super().__post_init__()  # type: ignore[no-untyped-call]
         gang = self.plugin_config
         if not isinstance(gang, Gang):
             raise TypeError(f"GangTask needs a gangrun.flyte.Gang plugin config, got {type(gang).__name__}")

@@ -61,7 +61,7 @@ class GangConnector(AsyncConnector[GangMeta]):
     async def get(self, resource_meta: GangMeta, **kwargs: Any) -> Resource:
         view = await asyncio.to_thread(lambda: _run(resource_meta, kwargs).status())
         phase = TaskExecution.Phase.Value(flyte_phase(view["phase"]))
-        info = {k: view[k] for k in ("attempt", "userRetriesUsed", "systemRetriesUsed", "evictions") if k in view}
+        info: dict[str, Any] = {k: view[k] for k in ("attempt", "userRetriesUsed", "systemRetriesUsed", "evictions") if k in view}
         return Resource(phase=phase, message=f"{view['phase']}: {view.get('reason') or ''}".rstrip(": "),
                         custom_info={"gangrunTask": resource_meta.name, **info})
 
