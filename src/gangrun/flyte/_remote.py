@@ -2,9 +2,9 @@
 
 `GangTask.custom_config` ships the gang's manifest with the worker's command but not Flyte's entrypoint
 arguments, which only the rendered container has; `manifest_doc` joins them. `flyte_phase` maps
-gangrun's phases one to one onto Flyte's `TaskExecution` phases (the names are the same concepts):
-a preempted gang waiting for readmission is `WaitingForResources` in both, never a failure, so
-Flyte charges it to no retry.
+gangrun's phases one to one onto Flyte's `TaskExecution` phases (the names are the same concepts).
+A preempted gang waiting for readmission stays `Running` in gangrun (its reason says it waits), so
+Flyte sees `RUNNING`, never a failure: a preemption costs the Flyte task no retry.
 """
 
 from __future__ import annotations
