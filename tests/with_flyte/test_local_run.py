@@ -8,6 +8,10 @@ the gang did through gangrun's own view of it (the same home the run submitted t
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -28,6 +32,8 @@ from . import gang_tasks  # noqa: E402
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 120.0
+TESTS = Path(__file__).resolve().parents[1]
+SRC = TESTS.parent / "src"
 
 
 def run_local(task: Any, **inputs: Any) -> Any:
@@ -115,3 +121,27 @@ def test_cancelling_the_flyte_run_cancels_the_gang(home: Path) -> None:
     asyncio.run(cancel_while_running())
     gang = the_gang(home, lambda v: v["phase"] != "Running", "the gang to end")
     assert (gang["phase"], gang["reason"]) == ("Aborted", "cancelled by the user")
+
+
+SCRIPT = """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background child may start with SIGINT ignored
+import flyte
+from with_flyte import gang_tasks
+flyte.with_runcontext(mode="local").run(gang_tasks.sleepy)
+"""
+
+
+def test_ctrl_c_on_a_script_waiting_for_a_local_flyte_run_cancels_the_gang(home: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS)])}
+    script = subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        gang = the_gang(home, lambda v: v["phase"] == "Running", "the gang running")
+        script.send_signal(signal.SIGINT)
+        out, _ = script.communicate(timeout=TIMEOUT)
+    finally:
+        script.kill()
+    assert f"[gangrun] {gang['name']}: cancelled, its Flyte call ended with the process" in out
+    final = the_gang(home, lambda v: v["phase"] != "Running", "the gang to end")
+    assert (final["phase"], final["reason"]) == ("Aborted", "cancelled by the user")

@@ -16,11 +16,14 @@ one. Preemption, node loss and the gang's own restarts use none of them.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import inspect
 import os
 import shutil
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,8 @@ from flyte.extend import AsyncFunctionTaskTemplate, TaskPluginRegistry
 from flyte.models import SerializationContext
 
 import gangrun
-from gangrun._errors import SpecError
+from gangrun._api.run import TaskRun
+from gangrun._errors import GangrunError, SpecError
 from gangrun.cli.follow import follow_run
 from gangrun.flyte import _call
 from gangrun.flyte._gang import Gang, resources_of
@@ -85,23 +89,64 @@ class GangTask(AsyncFunctionTaskTemplate[..., Any, Any]):
 
 
 async def run_local_gang(task: GangTask, inputs: dict[str, Any]) -> Any:
-    """One call as a gang on the local backend; a cancel of this coroutine cancels the gang."""
+    """One call as a gang on the local backend. Cancelling this coroutine cancels the gang and returns once
+    it has ended; so does the end of the process while the call is still waiting (Ctrl+C in a script)."""
     folder = Path(tempfile.mkdtemp(prefix="gangrun-flyte-"))
     try:
         _call.write_call(folder, task.func, inputs)
         manifest = task.manifest([sys.executable, *WORKER[1:], "call", str(folder)],
                                  working_dir=os.getcwd())
         run = await asyncio.to_thread(gangrun.submit, manifest, "local")
-        follow = asyncio.ensure_future(asyncio.to_thread(follow_run, run, rank=None, stream=sys.stdout))
+        _LIVE[run.name] = (run, folder)
+        follow = _in_daemon_thread(follow_run, run, rank=None, stream=sys.stdout)
         try:
             final = await asyncio.shield(follow)
-        except asyncio.CancelledError:  # a Flyte-level cancel: cancel the gang, return once it has ended
+        except asyncio.CancelledError:
             await asyncio.to_thread(run.cancel)
             await asyncio.wait({follow}, timeout=CANCEL_WAIT)
             raise
+        finally:
+            _LIVE.pop(run.name, None)
         return _outcome(run.name, final, folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# The gangs of calls still waiting, cancelled if the process ends first: a script interrupted by Ctrl+C
+# leaves Flyte's runner thread waiting on the call, and the gang would otherwise run on without a caller.
+_LIVE: dict[str, tuple[TaskRun, Path]] = {}
+
+
+@atexit.register
+def _cancel_waiting_gangs() -> None:
+    for name, (run, folder) in list(_LIVE.items()):
+        try:
+            if run.cancel():
+                print(f"[gangrun] {name}: cancelled, its Flyte call ended with the process", file=sys.stderr)
+        except GangrunError as e:
+            print(f"[gangrun] {name}: could not cancel it: {e}", file=sys.stderr)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+    """`fn` in a daemon thread (asyncio.to_thread's threads are joined before the process can end)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():
+            future.set_result(value) if ok else future.set_exception(value)
+
+    def target() -> None:
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as e:
+            loop.call_soon_threadsafe(settle, False, e)
+        else:
+            loop.call_soon_threadsafe(settle, True, result)
+
+    threading.Thread(target=target, name="gangrun-flyte-follow", daemon=True).start()
+    return future
 
 
 def _outcome(name: str, final: dict[str, Any], folder: Path) -> Any:

@@ -31,6 +31,7 @@ from gangrun.flyte._task import CUSTOM_KEY, TASK_TYPE
 __all__ = ["GangConnector", "GangMeta"]
 
 CLUSTER_KEYS = ("kubeconfig", "context")
+INFO_KEYS = ("attempt", "userRetriesUsed", "systemRetriesUsed", "evictions")  # of the status, in custom_info
 
 
 @dataclass
@@ -61,7 +62,7 @@ class GangConnector(AsyncConnector[GangMeta]):
     async def get(self, resource_meta: GangMeta, **kwargs: Any) -> Resource:
         view = await asyncio.to_thread(lambda: _run(resource_meta, kwargs).status())
         phase = TaskExecution.Phase.Value(flyte_phase(view["phase"]))
-        info: dict[str, Any] = {k: view[k] for k in ("attempt", "userRetriesUsed", "systemRetriesUsed", "evictions") if k in view}
+        info: dict[str, Any] = {k: view[k] for k in INFO_KEYS if k in view}
         return Resource(phase=phase, message=f"{view['phase']}: {view.get('reason') or ''}".rstrip(": "),
                         custom_info={"gangrunTask": resource_meta.name, **info})
 
