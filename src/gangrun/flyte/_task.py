@@ -30,7 +30,6 @@ from typing import Any
 
 import flyte
 import flyte.errors
-from flyte._context import internal_ctx
 from flyte.extend import AsyncFunctionTaskTemplate, TaskPluginRegistry
 from flyte.models import SerializationContext
 
@@ -81,8 +80,7 @@ class GangTask(AsyncFunctionTaskTemplate[..., Any, Any]):
         return {CUSTOM_KEY: self.manifest(list(WORKER) + ["flyte"]).to_dict()}
 
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        tctx = internal_ctx().data.task_context
-        if os.environ.get("GANGRUN_TASK") or tctx is None or tctx.mode != "local":
+        if os.environ.get("GANGRUN_TASK") or flyte.ctx().mode != "local":
             return await super().execute(*args, **kwargs)  # a rank of a gang: run the function itself
         inputs = inspect.signature(self.func).bind(*args, **kwargs).arguments
         return await run_local_gang(self, dict(inputs))
