@@ -56,7 +56,7 @@ def train(epochs: int) -> float:
             break
         w = sgd_step(w, xs, ys, step)
         step += 1
-        time.sleep(0.2)  # stands in for real compute
+        time.sleep(0.3)  # stands in for real compute
         if ckpt is not None:
             ckpt.save(json.dumps({"step": step, "w": w}).encode(), step=step, blocking=False)
         if step % STEPS_PER_EPOCH == 0:
