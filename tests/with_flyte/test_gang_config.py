@@ -3,6 +3,7 @@ arguments, the connector's manifest and phase mapping; and that gangrun itself n
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -128,15 +129,17 @@ def test_every_gangrun_phase_has_a_flyte_phase() -> None:
 
 def test_the_connector_manifest_is_the_custom_one_with_flytes_arguments_image_and_namespace() -> None:
     doc = Gang(nodes=2).manifest(name_prefix="t", command=["python", "-m", "w", "flyte"]).to_dict()
-    out = manifest_doc({CUSTOM_KEY: doc}, CUSTOM_KEY, args=["a0", "--inputs", "x"], image="img:1", namespace="ns")
+    out = manifest_doc({CUSTOM_KEY: json.dumps(doc)}, CUSTOM_KEY, args=["a0", "--inputs", "x"], image="img:1",
+                       namespace="ns")
     assert out["spec"]["command"] == ["python", "-m", "w", "flyte", "a0", "--inputs", "x"]
-    assert (out["spec"]["image"], out["metadata"]["namespace"]) == ("img:1", "ns")
-    assert doc["spec"]["command"] == ["python", "-m", "w", "flyte"]  # the payload is not changed
-    pinned = manifest_doc({CUSTOM_KEY: {**doc, "spec": {**doc["spec"], "image": "own:2"}}}, CUSTOM_KEY, args=[],
-                          image="img:1", namespace=None)
+    assert (out["spec"]["nodes"], out["spec"]["image"], out["metadata"]["namespace"]) == (2, "img:1", "ns")
+    assert type(out["spec"]["nodes"]) is int  # not the float a protobuf Struct would make of it
+    pinned = manifest_doc({CUSTOM_KEY: json.dumps({**doc, "spec": {**doc["spec"], "image": "own:2"}})}, CUSTOM_KEY,
+                          args=[], image="img:1", namespace=None)
     assert pinned["spec"]["image"] == "own:2" and "namespace" not in pinned["metadata"]
-    with pytest.raises(SpecError, match="carries its manifest under"):
-        manifest_doc({"other": 1}, CUSTOM_KEY, args=[], image="", namespace=None)
+    for custom in ({"other": 1}, {CUSTOM_KEY: "{not json"}, {CUSTOM_KEY: doc}):
+        with pytest.raises(SpecError, match="carries its manifest as JSON text under"):
+            manifest_doc(custom, CUSTOM_KEY, args=[], image="", namespace=None)
 
 
 def test_a_task_environment_with_a_gang_makes_gang_tasks_whose_flyte_retries_move_to_the_gang() -> None:

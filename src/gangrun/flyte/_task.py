@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import inspect
+import json
 import os
 import shutil
 import sys
@@ -41,7 +42,7 @@ from gangrun.flyte import _call
 from gangrun.flyte._gang import Gang, resources_of
 
 TASK_TYPE = "gangrun"
-CUSTOM_KEY = "clusteredTask"  # the custom payload: the gang's manifest, its command missing Flyte's arguments
+CUSTOM_KEY = "clusteredTask"  # the custom payload: the gang's manifest (JSON text), without Flyte's arguments
 WORKER = ("python", "-m", "gangrun.flyte._worker")
 CANCEL_WAIT = 120.0  # seconds a cancelled run waits for its gang to end (its workers get their grace period)
 
@@ -77,7 +78,7 @@ class GangTask(AsyncFunctionTaskTemplate[..., Any, Any]):
 
     def custom_config(self, sctx: SerializationContext) -> dict[str, Any]:
         """What the connector needs besides the container: the gang's manifest, run by Flyte's entrypoint."""
-        return {CUSTOM_KEY: self.manifest(list(WORKER) + ["flyte"]).to_dict()}
+        return {CUSTOM_KEY: json.dumps(self.manifest(list(WORKER) + ["flyte"]).to_dict())}
 
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
         if os.environ.get("GANGRUN_TASK") or flyte.ctx().mode != "local":
