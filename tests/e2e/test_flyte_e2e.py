@@ -64,11 +64,11 @@ def test_the_connector_runs_a_flyte_gang_task_on_the_cluster_through_preemption_
     assert meta.name.startswith("e2e-train-") and meta.namespace == ns
 
     run = gangrun.attach(meta.name, "kubernetes", kubeconfig=str(cp.kubeconfig), namespace=ns)
-    spec = run.status()
+    status = run.status()
     doc = cp.kube.request("GET", f"/apis/gangrun.dev/v1alpha1/namespaces/{ns}/clusteredtasks/{meta.name}")["spec"]
     assert doc["command"][:5] == ["python", "-m", "gangrun.flyte._worker", "flyte", "a0"]
     assert (doc["image"], doc["nodes"], doc["retries"]) == ("example.invalid/trainer:1", 2, 1)
-    assert spec["retriesLeft"] == 1
+    assert status["retriesLeft"] == 1
 
     until(meta, connection, lambda r: r.phase == TaskExecution.RUNNING and "running (" in r.message, "RUNNING", ctl)
     preempt(cp.kube, ns)
