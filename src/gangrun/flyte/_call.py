@@ -3,11 +3,12 @@
 A local run writes FOLDER/call.pkl: first the caller's `sys.path` (plain pickle, so that the task's
 module imports from where the caller imported it), then the task's function and its inputs, pickled
 with cloudpickle as Flyte's own Elastic plugin pickles them (the function by value: its module's name
-is bound to the task, not to the function; the modules it uses by name). Every rank calls the function; rank 0 writes what it returned to FOLDER/result.pkl, and a
-rank whose function raised writes the error to FOLDER/error-rank-N.txt before exiting 1 with the
-traceback in its log. A function that returns because its gang is being stopped (it saw the stop
-notice: a preemption, a drain) leaves no result: the gang runs again and returns later. A rerun of
-the same rank (a readmission, a restart, a retry) writes them again.
+is bound to the task, not to the function; the modules it uses by name). Every rank calls the
+function; rank 0 writes what it returned to FOLDER/result.pkl, and a rank whose function raised
+writes the error to FOLDER/error-rank-N.txt before exiting 1 with the traceback in its log. A
+function that returns because its gang is being stopped (it saw the stop notice: a preemption, a
+drain) leaves no result: the gang runs again and returns later. A rerun of the same rank (a
+readmission, a restart, a retry) writes them again.
 
 On a cluster, every rank runs Flyte's entrypoint, which reads the inputs and writes the outputs at the
 paths of its arguments; ranks other than 0 get an `--outputs-path` of their own, so rank 0's outputs
