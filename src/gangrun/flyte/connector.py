@@ -1,0 +1,84 @@
+"""The `gangrun` Flyte connector: a Flyte deployment runs `GangTask`s as ClusteredTasks on its cluster.
+
+    create → submit the task template's gang (its manifest, Flyte's container image and entrypoint) to
+             the Kubernetes backend, where gangrun's controller runs it;
+    get    → the gang's status, its phase mapped onto Flyte's (`gangrun.flyte._remote.PHASES`) and its
+             reason as the message;
+    delete → cancel the gang (idempotent: a gang that ended or is gone is left as it is).
+
+Flyte's connector service loads this module through the `flyte.connectors` entry point, which
+registers the connector. The connection's configs (or secrets) may name `namespace`, `kubeconfig` and
+`context`; without them the task execution's namespace and the service's own cluster access are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from flyte.connectors import AsyncConnector, ConnectorRegistry, Resource, ResourceMeta
+from flyteidl2.core import tasks_pb2
+from flyteidl2.core.execution_pb2 import TaskExecution
+from google.protobuf import json_format
+
+import gangrun
+from gangrun._api.run import TaskRun
+from gangrun._errors import UsageError
+from gangrun.flyte._remote import flyte_phase, manifest_doc
+from gangrun.flyte._task import CUSTOM_KEY, TASK_TYPE
+
+__all__ = ["GangConnector", "GangMeta"]
+
+CLUSTER_KEYS = ("kubeconfig", "context")
+INFO_KEYS = ("attempt", "userRetriesUsed", "systemRetriesUsed", "evictions")  # of the status, in custom_info
+
+
+@dataclass
+class GangMeta(ResourceMeta):
+    """Which gang a Flyte task execution made."""
+
+    name: str
+    namespace: str = ""
+
+
+class GangConnector(AsyncConnector[GangMeta]):
+    name = "gangrun connector"
+    task_type_name = TASK_TYPE
+    task_type_version = 0
+    metadata_type = GangMeta
+
+    async def create(self, task_template: tasks_pb2.TaskTemplate, output_prefix: str,
+                     inputs: dict[str, Any] | None = None, task_execution_metadata: Any = None,
+                     **kwargs: Any) -> GangMeta:
+        namespace = kwargs.get("namespace") or getattr(task_execution_metadata, "namespace", "") or None
+        doc = manifest_doc(json_format.MessageToDict(task_template.custom), CUSTOM_KEY,
+                           args=list(task_template.container.args), image=task_template.container.image,
+                           namespace=namespace)
+        task = gangrun.ClusteredTask.from_dict(doc)
+        run = await asyncio.to_thread(gangrun.submit, task, "kubernetes", namespace=namespace, **_cluster(kwargs))
+        return GangMeta(name=run.name, namespace=namespace or "")
+
+    async def get(self, resource_meta: GangMeta, **kwargs: Any) -> Resource:
+        view = await asyncio.to_thread(lambda: _run(resource_meta, kwargs).status())
+        phase = TaskExecution.Phase.Value(flyte_phase(view["phase"]))
+        info: dict[str, Any] = {k: view[k] for k in INFO_KEYS if k in view}
+        return Resource(phase=phase, message=f"{view['phase']}: {view.get('reason') or ''}".rstrip(": "),
+                        custom_info={"gangrunTask": resource_meta.name, **info})
+
+    async def delete(self, resource_meta: GangMeta, **kwargs: Any) -> None:
+        try:
+            await asyncio.to_thread(lambda: _run(resource_meta, kwargs).cancel())
+        except UsageError:  # already deleted: nothing left to stop
+            pass
+
+
+def _cluster(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: kwargs[k] for k in CLUSTER_KEYS if kwargs.get(k)}
+
+
+def _run(meta: GangMeta, kwargs: dict[str, Any]) -> TaskRun:
+    return gangrun.attach(meta.name, "kubernetes", namespace=meta.namespace or None, **_cluster(kwargs))
+
+
+ConnectorRegistry.register(GangConnector(), override=True)

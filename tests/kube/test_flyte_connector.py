@@ -1,0 +1,60 @@
+"""The `gangrun` Flyte connector against the HTTP fake API, through Flyte's own connector service: what
+create puts on the cluster, get before the controller wrote a status, and delete as a cancel request.
+The run through the controller to SUCCEEDED, a preemption and ABORTED is tests/e2e/test_flyte_e2e.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from kube_fake import FakeApi
+from kube_http import kubeconfig, serve
+
+from gangrun._backends.kube import crd
+from gangrun._backends.kube.client import LOCAL_QUEUES, TASKS
+
+if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    import flyte  # CI installs the flyte extra: a missing one fails here
+else:
+    flyte = pytest.importorskip("flyte", reason="the flyte extra is not installed: pip install -e '.[flyte]'")
+
+from flyteidl2.core.execution_pb2 import TaskExecution
+from google.protobuf import json_format
+
+from with_flyte import connector_calls, gang_tasks
+
+
+@pytest.fixture
+def connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    api = FakeApi()
+    api.put(LOCAL_QUEUES, {"metadata": {"name": "default", "namespace": "ml"}})
+    server = serve(api)
+    try:
+        yield api, {"kubeconfig": str(kubeconfig(tmp_path / "kubeconfig", server)), "namespace": "ml"}
+    finally:
+        server.shutdown()
+
+
+def test_create_submits_the_flyte_tasks_gang_get_maps_its_phase_and_delete_requests_a_cancel(connection) -> None:
+    api, conn = connection
+    meta = connector_calls.create(gang_tasks.flaky, conn)
+    assert meta.name.startswith("gangtest-flaky-") and meta.namespace == "ml"
+    obj = api.obj(TASKS, "ml", meta.name)
+    assert obj is not None
+    spec = obj["spec"]
+    assert spec["command"][:5] == ["python", "-m", "gangrun.flyte._worker", "flyte", "a0"]
+    assert (spec["nodes"], spec["retries"], spec["failurePolicy"]["resumeAfterPreemption"]) == (2, 1, True)
+    assert spec["image"]  # the task environment's image, from Flyte's container
+
+    resource = connector_calls.get(meta, conn)
+    assert resource.phase == TaskExecution.QUEUED  # no controller has written a status yet
+    info = json_format.MessageToDict(resource.custom_info)
+    assert (info["gangrunTask"], info["attempt"]) == (meta.name, 1)
+
+    connector_calls.delete(meta, conn)
+    assert crd.CANCEL_ANNOTATION in api.obj(TASKS, "ml", meta.name)["metadata"]["annotations"]
+    api.delete(TASKS, "ml", meta.name)
+    connector_calls.delete(meta, conn)  # idempotent: a gang that is gone is left as it is

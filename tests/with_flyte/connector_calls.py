@@ -1,0 +1,79 @@
+"""Calls to the `gangrun` connector as a Flyte deployment makes them: the task template Flyte's own
+serialiser makes of a `GangTask`, sent through Flyte's connector service (its gRPC servicer, in process)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from flyte._internal.runtime.convert import convert_from_native_to_inputs
+from flyte._internal.runtime.task_serde import get_proto_task
+from flyte.connectors._server import AsyncConnectorService
+from flyte.models import SerializationContext
+from flyteidl2.connector.connector_pb2 import (
+    CreateTaskRequest,
+    DeleteTaskRequest,
+    GetTaskRequest,
+    TaskCategory,
+)
+from flyteidl2.core import tasks_pb2
+from flyteidl2.core.security_pb2 import Connection
+
+import gangrun.flyte.connector  # noqa: F401  (registers the connector, as the entry point does)
+from gangrun.flyte.connector import GangMeta
+
+HERE = Path(__file__).resolve().parent
+CATEGORY = TaskCategory(name="gangrun", version=0)
+
+
+def template(task: Any) -> tasks_pb2.TaskTemplate:
+    """The task template Flyte ships to a connector for `task` (its container args rendered by the platform)."""
+    sctx = SerializationContext(version="v1", project="p", domain="d", root_dir=HERE.parent)
+    tt = get_proto_task(task, sctx)
+    rendered = [a.replace("{{.input}}", "s3://bucket/run/inputs.pb").replace("{{.outputPrefix}}", "s3://bucket/run")
+                for a in tt.container.args]
+    del tt.container.args[:]
+    tt.container.args.extend(rendered)
+    return tt
+
+
+class ServicerContext:
+    """What the servicer reports an error through (grpc.ServicerContext's two calls it uses)."""
+
+    def __init__(self) -> None:
+        self.code: Any = None
+        self.details = ""
+
+    def set_code(self, code: Any) -> None:
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+
+def _call(method: str, request: Any) -> Any:
+    ctx = ServicerContext()
+    response = asyncio.run(getattr(AsyncConnectorService(), method)(request, ctx))
+    if response is None:
+        raise AssertionError(f"{method} failed: {ctx.code} {ctx.details}")
+    return response
+
+
+def create(task: Any, connection: dict[str, str], **inputs: Any) -> GangMeta:
+    proto_inputs = asyncio.run(convert_from_native_to_inputs(task.native_interface, **inputs)).proto_inputs
+    response = _call("CreateTask", CreateTaskRequest(template=template(task), inputs=proto_inputs,
+                                                     output_prefix="s3://bucket/run",
+                                                     connection=Connection(configs=connection)))
+    return GangMeta.decode(response.resource_meta)
+
+
+def get(meta: GangMeta, connection: dict[str, str]) -> Any:
+    """The connector's resource: phase (a TaskExecution.Phase), message, custom_info."""
+    return _call("GetTask", GetTaskRequest(task_category=CATEGORY, resource_meta=meta.encode(),
+                                           connection=Connection(configs=connection))).resource
+
+
+def delete(meta: GangMeta, connection: dict[str, str]) -> None:
+    _call("DeleteTask", DeleteTaskRequest(task_category=CATEGORY, resource_meta=meta.encode(),
+                                          connection=Connection(configs=connection)))

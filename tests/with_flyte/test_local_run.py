@@ -1,0 +1,147 @@
+"""A Flyte run in local mode runs its task as a gangrun gang: the real Flyte SDK, the real local daemon,
+real worker processes and signals.
+
+Each test runs `flyte.with_runcontext(mode="local").run(...)` on a task of gang_tasks.py and checks what
+the gang did through gangrun's own view of it (the same home the run submitted to).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import require_flyte
+
+require_flyte()
+
+import flyte  # noqa: E402
+import flyte.errors  # noqa: E402
+
+from gangrun._backends.local import LocalBackend  # noqa: E402
+
+from . import gang_tasks  # noqa: E402
+
+pytestmark = pytest.mark.slow
+TIMEOUT = 120.0
+TESTS = Path(__file__).resolve().parents[1]
+SRC = TESTS.parent / "src"
+
+
+def run_local(task: Any, **inputs: Any) -> Any:
+    return flyte.with_runcontext(mode="local").run(task, **inputs).outputs()[0]
+
+
+def the_gang(home: Path, predicate=lambda v: True, what: str = "the gang") -> dict[str, Any]:
+    """The one task the Flyte run submitted, once `predicate` holds for it."""
+    backend = LocalBackend(home)
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        views = backend.list() if (home / "local.db").exists() else []
+        if len(views) > 1:
+            raise AssertionError(f"more than one gang for one Flyte call: {[v['name'] for v in views]}")
+        if views and predicate(views[0]):
+            return views[0]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last: {views}")
+        time.sleep(0.2)
+
+
+def saved(step: int):
+    def pred(v: dict[str, Any]) -> bool:
+        last = (v.get("accounting") or {}).get("lastCheckpoint") or {}
+        return v["phase"] == "Running" and (last.get("step") or 0) >= step
+    return pred
+
+
+def test_a_local_flyte_run_runs_every_rank_streams_their_output_and_returns_rank_0s_value(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_local(gang_tasks.hello, greeting="hi") == "hi from rank 0 of 2 (attempt 1)"
+    out = capsys.readouterr().out
+    assert "[rank 0]  hi from rank 0 of 2 (attempt 1)" in out
+    assert "[rank 1]  hi from rank 1 of 2 (attempt 1)" in out
+    assert "GangStarted" in out and "Succeeded" in out  # the gang's timeline, as `gangrun run` prints it
+    gang = the_gang(home)
+    assert gang["name"].startswith("gangtest-hello-") and gang["phase"] == "Succeeded"
+
+
+def test_a_preemption_while_the_flyte_run_waits_costs_no_retry_and_resumes_from_its_own_checkpoint(
+        home: Path) -> None:
+    result: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: result.update(out=run_local(gang_tasks.train, steps=12,
+                                                                         step_seconds=0.3)))
+    runner.start()
+    gang = the_gang(home, saved(3), "a save of step 3")
+    LocalBackend(home).evict(gang["name"], "Preempted")  # what `gangrun local evict NAME --reason Preempted` does
+    runner.join(TIMEOUT)
+    assert not runner.is_alive(), "the Flyte run did not return"
+    out = result["out"]
+    assert out["total"] == str(sum(range(1, 13)))  # the right value: no step lost or counted twice
+    assert (out["attempt"], out["loaded_from"]) == ("1", "own")  # attempt 1, resumed from its own save
+    assert int(out["started_at"]) >= 3
+    final = the_gang(home, lambda v: v["phase"] == "Succeeded")
+    assert (final["attempt"], final["userRetriesUsed"], final["systemRetriesUsed"]) == (1, 0, 0)
+    types = [e.type for e in LocalBackend(home).events(final["name"])]
+    assert "Preempted" in types and "Readmitted" in types
+
+
+def test_an_error_in_a_rank_raises_in_the_caller_with_the_gangs_reason_and_the_ranks_error(home: Path) -> None:
+    with pytest.raises(flyte.errors.RuntimeUserError) as raised:
+        run_local(gang_tasks.fail_on_rank, rank=1)
+    message = str(raised.value)
+    gang = the_gang(home)
+    assert gang["phase"] == "Failed"
+    assert f"gangrun task {gang['name']} failed: {gang['reason']}" in message
+    assert "rank 1: ValueError: rank 1 does not like this input" in message
+
+
+def test_flyte_retries_are_the_gangs_user_retries_and_flyte_starts_no_second_gang(home: Path) -> None:
+    assert gang_tasks.flaky.retries.count == 0 and gang_tasks.flaky.gang_retries == 1
+    assert run_local(gang_tasks.flaky) == 2  # rank 0's value on the gang's second attempt
+    gang = the_gang(home)  # one gang only: Flyte's local runner did not retry on top
+    assert (gang["attempt"], gang["userRetriesUsed"]) == (2, 1)
+
+
+def test_cancelling_the_flyte_run_cancels_the_gang(home: Path) -> None:
+    async def cancel_while_running() -> None:
+        run = asyncio.create_task(flyte.with_runcontext(mode="local").run.aio(gang_tasks.sleepy))
+        await asyncio.to_thread(the_gang, home, lambda v: v["phase"] == "Running", "the gang running")
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    asyncio.run(cancel_while_running())
+    gang = the_gang(home, lambda v: v["phase"] != "Running", "the gang to end")
+    assert (gang["phase"], gang["reason"]) == ("Aborted", "cancelled by the user")
+
+
+SCRIPT = """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background child may start with SIGINT ignored
+import flyte
+from with_flyte import gang_tasks
+flyte.with_runcontext(mode="local").run(gang_tasks.sleepy)
+"""
+
+
+def test_ctrl_c_on_a_script_waiting_for_a_local_flyte_run_cancels_the_gang(home: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS)])}
+    script = subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        gang = the_gang(home, lambda v: v["phase"] == "Running", "the gang running")
+        script.send_signal(signal.SIGINT)
+        out, _ = script.communicate(timeout=TIMEOUT)
+    finally:
+        script.kill()
+    assert f"[gangrun] {gang['name']}: cancelled, its Flyte call ended with the process" in out
+    final = the_gang(home, lambda v: v["phase"] != "Running", "the gang to end")
+    assert (final["phase"], final["reason"]) == ("Aborted", "cancelled by the user")
