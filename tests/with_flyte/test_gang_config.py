@@ -34,7 +34,7 @@ from gangrun.flyte._task import CUSTOM_KEY  # noqa: E402
     ({"nodes": 2, "resources": {"cpu": "lots"}}, "spec.resources.cpu", ""),
     ({"nodes": 2, "options": {"nprocs": 2}}, "spec.nprocs", "unknown field"),
     ({"nodes": 2, "options": {"nodes": 3}}, "Gang.options.nodes", "a field of Gang itself"),
-    ({"nodes": 2, "min_nodes": 1}, "Gang.min_nodes", "fixed-size gangs only"),
+    ({"nodes": 2, "min_nodes": 3}, "spec.minNodes", "must be at most spec.nodes (2)"),
 ])
 def test_a_bad_gang_value_fails_when_the_gang_is_made_naming_the_field(kwargs: dict, field: str, says: str) -> None:
     with pytest.raises(SpecError) as raised:
@@ -42,8 +42,10 @@ def test_a_bad_gang_value_fails_when_the_gang_is_made_naming_the_field(kwargs: d
     assert raised.value.field == field and says in raised.value.problem
 
 
-def test_min_nodes_equal_to_nodes_is_a_fixed_size_gang_and_accepted() -> None:
-    assert Gang(nodes=2, min_nodes=2).manifest(name_prefix="t", command=["true"]).spec.nodes == 2
+def test_min_nodes_equal_to_nodes_is_a_fixed_size_gang_and_below_it_an_elastic_one() -> None:
+    assert not Gang(nodes=2, min_nodes=2).manifest(name_prefix="t", command=["true"]).spec.elastic
+    spec = Gang(nodes=4, min_nodes=2).manifest(name_prefix="t", command=["true"]).spec
+    assert (spec.nodes, spec.least_nodes, spec.elastic) == (4, 2, True)
 
 
 def test_the_gangs_manifest_carries_every_field_and_takes_the_flyte_tasks_retries_and_resources() -> None:

@@ -28,9 +28,9 @@ class Gang:
     `retries` are gangrun's user retries; None takes the Flyte task's own `retries=` (Flyte itself
     then retries nothing, so a failure is never retried twice). Preemption, node loss and the
     gang's own restarts never use them. `resources` are per node (``{"cpu": "1", "memory": "1Gi"}``);
-    None takes the task environment's `flyte.Resources`, else gangrun's default. `min_nodes` goes to
-    the manifest's `spec.minNodes` when it differs from `nodes`; a gangrun whose manifest has no such
-    field (it runs fixed-size gangs) refuses it, naming the field. `options` are any other
+    None takes the task environment's `flyte.Resources`, else gangrun's default. `min_nodes` is the
+    manifest's `spec.minNodes`: below `nodes` the gang is elastic (docs/elastic.md; the local backend
+    runs it, the Kubernetes backend refuses it). `options` are any other
     `gangrun.ClusteredTask` keyword (`termination_grace_period`, `max_runtime`, `checkpoint_uri`,
     `env`, `image`, `max_system_retries`, ...).
     """
@@ -50,13 +50,7 @@ class Gang:
         taken = sorted(set(self.options) & set(_OWN_KEYWORDS))
         if taken:
             raise SpecError(f"Gang.options.{taken[0]}", f"is a field of Gang itself: give {taken[0]}= to Gang")
-        try:
-            self.manifest(name_prefix="check", command=["true"])  # validates every field now, naming it
-        except SpecError as e:
-            if e.field == "spec.minNodes" and e.problem.startswith("unknown field"):
-                raise SpecError("Gang.min_nodes", f"this gangrun runs fixed-size gangs only: leave it None or "
-                                                  f"equal to nodes ({self.nodes}), got {self.min_nodes}") from None
-            raise
+        self.manifest(name_prefix="check", command=["true"])  # validates every field now, naming it
 
     def manifest(self, *, name_prefix: str, command: Sequence[str], retries: int = 0,
                  resources: Mapping[str, Any] | None = None, **more: Any) -> ClusteredTask:
@@ -67,7 +61,7 @@ class Gang:
             command=list(command), resume_after_preemption=self.resume_after_preemption,
             retries=self.retries if self.retries is not None else retries, max_restarts=self.max_restarts,
             queue=self.queue, priority_class=self.priority_class,
-            min_nodes=None if self.min_nodes == self.nodes else self.min_nodes,  # a manifest with spec.minNodes
+            min_nodes=self.min_nodes,
             resources=dict(self.resources) if self.resources is not None else (dict(resources) if resources else None),
             **{**self.options, **more})
 
