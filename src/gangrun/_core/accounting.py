@@ -107,10 +107,9 @@ class Accounting:
         up = self.gang_up_seconds + _seconds(self.up_since, at)
         if not lose:
             return replace(self, gang_up_seconds=up, up_since=None)
-        since = self.up_since
-        ck = self.last_checkpoint
-        if ck is not None and ck.attempt == self.up_attempt and ck.at > since:
-            since = min(ck.at, at)
+        since = self.unsaved_since() or self.up_since
+        if since > self.up_since:  # a checkpoint of this run: the loss starts there (never after the stop)
+            since = min(since, at)
         lost = WorkLost(attempt=self.up_attempt, cause=cause, at=at, since=since)
         return replace(self, gang_up_seconds=up, up_since=None, work_lost=(*self.work_lost, lost), stopping=True)
 
@@ -132,6 +131,16 @@ class Accounting:
 
     def queued(self, *, now: datetime) -> float:
         return self.queued_seconds + (_seconds(self.queued_since, now) if self.queued_since else 0.0)
+
+    def unsaved_since(self) -> datetime | None:
+        """Where the work a stop now would lose starts: the newest checkpoint of the attempt that is up,
+        or the gang up if later. None when the gang is not up."""
+        if self.up_since is None:
+            return None
+        ck = self.last_checkpoint
+        if ck is not None and ck.attempt == self.up_attempt and ck.at > self.up_since:
+            return ck.at
+        return self.up_since
 
     def lost_seconds(self) -> float:
         return sum(w.seconds for w in self.work_lost)
