@@ -1,0 +1,84 @@
+"""`gangrun controller --priority-boost`: each gang's Workload carries its checkpoint-aware boost,
+written only when the value changes."""
+
+from __future__ import annotations
+
+from test_controller import Cluster
+
+from gangrun._backends.kube.client import WORKLOADS
+from gangrun._core.priority_boost import ANNOTATION, BoostPolicy
+
+
+def boosted() -> Cluster:
+    c = Cluster()
+    c.ctl.boost = BoostPolicy()
+    return c
+
+
+def annotation(c: Cluster, attempt: int = 1) -> str | None:
+    wl = c.api.obj(WORKLOADS, "ml", f"jobset-train-{attempt}")
+    return (wl["metadata"].get("annotations") or {}).get(ANNOTATION)
+
+
+def workload_patches(c: Cluster) -> int:
+    return sum(1 for verb, plural, _ in c.api.calls if (verb, plural) == ("patch", "workloads"))
+
+
+def resync(c: Cluster) -> None:
+    c.ctl.queue.add(("ml", "train"))  # what the delayed requeue at the next step does in the real loop
+    c.settle()
+
+
+def test_a_running_gang_s_boost_steps_up_with_its_unsaved_work_one_patch_per_step() -> None:
+    c = boosted()
+    c.submit(nodes=2)
+    c.settle()
+    c.admit()
+    c.settle()
+    assert annotation(c) == "0"  # just came up: nothing to lose
+    assert workload_patches(c) == 1
+    for _ in range(5):  # syncs that change nothing write nothing
+        resync(c)
+    assert workload_patches(c) == 1
+    c.clock.advance(20)  # 2 nodes × 20 s = 40 node-seconds: past the first step (30)
+    resync(c)
+    assert annotation(c) == "25"
+    assert workload_patches(c) == 2
+    c.clock.advance(40)  # 120 node-seconds
+    resync(c)
+    assert annotation(c) == "50"
+
+
+def test_the_controller_comes_back_when_the_boost_would_step_up() -> None:
+    c = boosted()
+    delays: list[float] = []
+    add_after = c.ctl.queue.add_after
+    c.ctl.queue.add_after = lambda key, delay: (delays.append(delay), add_after(key, delay))  # type: ignore[method-assign]
+    c.submit(nodes=2)
+    c.settle()
+    c.admit()
+    c.settle()
+    assert 15.0 in delays  # 2 nodes reach the first step (30 node-seconds) 15 s after gang up
+
+
+def test_a_preempted_gang_waits_with_a_starvation_boost() -> None:
+    c = boosted()
+    c.submit(failurePolicy={"resumeAfterPreemption": True})
+    c.settle()
+    c.admit()
+    c.settle()
+    c.preempt()
+    c.settle()
+    assert annotation(c) == "25"  # preempted once, waiting: one step
+
+
+def test_boosting_is_off_unless_enabled() -> None:
+    c = Cluster()
+    c.submit()
+    c.settle()
+    c.admit()
+    c.settle()
+    c.clock.advance(600)
+    resync(c)
+    assert workload_patches(c) == 0
+    assert annotation(c) is None
