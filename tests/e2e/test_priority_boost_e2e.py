@@ -36,7 +36,7 @@ from test_controller_e2e import (
 )
 
 from gangrun import _checkpoint_report
-from gangrun._core.priority_boost import ANNOTATION
+from gangrun._core.priority_boost import ANNOTATION, BoostPolicy
 
 pytestmark = pytest.mark.e2e
 
@@ -97,8 +97,9 @@ def scenario(env, *, boost: bool) -> str:  # noqa: F811
     wait_status(kube, ns, "saved", lambda s: ((s.get("accounting") or {}).get("lastCheckpoint") or {}).get("step")
                 == 40, "the commit accounted", ctl)
     if boost:
-        kube.wait_for("the boosts written", lambda: boost_of(kube, ns, "saved") == 0
-                      and (boost_of(kube, ns, "unsaved") or 0) > 0, timeout=TIMEOUT, interval=0.2)
+        bottom = BoostPolicy().level(0)
+        kube.wait_for("the boosts written", lambda: boost_of(kube, ns, "saved") == bottom
+                      and (boost_of(kube, ns, "unsaved") or 0) > bottom, timeout=TIMEOUT, interval=0.2)
     else:
         assert boost_of(kube, ns, "saved") is None and boost_of(kube, ns, "unsaved") is None
     assert (datetime.now(UTC) - committed).total_seconds() < FIRST_STEP_SECONDS  # `saved` still has nothing at risk

@@ -65,7 +65,7 @@ CASES = [
                  Plan(preempt=(("low", "mid"),), waiting=("mid",)), id="a-boost-never-crosses-a-priority-class"),
     pytest.param([running("peer", 4, 1000, 1.0)], [waiting("starved", 1, 1000, 1, boost=25)],
                  Plan(preempt=(("peer", "starved"),), waiting=("starved",)),
-                 id="a-starved-gang-may-preempt-a-peer-that-would-lose-less"),
+                 id="a-higher-effective-priority-may-preempt-a-peer"),
     pytest.param([running("peer", 4, 1000, 1.0, boost=25)], [waiting("starved", 1, 1000, 1, boost=25)], Plan(),
                  id="equal-effective-priority-never-preempted"),
     pytest.param([], [waiting("new", 3, 0, 1), waiting("starved", 3, 0, 2, boost=25)], Plan(admit=("starved",)),

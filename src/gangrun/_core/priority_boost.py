@@ -6,20 +6,21 @@ all. Among gangs of one priority it otherwise preempts the most recently admitte
 would lose. This module says what the boost of one gang should be; both backends use it (the
 Kubernetes controller writes it onto the Workload, the local admission adds it to the priority).
 
-    running gang   boost = the level reached by its work at risk: the node-seconds since its newest
-                   committed checkpoint's state was taken (or since the gang came up, if later),
-                   stepping up at each of `steps`
-    waiting gang   boost = one level per time it was preempted, at most `starved_levels`, so newer
-                   work of the same priority cannot keep it waiting forever
-    admitted gang  never less than it had while waiting (no ping-pong between two displaced gangs)
+    waiting gang   boost = low + the number of times it was preempted, at most `starved_max`: ahead of
+                   newer work of its priority in the queue, so it is not starved
+    running gang   boost = a level above every waiting gang's: low + starved_max, stepping up evenly
+                   to `high` at each of `steps` its work at risk crosses (the node-seconds since its
+                   newest committed checkpoint, or since the gang came up if later)
 
-Each gang can so be preempted by waiting work of its own priority at most `starved_levels` times.
+A waiting gang never outranks a running gang of its own priority (the most it gets equals the least
+a running gang has, and Kueue preempts only strictly lower), so the starvation boost reorders the
+queue without preempting peers, and two displaced gangs cannot take the room back from each other.
 
-The value is quantised: it takes one of len(steps) + 1 levels, spread evenly over the band
-[low, high]. So a running gang's annotation changes only when a checkpoint commits (back to `low`) or
-when its unsaved work crosses one of `steps` (at most len(steps) times between two commits): at most
-len(steps) + 1 writes per checkpoint interval, and none at all while the level stays. The default
-band 0..99 never lets a boosted gang reach a priority class 100 above its own.
+The running value is quantised: one of len(steps) + 1 levels. So a running gang's annotation changes
+only when a checkpoint commits (back to the bottom level) or when its unsaved work crosses one of
+`steps` (at most len(steps) times between two commits): at most len(steps) + 1 writes per checkpoint
+interval, none while the level stays. The default band 0..99 never lets a boosted gang reach a
+priority class 100 above its own.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class BoostPolicy:
     low: int = 0
     high: int = 99
     steps: tuple[float, ...] = DEFAULT_STEPS
-    starved_levels: int = 2  # the most levels a waiting gang gets for having been preempted
+    starved_max: int = 3  # the most a waiting gang gets (one per preemption)
 
     def __post_init__(self) -> None:
         if self.high < self.low:
@@ -51,13 +52,15 @@ class BoostPolicy:
         if not self.steps or any(s <= 0 for s in self.steps) or list(self.steps) != sorted(set(self.steps)):
             raise UsageError(f"--boost-steps: must be positive node-seconds in increasing order, got "
                              f"{','.join(str(s) for s in self.steps) or 'none'}")
-        if not 0 <= self.starved_levels <= len(self.steps):
-            raise UsageError(f"--boost-starved-levels: must be from 0 to {len(self.steps)}, got {self.starved_levels}")
+        if not 0 <= self.starved_max <= self.high - self.low:
+            raise UsageError(f"--boost-starved-max: must be from 0 to --boost-max minus --boost-min "
+                             f"({self.high - self.low}), got {self.starved_max}")
 
     def level(self, n: int) -> int:
-        """The boost of level `n` (0 = `low`, len(steps) = `high`)."""
+        """The boost of a running gang at level `n` (0 = low + starved_max, len(steps) = `high`)."""
         n = max(0, min(n, len(self.steps)))
-        return self.low + round((self.high - self.low) * n / len(self.steps))
+        bottom = self.low + self.starved_max
+        return bottom + round((self.high - bottom) * n / len(self.steps))
 
 
 @dataclass(frozen=True)
@@ -77,21 +80,16 @@ def running_boost(policy: BoostPolicy, *, unsaved_seconds: float, nodes: int) ->
 
 def waiting_boost(policy: BoostPolicy, *, preemptions: int) -> Boost:
     """The boost of a gang waiting for quota after having been preempted `preemptions` times."""
-    return Boost(policy.level(min(max(0, preemptions), policy.starved_levels)))
+    return Boost(policy.low + min(max(0, preemptions), policy.starved_max))
 
 
 def gang_boost(policy: BoostPolicy, *, admitted: bool, unsaved_from: datetime | None, nodes: int,
                preemptions: int, now: datetime) -> Boost:
-    """The boost of one gang's Workload now: running (admitted) or waiting for quota.
-
-    An admitted gang keeps at least the boost it waited with: otherwise the gang it just displaced
-    (now waiting, with one more preemption) would outrank it at once and take the room back."""
-    floor = waiting_boost(policy, preemptions=preemptions)
+    """The boost of one gang's Workload now: running (admitted) or waiting for quota."""
     if not admitted:
-        return floor
+        return waiting_boost(policy, preemptions=preemptions)
     seconds = (now - unsaved_from).total_seconds() if unsaved_from is not None else 0.0  # not up yet: nothing at risk
-    r = running_boost(policy, unsaved_seconds=seconds, nodes=nodes)
-    return Boost(max(r.value, floor.value), r.next_change_in)
+    return running_boost(policy, unsaved_seconds=seconds, nodes=nodes)
 
 
 def task_boost(policy: BoostPolicy, state: TaskState, acct: Accounting, *, admitted: bool, nodes: int,

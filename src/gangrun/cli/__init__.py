@@ -96,8 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--boost-steps", default=",".join(f"{s:g}" for s in DEFAULT_STEPS),
                     help="node-seconds of unsaved work at which the boost steps up, comma-separated "
                          "(default %(default)s)")
-    sp.add_argument("--boost-starved-levels", type=int, default=2,
-                    help="the most steps a waiting gang gets for having been preempted (default 2)")
+    sp.add_argument("--boost-starved-max", type=int, default=3,
+                    help="the most boost a waiting gang gets, one per preemption (default 3); running gangs "
+                         "start above it")
 
     local = sub.add_parser("local", help="the local control plane", description="the local control plane",
                            parents=[common])

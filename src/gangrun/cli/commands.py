@@ -218,7 +218,7 @@ def _boost_policy(args: argparse.Namespace) -> BoostPolicy | None:
     if not args.priority_boost:
         return None
     return BoostPolicy(low=args.boost_min, high=args.boost_max, steps=tuple(_steps(args.boost_steps)),
-                       starved_levels=args.boost_starved_levels)
+                       starved_max=args.boost_starved_max)
 
 
 def _steps(text: str) -> list[float]:

@@ -32,10 +32,11 @@ def desired(policy: BoostPolicy, task: dict[str, Any], workload: dict[str, Any] 
     finished = conds.get(kueue.FINISHED)
     if finished is not None and finished.is_true:
         return None
-    reserved = conds.get(kueue.QUOTA_RESERVED)
+    reserved, evicted = conds.get(kueue.QUOTA_RESERVED), conds.get(kueue.EVICTED)
     nodes = (task.get("spec") or {}).get("nodes", 1)
+    # Evicted and still holding quota counts as waiting already: its gang is stopping, nothing left at risk.
     return task_boost(policy, load_state(task, now=now), load_accounting(task),
-                      admitted=reserved is not None and reserved.is_true,
+                      admitted=reserved is not None and reserved.is_true and not (evicted and evicted.is_true),
                       nodes=nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else 1, now=now)
 
 

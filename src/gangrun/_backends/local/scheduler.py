@@ -62,8 +62,8 @@ def boosts(tasks: Iterable[LocalTask], policy: BoostPolicy | None, *, now: datet
     """The priority boost of every Workload that competes (holds quota or waits for it); {} when off."""
     if policy is None:
         return {}
-    return {t.name: task_boost(policy, t.state, t.acct, admitted=t.workload.reserved, nodes=t.spec.nodes,
-                               now=now).value
+    return {t.name: task_boost(policy, t.state, t.acct, nodes=t.spec.nodes, now=now,
+                               admitted=t.workload.reserved and t.workload.evicted is None).value
             for t in tasks if t.workload is not None and not t.workload.finished}
 
 

@@ -35,18 +35,18 @@ def test_a_running_gang_s_boost_steps_up_with_its_unsaved_work_one_patch_per_ste
     c.settle()
     c.admit()
     c.settle()
-    assert annotation(c) == "0"  # just came up: nothing to lose
+    assert annotation(c) == "3"  # just came up: nothing to lose, the bottom running level
     assert workload_patches(c) == 1
     for _ in range(5):  # syncs that change nothing write nothing
         resync(c)
     assert workload_patches(c) == 1
     c.clock.advance(20)  # 2 nodes × 20 s = 40 node-seconds: past the first step (30)
     resync(c)
-    assert annotation(c) == "25"
+    assert annotation(c) == "27"
     assert workload_patches(c) == 2
     c.clock.advance(40)  # 120 node-seconds
     resync(c)
-    assert annotation(c) == "50"
+    assert annotation(c) == "51"
 
 
 def test_the_controller_comes_back_when_the_boost_would_step_up() -> None:
@@ -69,7 +69,7 @@ def test_a_preempted_gang_waits_with_a_starvation_boost() -> None:
     c.settle()
     c.preempt()
     c.settle()
-    assert annotation(c) == "25"  # preempted once, waiting: one step
+    assert annotation(c) == "1"  # preempted once, waiting: ahead of fresh work, below any running peer
 
 
 def test_boosting_is_off_unless_enabled() -> None:
