@@ -202,6 +202,7 @@ def render(args: argparse.Namespace) -> int:
 
 
 def controller(args: argparse.Namespace) -> int:
+    boost = _boost_policy(args)  # a bad band is the user's mistake, said before connecting to anything
     try:
         from gangrun._backends.kube import run_controller
     except ImportError as e:
@@ -210,7 +211,7 @@ def controller(args: argparse.Namespace) -> int:
     return run_controller(kubeconfig=args.kubeconfig, namespace=namespace, metrics_port=args.metrics_port,
                           health_port=args.health_port, leader_election=args.leader_election,
                           lease_namespace=args.lease_namespace, identity=args.identity,
-                          workers=args.workers, boost=_boost_policy(args))
+                          workers=args.workers, boost=boost)
 
 
 def _boost_policy(args: argparse.Namespace) -> BoostPolicy | None:
