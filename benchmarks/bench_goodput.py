@@ -1,6 +1,6 @@
 """Goodput under a preemption storm, with and without checkpoint-aware preemption, side by side.
 
-    python benchmarks/bench_goodput.py [--quick] [--seed 7] [--json]
+    python benchmarks/bench_goodput.py [--quick] [--seed 7] [--rounds 3] [--json]
 
 One seeded storm on the local backend (real daemons, real worker processes, real checkpoints),
 played four times at once, each in a control plane of its own:
@@ -12,7 +12,9 @@ checkpoint every k steps, k different for each gang; a preempted gang restores f
 checkpoint. Their workers make no final save when stopped (as when a save would not fit in the
 grace period): what a preemption costs is the work since the gang's newest checkpoint. M
 high-priority tasks (1 node each) arrive at seeded times and run a few seconds; each needs the room
-of one low gang.
+of one low gang. `--rounds R` plays R storms (seeds seed, seed+1, ...) one after another and adds
+them up, so one unlucky burst of arrivals weighs less (a full run: 3 rounds, about 4 minutes on 2
+cores; `--quick`: one small round, under a minute).
 
 Boosting off, the local admission chooses victims as Kueue does by default among equal priorities:
 the most recently admitted. Boosting on, it adds `gangrun._core.priority_boost`'s boost: the gang
@@ -98,8 +100,8 @@ def manifest(name: str, command: list[str], *, env: dict[str, str], priority: st
 
 
 def play(storm: Storm, intervals: list[int], arrivals: list[float], *, boost: bool, resume: bool,
-         home: Path, script: Path, timeout: float) -> dict[str, Any]:
-    """One configuration: the whole storm on a private control plane. Returns its figures."""
+         home: Path, script: Path, timeout: float) -> list[dict[str, Any]]:
+    """One configuration: the whole storm on a private control plane. Returns the low gangs' views."""
     b = LocalBackend(home)
     b.up(cpu=str(storm.gangs), memory="8Gi", gpu=0, priority_boost=boost, boost_steps=list(storm.boost_steps))
     low = [f"low-{i}" for i in range(len(intervals))]
@@ -122,7 +124,7 @@ def play(storm: Storm, intervals: list[int], arrivals: list[float], *, boost: bo
             time.sleep(0.5)
     finally:
         b.down()
-    return figures(views, intervals)
+    return views
 
 
 def figures(views: list[dict[str, Any]], intervals: list[int]) -> dict[str, Any]:
@@ -142,8 +144,8 @@ def figures(views: list[dict[str, Any]], intervals: list[int]) -> dict[str, Any]
             badput[cause] = badput.get(cause, 0.0) + seconds
         preemptions += sum((a.get("preemptionsByCause") or {}).values())
         retries += int(v.get("userRetriesUsed", 0)) + int(v.get("systemRetriesUsed", 0))
-        per_gang.append({"name": v["name"], "checkpointEvery": every, "workLostSeconds": round(gang_lost, 2),
-                         "phase": v["phase"]})
+        per_gang.append({"name": v["name"], "round": v["round"], "checkpointEvery": every, "workLostSeconds": round(gang_lost, 2),
+                         "phase": v["phase"], "stops": [(w["at"][11:22], w["seconds"]) for w in a["workLost"]]})
     return {"workLostSeconds": round(lost, 2), "goodput": round((up - lost) / elapsed, 4) if elapsed else 0.0,
             "badputSeconds": {k: round(s, 2) for k, s in badput.items()}, "preemptions": preemptions,
             "retriesSpent": retries, "gangs": per_gang}
@@ -158,31 +160,37 @@ def badput_of(acct: dict[str, Any]) -> dict[str, float]:
             "workLost": float(acct.get("workLostSeconds", 0.0))}
 
 
-def run(storm: Storm, seed: int, *, timeout: float = 600.0) -> dict[str, Any]:
-    intervals, arrivals = plan(storm, seed)
+def run(storm: Storm, seed: int, *, rounds: int = 1, timeout: float = 600.0) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="gangrun-goodput-"))
     script = tmp / "worker.py"
     script.write_text(WORKER)
-    results: dict[tuple[bool, bool], dict[str, Any]] = {}
-    errors: list[BaseException] = []
+    views: dict[tuple[bool, bool], list[dict[str, Any]]] = {c: [] for c in CONFIGS}
+    intervals_all: list[int] = []
+    played = []
+    for r in range(rounds):
+        intervals, arrivals = plan(storm, seed + r)
+        played.append({"seed": seed + r, "checkpointEvery": intervals, "arrivalTimes": [round(a, 2) for a in arrivals]})
+        intervals_all += intervals
+        errors: list[BaseException] = []
 
-    def one(boost: bool, resume: bool) -> None:
-        try:
-            results[(boost, resume)] = play(storm, intervals, arrivals, boost=boost, resume=resume,
-                                            home=tmp / f"home-boost{int(boost)}-resume{int(resume)}",
-                                            script=script, timeout=timeout)
-        except BaseException as e:  # reported after every thread is done
-            errors.append(e)
+        def one(boost: bool, resume: bool, r: int = r, intervals: list[int] = intervals,
+                arrivals: list[float] = arrivals, errors: list[BaseException] = errors) -> None:
+            try:
+                got = play(storm, intervals, arrivals, boost=boost, resume=resume, script=script, timeout=timeout,
+                           home=tmp / f"home-r{r}-boost{int(boost)}-resume{int(resume)}")
+                views[(boost, resume)] += [{**v, "round": r} for v in got]
+            except BaseException as e:  # reported after every thread is done
+                errors.append(e)
 
-    threads = [threading.Thread(target=one, args=c) for c in CONFIGS]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    out: dict[str, Any] = {"seed": seed, "gangs": storm.gangs, "arrivals": storm.arrivals,
-                           "checkpointEvery": intervals, "arrivalTimes": [round(a, 2) for a in arrivals],
+        threads = [threading.Thread(target=one, args=c) for c in CONFIGS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+    results = {c: figures(views[c], intervals_all) for c in CONFIGS}
+    out: dict[str, Any] = {"seed": seed, "rounds": played, "gangs": storm.gangs, "arrivals": storm.arrivals,
                            "configs": []}
     for boost, resume in CONFIGS:
         out["configs"].append({"boost": boost, "resumeAfterPreemption": resume, **results[(boost, resume)]})
@@ -215,16 +223,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="the smallest storm (CI smoke: about a minute)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=None, help="storms played and added up (default 3; --quick: 1)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     storm = QUICK if args.quick else FULL
-    out = run(storm, args.seed)
+    out = run(storm, args.seed, rounds=args.rounds or (1 if args.quick else 3))
     if args.json:
         print(json.dumps(out, indent=1))
-    else:
-        print(f"seed {out['seed']}: {out['gangs']} low gangs (checkpoint every {out['checkpointEvery']} steps of "
-              f"{storm.step_seconds} s), {out['arrivals']} high arrivals at {out['arrivalTimes']} s")
-        print(table(out))
+        return
+    for r in out["rounds"]:
+        print(f"seed {r['seed']}: {out['gangs']} low gangs (checkpoint every {r['checkpointEvery']} steps of "
+              f"{storm.step_seconds} s), {out['arrivals']} high arrivals at {r['arrivalTimes']} s")
+    print(table(out))
 
 
 if __name__ == "__main__":

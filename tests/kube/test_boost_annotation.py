@@ -3,9 +3,10 @@ written only when the value changes."""
 
 from __future__ import annotations
 
+from kube_builders import commit_report, pod_obj
 from test_controller import Cluster
 
-from gangrun._backends.kube.client import WORKLOADS
+from gangrun._backends.kube.client import PODS, WORKLOADS
 from gangrun._core.priority_boost import ANNOTATION, BoostPolicy
 
 
@@ -82,3 +83,21 @@ def test_boosting_is_off_unless_enabled() -> None:
     resync(c)
     assert workload_patches(c) == 0
     assert annotation(c) is None
+
+
+def test_a_reported_commit_brings_the_boost_back_to_the_bottom() -> None:
+    c = boosted()
+    c.submit(nodes=2)
+    c.settle()
+    c.admit()
+    c.settle()
+    c.clock.advance(70)  # 140 node-seconds unsaved
+    resync(c)
+    assert annotation(c) == "51"
+    pod = pod_obj("train-1", 0)  # rank 0 reports the commit it just made, as the controller reads workers
+    pod["status"]["containerStatuses"] = [{"name": "worker", "state": {"running": {}}, "lastState": {"terminated": {
+        "exitCode": 0, "reason": "Completed", "message": commit_report(step=70, t=c.clock.now)}}}]
+    c.api.put(PODS, pod)
+    c.settle()
+    assert c.status()["accounting"]["lastCheckpoint"]["step"] == 70
+    assert annotation(c) == "3"
