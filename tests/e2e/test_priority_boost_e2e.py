@@ -25,6 +25,7 @@ from test_controller_e2e import (
     TASK_LABEL,
     TIMEOUT,
     controller,
+    crd_installed,  # noqa: F401  (a fixture `env` needs)
     create_task,
     env,  # noqa: F401  (the fixture)
     is_running,
