@@ -95,6 +95,18 @@ def test_out_of_range_numbers_are_refused_naming_the_flag(argv, capsys):
     assert "must be >=" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("flags", "field"), [
+    (["--boost-min", "50", "--boost-max", "10"], "--boost-max"),
+    (["--boost-steps", "600,30"], "--boost-steps"),
+    (["--boost-steps", "later"], "--boost-steps"),
+    (["--boost-starved-max", "500"], "--boost-starved-max"),
+])
+def test_a_bad_priority_boost_band_is_one_error_naming_the_flag(flags, field, capsys):
+    assert main(["controller", "--priority-boost", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gangrun: error: {field}") and err.count("\n") == 1
+
+
 def test_s1_validate_dash_reads_standard_input():
     r = subprocess.run([sys.executable, "-m", "gangrun.cli", "validate", "-", "-o", "json"], input=GOOD.encode(),
                        capture_output=True)

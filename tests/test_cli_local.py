@@ -60,3 +60,14 @@ def test_events_follow_prints_json_lines_until_the_task_ends(gangrun, tmp_path):
     lines = gangrun("events", "short", "--follow", "-o", "json").stdout.splitlines()
     types = [json.loads(line)["type"] for line in lines]
     assert types[0] == "Submitted" and types[-1] == "Succeeded"
+
+
+def test_local_up_turns_checkpoint_aware_preemption_off_and_on_and_names_a_bad_step(gangrun):
+    status = json.loads(gangrun("local", "up", "-o", "json").stdout)
+    assert status["priorityBoost"] is True  # on by default locally
+    status = json.loads(gangrun("local", "up", "--no-priority-boost", "--boost-steps", "5,20", "-o", "json").stdout)
+    assert (status["priorityBoost"], status["boostSteps"]) == (False, [5.0, 20.0])
+    r = gangrun("local", "up", "--boost-steps", "20,5", check=False)
+    assert r.returncode == 2 and r.stderr.startswith("gangrun: error: --boost-steps") and "Traceback" not in r.stderr
+    r = gangrun("local", "up", "--boost-steps", "soon", check=False)
+    assert r.returncode == 2 and "--boost-steps" in r.stderr and r.stderr.count("\n") == 1

@@ -1060,7 +1060,9 @@ class ControlPlane:
             "metrics": {"bindAddress": "0"},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{p['kueue_health']}"},
             "clientConnection": {"qps": 100, "burst": 200},
-            "featureGates": {"VisibilityOnDemand": False},
+            # PriorityBoost: Kueue reads gangrun's kueue.x-k8s.io/priority-boost annotation (written only by a
+            # controller started with --priority-boost; without the annotation nothing changes).
+            "featureGates": {"VisibilityOnDemand": False, "PriorityBoost": True},
             "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
             "waitForPodsReady": {"timeout": PODS_READY_TIMEOUT},
         }

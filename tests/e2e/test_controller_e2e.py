@@ -76,16 +76,18 @@ def _try(fn):
 class ControllerProcess:
     """`gangrun controller` for one namespace; SIGKILL and restart at will."""
 
-    def __init__(self, cp: ControlPlane, ns: str, kubeconfig: Path | None = None) -> None:
+    def __init__(self, cp: ControlPlane, ns: str, kubeconfig: Path | None = None, args: tuple[str, ...] = ()) -> None:
         self.cp, self.ns = cp, ns
         self.kubeconfig = kubeconfig or cp.kubeconfig
+        self.args = args  # more `gangrun controller` flags
         self.runs: list[Component] = []
         self.current: Component | None = None
 
     def start(self) -> ControllerProcess:
         assert self.current is None
         argv = [sys.executable, "-m", "gangrun", "controller", "--kubeconfig", str(self.kubeconfig),
-                "--namespace", self.ns, "--no-leader-election", "--metrics-port", "0", "--health-port", "0"]
+                "--namespace", self.ns, "--no-leader-election", "--metrics-port", "0", "--health-port", "0",
+                *self.args]
         env = {"KUBECONFIG": str(self.kubeconfig), "PYTHONPATH": str(REPO / "src"),
                "PYTHONUNBUFFERED": "1"}
         self.current = self.cp.spawn(f"gangrun-controller-{self.ns}-{len(self.runs)}", argv, env=env)
@@ -166,9 +168,9 @@ def env(crd_installed: ControlPlane, make_namespace):
         cp.kube.delete("Job", j["metadata"]["name"], ns, propagation="Foreground")
 
 
-def controller(env, kubeconfig: Path | None = None) -> ControllerProcess:
+def controller(env, kubeconfig: Path | None = None, args: tuple[str, ...] = ()) -> ControllerProcess:
     cp, ns, _rec, controllers = env
-    c = ControllerProcess(cp, ns, kubeconfig).start()
+    c = ControllerProcess(cp, ns, kubeconfig, args).start()
     controllers.append(c)
     return c
 

@@ -9,6 +9,7 @@ from test_controller import Cluster
 
 from gangrun._backends.kube.client import JOBSETS, TASKS
 from gangrun._backends.kube.leader import LeaderElector
+from gangrun._core.priority_boost import BoostPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 # FakeApi's verbs → the RBAC (resource suffix, verb) they need.
@@ -60,3 +61,22 @@ def test_the_leader_election_role_grants_what_the_elector_calls() -> None:
     elector.release()
     calls = {(plural, VERBS[verb][1]) for verb, plural, _ in c.api.calls if plural == "leases"}
     assert calls - _grants("Role", "gangrun-leader-election") == set()
+
+
+def test_the_priority_boost_role_grants_what_the_boosting_controller_adds() -> None:
+    """With `--priority-boost` the controller also patches Workloads: its own ClusterRole plus the
+    priority-boost one cover every call, and the base role alone does not (the extra role is needed)."""
+    c = Cluster()
+    c.ctl.boost = BoostPolicy()
+    c.submit(failurePolicy={"resumeAfterPreemption": True})
+    c.api.calls.clear()
+    c.settle()
+    c.admit()
+    c.settle()
+    c.preempt()
+    c.settle()
+    calls = {(plural + VERBS[verb][0], VERBS[verb][1]) for verb, plural, _ in c.api.calls}
+    calls |= {(i.res.plural, "watch") for i in c.ctl.informers}
+    base = _grants("ClusterRole", "gangrun-controller")
+    assert ("workloads", "patch") in calls - base
+    assert calls - base - _grants("ClusterRole", "gangrun-controller-priority-boost") == set()

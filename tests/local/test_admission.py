@@ -15,12 +15,14 @@ def r(cpu: int, memory: int = 1, gpu: int = 0) -> Resources:
     return Resources(cpu=Decimal(cpu), memory=Decimal(memory), gpu=Decimal(gpu))
 
 
-def running(name: str, cpu: int, priority: int, admitted_at: float, *, evicting: bool = False) -> Request:
-    return Request(name=name, priority=priority, order=0, resources=r(cpu), admitted_at=admitted_at, evicting=evicting)
+def running(name: str, cpu: int, priority: int, admitted_at: float, *, evicting: bool = False,
+            boost: int = 0) -> Request:
+    return Request(name=name, priority=priority, order=0, resources=r(cpu), admitted_at=admitted_at, evicting=evicting,
+                   boost=boost)
 
 
-def waiting(name: str, cpu: int, priority: int, order: int, *, gpu: int = 0) -> Request:
-    return Request(name=name, priority=priority, order=order, resources=r(cpu, gpu=gpu))
+def waiting(name: str, cpu: int, priority: int, order: int, *, gpu: int = 0, boost: int = 0) -> Request:
+    return Request(name=name, priority=priority, order=order, resources=r(cpu, gpu=gpu), boost=boost)
 
 
 CASES = [
@@ -48,6 +50,26 @@ CASES = [
     pytest.param([running("low", 2, 100, 1.0)], [waiting("high", 6, 10000, 1), waiting("small", 2, 0, 2)],
                  Plan(admit=("small",)), id="best-effort-fifo-skips-an-inadmissible-head"),
     pytest.param([], [waiting("g", 1, 0, 1, gpu=1)], Plan(), id="gpu-quota-zero-blocks-gpu-gang"),
+    # Effective priority = priority + boost (checkpoint-aware preemption).
+    pytest.param([running("unsaved", 2, 100, 1.0, boost=25), running("saved", 2, 100, 2.0)],
+                 [waiting("high", 2, 10000, 1)],
+                 Plan(preempt=(("saved", "high"),), waiting=("high",)), id="the-gang-that-just-checkpointed-goes-first"),
+    pytest.param([running("saved", 2, 100, 1.0), running("unsaved", 2, 100, 2.0, boost=25)],
+                 [waiting("high", 2, 10000, 1)],
+                 Plan(preempt=(("saved", "high"),), waiting=("high",)),
+                 id="a-boost-outweighs-being-the-most-recently-admitted"),
+    pytest.param([running("old", 2, 100, 1.0, boost=25), running("new", 2, 100, 2.0, boost=25)],
+                 [waiting("high", 2, 10000, 1)],
+                 Plan(preempt=(("new", "high"),), waiting=("high",)), id="equal-effective-most-recently-admitted-first"),
+    pytest.param([running("low", 4, 100, 1.0, boost=99)], [waiting("mid", 1, 200, 1)],
+                 Plan(preempt=(("low", "mid"),), waiting=("mid",)), id="a-boost-never-crosses-a-priority-class"),
+    pytest.param([running("peer", 4, 1000, 1.0)], [waiting("starved", 1, 1000, 1, boost=25)],
+                 Plan(preempt=(("peer", "starved"),), waiting=("starved",)),
+                 id="a-higher-effective-priority-may-preempt-a-peer"),
+    pytest.param([running("peer", 4, 1000, 1.0, boost=25)], [waiting("starved", 1, 1000, 1, boost=25)], Plan(),
+                 id="equal-effective-priority-never-preempted"),
+    pytest.param([], [waiting("new", 3, 0, 1), waiting("starved", 3, 0, 2, boost=25)], Plan(admit=("starved",)),
+                 id="a-starved-gang-goes-ahead-of-newer-work-of-its-priority"),
 ]
 
 

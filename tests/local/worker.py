@@ -7,6 +7,7 @@ Behaviour from the environment (set in the test manifests):
                         restart round (JOBSET_RESTART_ATTEMPT), default round 0: a crash that happens once
   LINGER_SECONDS        on a stop notice, keep going this long before a final save and exit (a worker
                         that uses its grace period)
+  CHECKPOINT_EVERY (1)  save every N steps (0: never, a gang with all its work at risk)
 
 It uses only the SDK (`gangrun.context()`, `ctx.checkpoint.load()/save(step=)`): a broken SDK fails
 the scenarios that run it, and the start line says which source the SDK loaded from.
@@ -41,6 +42,7 @@ def main() -> int:
     crash_at = int(os.environ.get("CRASH_AT_STEP", "0"))
     crash_rank = int(os.environ.get("CRASH_RANK", "1"))
     crash_round = int(os.environ.get("CRASH_ON_RESTART", "0"))
+    every = int(os.environ.get("CHECKPOINT_EVERY", "1"))
     while step < STEPS:
         if linger and ctx.stop_requested:
             time.sleep(linger)
@@ -52,7 +54,8 @@ def main() -> int:
         if step == crash_at and crash_rank == RANK and crash_round == RESTART:
             print(f"crash at step={step}", flush=True)
             return 3
-        ckpt.save(json.dumps({"step": step}).encode(), step=step)
+        if every and step % every == 0:
+            ckpt.save(json.dumps({"step": step}).encode(), step=step)
         print(f"step={step}", flush=True)
     print(f"done attempt={ATTEMPT} step={step}", flush=True)
     return 0

@@ -300,6 +300,15 @@ class Accounting:
         return self.restarting_seconds + (_seconds(self.down_since, now) if self.down_since and not self.down_waiting
                                           and self.ended_at is None else 0.0)
 
+    def unsaved_since(self) -> datetime | None:
+        """Where the work a stop now would lose starts: when the state of the attempt's newest checkpoint
+        was taken, or the first step (the gang up, before one is reported), if later. None when the
+        gang is not up."""
+        if self.up_since is None:
+            return None
+        return _loss_since(UpPeriod(attempt=self.up_attempt, start=self.up_since, end=datetime.max.replace(
+            tzinfo=self.up_since.tzinfo), stepped=self.stepped_at), self.last_checkpoint)
+
     def lost_seconds(self) -> float:
         return sum(w.seconds for w in self.work_lost)
 

@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable, Sequence
 
 from gangrun._api.backends import BACKENDS, backend_name
+from gangrun._core.priority_boost import DEFAULT_STEPS
 from gangrun._errors import BackendError, GangrunError
 from gangrun.cli import commands
 
@@ -89,6 +90,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="leader election identity (default: the hostname and a random suffix)")
     sp.add_argument("--all-namespaces", action="store_true", help="watch every namespace (default: --namespace or all)")
     sp.add_argument("--workers", type=_at_least(1), default=8, help="reconciles run at once (default 8)")
+    sp.add_argument("--priority-boost", action="store_true",
+                    help="checkpoint-aware preemption: keep each gang's Workload annotated with "
+                         "kueue.x-k8s.io/priority-boost (needs Kueue's PriorityBoost feature gate)")
+    sp.add_argument("--boost-min", type=int, default=0, help="the lowest boost written (default 0)")
+    sp.add_argument("--boost-max", type=int, default=99,
+                    help="the highest boost written (default 99: below a priority class 100 higher)")
+    sp.add_argument("--boost-steps", default=",".join(f"{s:g}" for s in DEFAULT_STEPS),
+                    help="node-seconds of unsaved work at which the boost steps up, comma-separated "
+                         "(default %(default)s)")
+    sp.add_argument("--boost-starved-max", type=int, default=3,
+                    help="the most boost a waiting gang gets, one per preemption (default 3); running gangs "
+                         "start above it")
 
     local = sub.add_parser("local", help="the local control plane", description="the local control plane",
                            parents=[common])
@@ -106,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--gpu", type=int, default=None, help="GPU quota (default: 0)")
     sp.add_argument("--metrics-port", type=int, default=None,
                     help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: stop serving them)")
+    sp.add_argument("--priority-boost", action=argparse.BooleanOptionalAction, default=None,
+                    help="checkpoint-aware preemption: among gangs of one priority, preempt the one that would "
+                         "lose the least work (default: on)")
+    sp.add_argument("--boost-steps", default=None,
+                    help="node-seconds of unsaved work at which a gang's boost steps up, comma-separated "
+                         f"(default {','.join(f'{s:g}' for s in DEFAULT_STEPS)})")
     lcmd("down", commands.local_down, "stop the local control plane and every gang it runs")
     lcmd("status", commands.local_status, "quota, queue and running gangs")
     sp = lcmd("evict", commands.local_evict, "inject a Kueue eviction into a task's gang")

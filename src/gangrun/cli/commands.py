@@ -16,6 +16,7 @@ from gangrun._api import ClusteredTask, TaskRun, attach, open_backend
 from gangrun._api import submit as submit_task
 from gangrun._backends.base import Backend
 from gangrun._core.pod_template import local_ignored
+from gangrun._core.priority_boost import BoostPolicy
 from gangrun._core.spec import TaskSpec
 from gangrun._core.units import format_bytes
 from gangrun._errors import UsageError
@@ -205,6 +206,7 @@ def render(args: argparse.Namespace) -> int:
 
 
 def controller(args: argparse.Namespace) -> int:
+    boost = _boost_policy(args)  # a bad band is the user's mistake, said before connecting to anything
     try:
         from gangrun._backends.kube import run_controller
     except ImportError as e:
@@ -213,7 +215,23 @@ def controller(args: argparse.Namespace) -> int:
     return run_controller(kubeconfig=args.kubeconfig, namespace=namespace, metrics_port=args.metrics_port,
                           health_port=args.health_port, leader_election=args.leader_election,
                           lease_namespace=args.lease_namespace, identity=args.identity,
-                          workers=args.workers)
+                          workers=args.workers, boost=boost)
+
+
+def _boost_policy(args: argparse.Namespace) -> BoostPolicy | None:
+    """The band of `--priority-boost`, or None when it is off. Raises UsageError naming the flag."""
+    if not args.priority_boost:
+        return None
+    return BoostPolicy(low=args.boost_min, high=args.boost_max, steps=tuple(_steps(args.boost_steps)),
+                       starved_max=args.boost_starved_max)
+
+
+def _steps(text: str) -> list[float]:
+    """`--boost-steps 30,120,600`. Raises UsageError naming the flag."""
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--boost-steps: expected comma-separated numbers, got {text!r}") from None
 
 
 # -- local ------------------------------------------------------------------------------------------
@@ -238,7 +256,8 @@ def _print_status(args: argparse.Namespace, status: dict[str, Any]) -> None:
         print(f"  metrics: {status['metrics']}")
     gangs = status.get("gangs", [])
     if gangs:
-        rows = [[g.get("task", ""), str(g.get("attempt", "")), g.get("state", ""), str(g.get("priority", "")),
+        rows = [[g.get("task", ""), str(g.get("attempt", "")), g.get("state", ""),
+                 str(g.get("priority", "")) + (f"+{g['boost']}" if g.get("boost") else ""),
                  str(g.get("queuePosition") or "")] for g in gangs]
         print(output.table(rows, ["TASK", "ATTEMPT", "WORKLOAD", "PRIORITY", "QUEUE POSITION"]))
     for task, why in (status.get("tooBig") or {}).items():
@@ -249,7 +268,8 @@ def _print_status(args: argparse.Namespace, status: dict[str, Any]) -> None:
 
 def local_up(args: argparse.Namespace) -> int:
     _print_status(args, _local(args).up(cpu=args.cpu, memory=args.memory, gpu=args.gpu,
-                                        metrics_port=args.metrics_port))
+                                        metrics_port=args.metrics_port, priority_boost=args.priority_boost,
+                                        boost_steps=None if args.boost_steps is None else _steps(args.boost_steps)))
     return 0
 
 

@@ -13,6 +13,8 @@ Pods that go away carrying something a sync still needs (a worker's newest check
 termination message, a DisruptionTarget condition) are kept from their DELETED event until a sync
 has written what they said into the status. Stop notices go onto pods as one-annotation patches,
 all at once and alongside the status write, and are done before the deletes the same sync asks for.
+With a boost policy (`--priority-boost`) each sync ends by keeping the Workload's priority-boost
+annotation equal to the task's boost (`boost.py`), patching only a change.
 
 Reads come from the informer caches, except where a stale cache could cost an attempt:
 * a JobSet missing from the cache after it was seen is read from the API server before the engine
@@ -27,10 +29,11 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.kube import adapter, crd, events, indexes
+from gangrun._backends.kube import adapter, boost, crd, events, indexes
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
@@ -50,12 +53,16 @@ from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.eviction import NO_EVICTION, classify_eviction
+from gangrun._core.observation import WorkloadRead
+from gangrun._core.priority_boost import BoostPolicy
 from gangrun._errors import ApiError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
 REJECTED_EVENT = "the API server rejected the event"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Aborted"})
 NOTICE_FANOUT = 16  # pod patches of stop notices in flight at once
+BOOST_RBAC_HINT = ("the controller may not patch Kueue Workloads (403); --priority-boost has no effect. Grant "
+                   "patch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 RBAC_HINT = ("the controller may not read Kueue Workloads (403); evictions of started gangs will be "
              "system retries. Grant get/list/watch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 
@@ -63,8 +70,11 @@ RBAC_HINT = ("the controller may not read Kueue Workloads (403); evictions of st
 class Controller:
     def __init__(self, api: KubeApi, *, namespace: str | None, clock: Clock = system_clock,
                  metrics: Metrics | None = None, identity: str = "",
-                 queue: WorkQueue[Key] | None = None, strict_events: bool = False) -> None:
+                 queue: WorkQueue[Key] | None = None, strict_events: bool = False,
+                 boost: BoostPolicy | None = None) -> None:
         self.api, self.namespace, self.clock = api, namespace, clock
+        self.boost = boost  # checkpoint-aware preemption: keep each Workload's priority-boost annotation
+        self._boost_hinted = False
         self.metrics = metrics or Metrics()
         self.identity = identity
         self.strict_events = strict_events  # tests: an Event the API server rejects fails the sync
@@ -127,7 +137,8 @@ class Controller:
         names = {(p.get("metadata") or {}).get("name") for p in live}
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
                 if adapter.attempt_of(p) == state.attempt]
-        new_status, actions = reconcile(task, js, self._workloads_for(js), pods, now=now, owned_jobsets=owned)
+        lookup = self._workloads_for(js)
+        new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned)
         # Alongside the status write, not after it: a notice is no part of the task's state (writing it
         # twice is harmless), and for a stop Kueue starts every millisecond counts against its suspend.
         notices = self._annotate(namespace, actions)
@@ -160,6 +171,33 @@ class Controller:
                 index += 1
             elif isinstance(action, RequeueAt):
                 self.queue.add_after(key, max((action.at - now).total_seconds(), 0.0))
+        if self.boost is not None:
+            self._keep_boost(key, task, lookup, now)
+
+    def _keep_boost(self, key: Key, task: dict[str, Any], lookup: WorkloadLookup, now: datetime) -> None:
+        """Write the task's priority boost onto its Workload when it differs; come back when it would step up."""
+        assert self.boost is not None
+        wl = adapter.newest_workload(lookup.items) if lookup.read is WorkloadRead.FOUND else None
+        want = boost.desired(self.boost, task, wl, now=now)
+        if wl is None or want is None:
+            return
+        if boost.current(wl) != want.value:
+            name = (wl.get("metadata") or {}).get("name", "")
+            try:
+                updated = self.api.patch(WORKLOADS, key[0], name, boost.patch(want.value))
+            except NotFound:
+                return
+            except ApiError as e:
+                if e.status != 403:
+                    raise
+                if not self._boost_hinted:
+                    self._boost_hinted = True
+                    log.warning(BOOST_RBAC_HINT)
+                return
+            if isinstance(updated, dict):
+                self.workloads.upsert(updated)
+        if want.next_change_in is not None:
+            self.queue.add_after(key, want.next_change_in)
 
     def _forget_tombstones(self, key: Key, task: dict[str, Any]) -> None:
         """Drop the pods whose news the task's status now holds, and those of attempts it has left."""

@@ -18,6 +18,7 @@ from gangrun._backends.kube.client import connect
 from gangrun._backends.kube.controller import Controller
 from gangrun._backends.kube.leader import LeaderElector
 from gangrun._backends.kube.metrics import Metrics, serve
+from gangrun._core.priority_boost import BoostPolicy
 from gangrun._errors import ApiError, UsageError
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ DEFAULT_WORKERS = 8
 
 def run_controller(*, kubeconfig: str | None, namespace: str | None, metrics_port: int, health_port: int,
                    leader_election: bool, lease_namespace: str, identity: str | None,
-                   workers: int = DEFAULT_WORKERS) -> int:
+                   workers: int = DEFAULT_WORKERS, boost: BoostPolicy | None = None) -> int:
     """Run the controller until SIGTERM. `namespace=None` watches all namespaces; a port of 0 disables it."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -43,7 +44,7 @@ def run_controller(*, kubeconfig: str | None, namespace: str | None, metrics_por
     stop = threading.Event()
     lost = threading.Event()
     metrics = Metrics()
-    controller = Controller(api, namespace=namespace, metrics=metrics, identity=identity)
+    controller = Controller(api, namespace=namespace, metrics=metrics, identity=identity, boost=boost)
     elector = LeaderElector(api, namespace=lease_namespace, identity=identity) if leader_election else None
     # In a pod the probes come from the kubelet; on a workstation stay on loopback.
     host = "0.0.0.0" if os.environ.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
@@ -87,6 +88,9 @@ def run_controller(*, kubeconfig: str | None, namespace: str | None, metrics_por
 
             threading.Thread(target=elector.keep_renewing, args=(stop, lose), name="lease", daemon=True).start()
         log.info("controller %s watching %s", identity, f"namespace {namespace}" if namespace else "all namespaces")
+        if boost is not None:
+            log.info("priority boost on: %d..%d, steps at %s node-seconds of unsaved work", boost.low, boost.high,
+                     ", ".join(f"{s:g}" for s in boost.steps))
         controller.run(stop, workers=workers)
     except ApiError as e:
         log.error("controller stopped: %s", e)

@@ -7,6 +7,9 @@ feeds it values and carries out the plan (tests/local/test_admission.py is its t
 Semantics copied from Kueue (ClusterQueue `queueingStrategy: BestEffortFIFO`,
 `preemption.withinClusterQueue: LowerPriority`):
 
+- Every "priority" below is the effective priority: the Workload's priority plus its boost
+  (`kueue.x-k8s.io/priority-boost`; locally `gangrun._core.priority_boost` computes it), as Kueue
+  compares them when its `PriorityBoost` gate is on.
 - Waiting gangs are considered by priority (higher first), then submission order.
 - All or nothing: a gang gets quota for all its nodes × per-node resources, or none.
 - A gang that does not fit may preempt admitted gangs of strictly lower priority. Kueue's candidate
@@ -129,6 +132,11 @@ class Request:
     def at(self, nodes: int) -> Resources:
         assert self.per_node is not None, "only an elastic request has a size"
         return self.per_node.scaled(nodes)
+    boost: int = 0  # the priority boost (checkpoint-aware preemption); 0 = none
+
+    @property
+    def effective(self) -> int:
+        return self.priority + self.boost
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,13 +158,13 @@ def plan(quota: Resources, admitted: list[Request], pending: list[Request]) -> P
     for a in admitted:
         if a.evicting:
             returning = returning + a.resources
-    candidates = sorted((a for a in admitted if not a.evicting), key=lambda a: (a.priority, -a.admitted_at, a.name))
+    candidates = sorted((a for a in admitted if not a.evicting), key=lambda a: (a.effective, -a.admitted_at, a.name))
     admit: list[str] = []
     preempt: list[tuple[str, str]] = []
     waiting: list[str] = []
     reasons: dict[str, str] = {}
     sizes: dict[str, int] = {}
-    for w in sorted(pending, key=lambda p: (-p.priority, p.order, p.name)):
+    for w in sorted(pending, key=lambda p: (-p.effective, p.order, p.name)):
         if w.resources.fits_in(free):
             admit.append(w.name)
             free = free - w.resources
@@ -175,7 +183,7 @@ def plan(quota: Resources, admitted: list[Request], pending: list[Request]) -> P
             waiting.append(w.name)
             reasons[w.name] = "waiting for preempted gangs to stop and give their quota back"
             continue
-        victims = _victims(w, free + returning, [c for c in candidates if c.priority < w.priority])
+        victims = _victims(w, free + returning, [c for c in candidates if c.effective < w.effective])
         if victims is None and smaller is not None:  # elastic: start on what fits now
             admit.append(w.name)
             sizes[w.name], free = smaller, free - w.at(smaller)

@@ -138,10 +138,14 @@ class LocalBackend:
 
     def up(self, *, cpu: str | None = None, memory: str | None = None, gpu: int | None = None,
            queues: list[str] | None = None, priority_classes: dict[str, int] | None = None,
-           metrics_port: int | None = None) -> dict[str, Any]:
-        """Start the daemon if needed and set the quota (None keeps the current value). Returns status()."""
+           metrics_port: int | None = None, priority_boost: bool | None = None,
+           boost_steps: list[float] | None = None) -> dict[str, Any]:
+        """Start the daemon if needed and set the quota (None keeps the current value). Returns status().
+        `priority_boost`: checkpoint-aware preemption on or off (on by default); `boost_steps`: the
+        node-seconds of unsaved work at which a gang's boost steps up."""
         args = {"cpu": cpu, "memory": memory, "gpu": gpu, "queues": queues, "priorityClasses": priority_classes,
-                "metricsPort": metrics_port}
+                "metricsPort": metrics_port, "priorityBoost": priority_boost,
+                "boostSteps": boost_steps}
         self._call("configure", args, start=True)
         return self.status()
 

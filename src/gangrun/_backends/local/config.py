@@ -10,7 +10,9 @@
       run/<task>/attempt-<N>/          stop notice and checkpoint events of that attempt's gang
       checkpoints/<task>/attempt-<N>/  default checkpoint root (spec.checkpoint.uri overrides it)
 
-Configuration = the one ClusterQueue's quota, its named queues and the priority classes. A task
+Configuration = the one ClusterQueue's quota, its named queues, the priority classes, and whether
+admission boosts the priority of gangs that would lose the most (checkpoint-aware preemption, on by
+default; `gangrun._core.priority_boost`). A task
 without `priorityClass` gets `default_priority_class` (`normal`, 1000), so that a `low` task never
 preempts a task whose author did not think about priorities. (Kueue itself gives such a Workload
 priority 0 unless a default WorkloadPriorityClass exists; `normal` plays that default's role.)
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gangrun._backends.local.admission import Resources
+from gangrun._core.priority_boost import DEFAULT_STEPS, BoostPolicy
 from gangrun._core.units import parse_quantity
 from gangrun._errors import UsageError
 
@@ -132,6 +135,8 @@ class Config:
     default_priority_class: str = DEFAULT_PRIORITY_CLASS
     pods_ready_backoff: float = 1.0  # seconds before requeue number 1 after PodsReadyTimeout (Kueue: 60)
     metrics_port: int = 0  # 127.0.0.1:<port>/metrics serves the Prometheus series; 0: not served
+    priority_boost: bool = True  # checkpoint-aware preemption (`gangrun._core.priority_boost`, default band)
+    boost_steps: tuple[float, ...] = DEFAULT_STEPS  # node-seconds of unsaved work where the boost steps up
 
     def priority_of(self, priority_class: str) -> int:
         return self.priority_classes[priority_class or self.default_priority_class]
@@ -146,7 +151,8 @@ class Config:
     def for_json(self) -> dict[str, Any]:
         return {"quota": self.quota.for_json(), "queues": list(self.queues),
                 "priorityClasses": self.priority_classes, "defaultPriorityClass": self.default_priority_class,
-                "podsReadyBackoffSeconds": self.pods_ready_backoff, "metricsPort": self.metrics_port}
+                "podsReadyBackoffSeconds": self.pods_ready_backoff, "metricsPort": self.metrics_port,
+                "priorityBoost": self.priority_boost, "boostSteps": list(self.boost_steps)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Config:
@@ -154,7 +160,12 @@ class Config:
                    priority_classes=dict(d.get("priorityClasses", DEFAULT_PRIORITY_CLASSES)),
                    default_priority_class=d.get("defaultPriorityClass", DEFAULT_PRIORITY_CLASS),
                    pods_ready_backoff=float(d.get("podsReadyBackoffSeconds", 1.0)),
-                   metrics_port=int(d.get("metricsPort", 0)))
+                   metrics_port=int(d.get("metricsPort", 0)), priority_boost=bool(d.get("priorityBoost", True)),
+                   boost_steps=tuple(float(x) for x in d.get("boostSteps", DEFAULT_STEPS)))
+
+    def boost_policy(self) -> BoostPolicy | None:
+        """The boost admission adds to each gang's priority, or None when boosting is off."""
+        return BoostPolicy(steps=self.boost_steps) if self.priority_boost else None
 
     @classmethod
     def default(cls) -> Config:

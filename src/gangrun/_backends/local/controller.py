@@ -30,7 +30,7 @@ from gangrun._backends.local.effects import Effects, Processes
 from gangrun._backends.local.gang import NODE_DISRUPTION, GangTwin, StopReason
 from gangrun._backends.local.inject import inject
 from gangrun._backends.local.reconcile import Action, CreateJobSet, DeleteJobSet, reconcile
-from gangrun._backends.local.scheduler import may_grow_at, schedule
+from gangrun._backends.local.scheduler import boosts, may_grow_at, schedule
 from gangrun._backends.local.status import queue_positions, status
 from gangrun._backends.local.store import Store
 from gangrun._backends.local.task import LocalTask, unreadable_view, view
@@ -39,6 +39,7 @@ from gangrun._backends.metrics import Metrics
 from gangrun._core import elastic
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.pod_template import local_ignored
+from gangrun._core.priority_boost import BoostPolicy
 from gangrun._core.spec import GENERATED_SUFFIX_LEN, parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
@@ -198,8 +199,14 @@ class Controller:
 
     def configure(self, *, cpu: str | None, memory: str | None, gpu: int | None,
                   queues: list[str] | None = None, priority_classes: dict[str, int] | None = None,
-                  metrics_port: int | None = None) -> None:
+                  metrics_port: int | None = None, priority_boost: bool | None = None,
+                  boost_steps: list[float] | None = None) -> None:
         cfg = self.config.with_quota(cpu=cpu, memory=memory, gpu=gpu)
+        if priority_boost is not None:
+            cfg = replace(cfg, priority_boost=priority_boost)
+        if boost_steps is not None:
+            BoostPolicy(steps=tuple(boost_steps))  # raises UsageError naming --boost-steps
+            cfg = replace(cfg, boost_steps=tuple(float(x) for x in boost_steps))
         if metrics_port is not None:
             if not 0 <= metrics_port <= 65535:
                 raise UsageError(f"--metrics-port: must be a TCP port from 1 to 65535 (0: off), got {metrics_port}")
@@ -259,17 +266,21 @@ class Controller:
     def _schedule(self, now: datetime) -> set[str]:
         """Kueue's scheduling cycle, skipped when nothing it reads changed since the last one (a running
         gang's periodic tick would otherwise re-plan a queue of hundreds for nothing)."""
-        if self._schedule_inputs() == self.scheduled:
+        inputs = self._schedule_inputs(now)
+        if inputs == self.scheduled:
             return set()
-        touched = schedule(self.tasks, self.config.quota, now=now)
-        self.scheduled = self._schedule_inputs()
+        touched = schedule(self.tasks, self.config.quota, now=now, boost=self.config.boost_policy())
+        self.scheduled = inputs
         return touched
 
-    def _schedule_inputs(self) -> tuple[Any, ...]:
-        """Everything `schedule` reads, by version: the quota, and each task's attempt and twins."""
+    def _schedule_inputs(self, now: datetime) -> tuple[Any, ...]:
+        """Everything `schedule` reads, by version: the quota, when elastic gangs may grow, each task's
+        attempt and twins, and the boosts (quantised: they change at a commit or when unsaved work
+        crosses a step)."""
         return (self.config.quota, tuple(may_grow_at(self.tasks.values())), tuple(
             (n, t.state.attempt, t.terminal, t.workload.generation if t.workload else -1,
-             (t.gang.attempt, t.gang.generation) if t.gang else None) for n, t in self.tasks.items()))
+             (t.gang.attempt, t.gang.generation) if t.gang else None) for n, t in self.tasks.items()),
+            boosts(self.tasks.values(), self.config.boost_policy(), now=now))
 
     def _seq(self, name: str) -> int:
         t = self.tasks.get(name)
@@ -383,19 +394,22 @@ class Controller:
 
     def view(self, name: str, now: datetime) -> dict[str, Any]:
         return view(self.task(name), self.config, self.paths, now=now,
-                    queue_position=queue_positions(self.tasks.values()).get(name))
+                    queue_position=self._positions(now).get(name))
 
     def views(self, now: datetime) -> list[dict[str, Any]]:
         """Every task's view, then one for each stored task that no longer reads (never left out)."""
         return self.readable_views(now) + [unreadable_view(name, why) for name, why in self.broken.items()]
 
     def readable_views(self, now: datetime) -> list[dict[str, Any]]:
-        positions = queue_positions(self.tasks.values())
+        positions = self._positions(now)
         return [view(t, self.config, self.paths, now=now, queue_position=positions.get(t.name))
                 for t in self._in_order()]
 
+    def _positions(self, now: datetime) -> dict[str, int]:
+        return queue_positions(self.tasks.values(), boosts(self.tasks.values(), self.config.boost_policy(), now=now))
+
     def status(self, now: datetime) -> dict[str, Any]:
-        return status(self._in_order(), self.config, broken=self.broken)
+        return status(self._in_order(), self.config, broken=self.broken, now=now)
 
     def render_metrics(self, now: datetime) -> str:
         """The Prometheus exposition: the counters as they ran, the gauges from the tasks' views now."""

@@ -322,7 +322,8 @@ class Daemon:
             ctl.set_active(a["name"], True, now)
         elif op == "configure":
             ctl.configure(cpu=a.get("cpu"), memory=a.get("memory"), gpu=a.get("gpu"), queues=a.get("queues"),
-                          priority_classes=a.get("priorityClasses"), metrics_port=a.get("metricsPort"))
+                          priority_classes=a.get("priorityClasses"), metrics_port=a.get("metricsPort"),
+                          priority_boost=a.get("priorityBoost"), boost_steps=a.get("boostSteps"))
             self._serve_metrics()
             result = ctl.status(now)
         elif op == "status":

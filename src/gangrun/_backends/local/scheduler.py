@@ -5,7 +5,8 @@
 The plan itself is pure (`admission.py`); this turns the Workload twins into its requests and writes
 its answer back as Kueue would: an eviction for every victim (with who preempted it), a quota
 reservation for every admitted gang, and for every gang left waiting the reason in its
-`QuotaReserved=False/Pending` message.
+`QuotaReserved=False/Pending` message. With a boost policy every request carries the gang's priority
+boost (checkpoint-aware preemption), as Kueue reads it from the Workload's annotation.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from gangrun._backends.local.config import CLUSTER_QUEUE, CQ_PATH
 from gangrun._backends.local.task import LocalTask
 from gangrun._backends.local.workload import WorkloadTwin
 from gangrun._core import elastic, gpus, kueue
+from gangrun._core.priority_boost import BoostPolicy, task_boost
 from gangrun._core.timeline import Event, EventType
 
 
-def schedule(tasks: Mapping[str, LocalTask], quota: Resources, *, now: datetime) -> set[str]:
-    admitted, pending = _requests(tasks.values(), now=now)
+def schedule(tasks: Mapping[str, LocalTask], quota: Resources, *, now: datetime,
+             boost: BoostPolicy | None = None) -> set[str]:
+    admitted, pending = _requests(tasks.values(), now=now, boost=boost)
     if not pending and not any(a.may_grow for a in admitted):
         return set()
     plan = admission.plan(quota, admitted, pending)
@@ -69,8 +72,21 @@ def schedule(tasks: Mapping[str, LocalTask], quota: Resources, *, now: datetime)
     return touched
 
 
-def _requests(tasks: Iterable[LocalTask], *, now: datetime) -> tuple[list[Request], list[Request]]:
+def boosts(tasks: Iterable[LocalTask], policy: BoostPolicy | None, *, now: datetime) -> dict[str, int]:
+    """The priority boost of every Workload that competes (holds quota or waits for it); {} when off."""
+    if policy is None:
+        return {}
+    return {t.name: task_boost(policy, t.state, t.acct, nodes=t.workload.nodes if t.workload.elastic else t.spec.nodes,
+                               now=now,
+                               admitted=t.workload.reserved and t.workload.evicted is None).value
+            for t in tasks if t.workload is not None and not t.workload.finished}
+
+
+def _requests(tasks: Iterable[LocalTask], *, now: datetime,
+              boost: BoostPolicy | None) -> tuple[list[Request], list[Request]]:
     """(holding quota, waiting for it): every Workload that is not finished."""
+    tasks = list(tasks)
+    extra = boosts(tasks, boost, now=now)
     admitted, pending = [], []
     for t in tasks:
         wl, g = t.workload, t.gang
@@ -82,10 +98,11 @@ def _requests(tasks: Iterable[LocalTask], *, now: datetime) -> tuple[list[Reques
             deleting = g is not None and (g.deleted or g.lost)
             admitted.append(Request(name=t.name, priority=wl.priority, order=wl.order, resources=res,
                                     admitted_at=wl.admitted_at.timestamp() if wl.admitted_at else 0.0,
-                                    evicting=wl.evicted is not None or deleting, **size))
+                                    evicting=wl.evicted is not None or deleting, boost=extra.get(t.name, 0), **size))
         elif (not t.terminal and wl.attempt == t.state.attempt and wl.pending(now)
               and g is not None and not g.live and g.stopping is None and not g.lost):
-            pending.append(Request(name=t.name, priority=wl.priority, order=wl.order, resources=res, **size))
+            pending.append(Request(name=t.name, priority=wl.priority, order=wl.order, resources=res,
+                                   boost=extra.get(t.name, 0), **size))
     return admitted, pending
 
 

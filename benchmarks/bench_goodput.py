@@ -1,0 +1,241 @@
+"""Goodput under a preemption storm, with and without checkpoint-aware preemption, side by side.
+
+    python benchmarks/bench_goodput.py [--quick] [--seed 7] [--rounds 3] [--json]
+
+One seeded storm on the local backend (real daemons, real worker processes, real checkpoints),
+played four times at once, each in a control plane of its own:
+
+    boosting off / on  ×  resumeAfterPreemption off / on
+
+N low-priority gangs (1 node each, all of the quota) train a fixed number of steps and commit a
+checkpoint every k steps, k different for each gang; a preempted gang restores from its newest
+checkpoint. Their workers make no final save when stopped (as when a save would not fit in the
+grace period): what a preemption costs is the work since the gang's newest checkpoint. M
+high-priority tasks (1 node each) arrive at seeded times and run a few seconds; each needs the room
+of one low gang. `--rounds R` plays R storms (seeds seed, seed+1, ...) one after another and adds
+them up, so one unlucky burst of arrivals weighs less (a full run: 3 rounds, about 4 minutes on 2
+cores; `--quick`: one small round, under a minute).
+
+Boosting off, the local admission chooses victims as Kueue does by default among equal priorities:
+the most recently admitted. Boosting on, it adds `gangrun._core.priority_boost`'s boost: the gang
+that would lose the least goes first. The boost's steps are scaled to the storm's compressed time
+(checkpoint intervals of seconds instead of minutes).
+
+Printed per configuration, over the low gangs: work lost (seconds), goodput (their productive time
+over their elapsed time, all gangs together), badput by cause, preemptions and retries spent.
+Target: boosting on loses at most half the work boosting off loses, in the same run and the same
+resume setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gangrun._backends.local import LocalBackend
+from gangrun._core.spec import TaskSpec, parse_manifest
+
+WORKER = """import os, pickle, sys, time
+import gangrun
+
+ctx = gangrun.context()
+ck = ctx.checkpoint
+every, total, dt = int(os.environ["EVERY"]), int(os.environ["STEPS"]), float(os.environ["STEP_SECONDS"])
+state = {"step": 0}
+path = ck.load()
+if path is not None:
+    state = pickle.loads(path.read_bytes())
+while state["step"] < total:
+    if ctx.stop_requested:
+        sys.exit(0)  # no final save: it would not fit in the grace period
+    time.sleep(dt)
+    state["step"] += 1
+    if state["step"] % every == 0:
+        ck.save(pickle.dumps(state), step=state["step"])
+"""
+
+
+@dataclass(frozen=True)
+class Storm:
+    gangs: int
+    arrivals: int
+    steps: int  # steps of work per low gang
+    step_seconds: float
+    intervals: tuple[int, ...]  # checkpoint every k steps, one per gang (seeded order)
+    arrival_window: tuple[float, float]  # high tasks arrive at seeded times in this window (seconds)
+    high_seconds: float  # how long each high task runs
+    boost_steps: tuple[float, ...]  # node-seconds: the boost's steps, scaled to the storm's time
+
+
+FULL = Storm(gangs=6, arrivals=8, steps=160, step_seconds=0.25, intervals=(2, 4, 8, 16, 32, 64),
+             arrival_window=(6.0, 34.0), high_seconds=3.0, boost_steps=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0))
+QUICK = Storm(gangs=4, arrivals=4, steps=64, step_seconds=0.25, intervals=(2, 8, 24, 64),
+              arrival_window=(4.0, 14.0), high_seconds=2.0, boost_steps=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0))
+CONFIGS = [(boost, resume) for resume in (False, True) for boost in (False, True)]
+
+
+def plan(storm: Storm, seed: int) -> tuple[list[int], list[float]]:
+    """The seeded storm: each low gang's checkpoint interval (in submission order) and the arrival times."""
+    rng = random.Random(seed)
+    intervals = list(storm.intervals[:storm.gangs])
+    rng.shuffle(intervals)
+    lo, hi = storm.arrival_window
+    return intervals, sorted(rng.uniform(lo, hi) for _ in range(storm.arrivals))
+
+
+def manifest(name: str, command: list[str], *, env: dict[str, str], priority: str, resume: bool) -> TaskSpec:
+    return parse_manifest({
+        "apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": name},
+        "spec": {"nodes": 1, "command": command, "env": env, "priorityClass": priority,
+                 "resources": {"cpu": "1", "memory": "10Mi"}, "terminationGracePeriod": "2s", "retries": 50,
+                 "failurePolicy": {"resumeAfterPreemption": resume}}})
+
+
+def play(storm: Storm, intervals: list[int], arrivals: list[float], *, boost: bool, resume: bool,
+         home: Path, script: Path, timeout: float) -> list[dict[str, Any]]:
+    """One configuration: the whole storm on a private control plane. Returns the low gangs' views."""
+    b = LocalBackend(home)
+    b.up(cpu=str(storm.gangs), memory="8Gi", gpu=0, priority_boost=boost, boost_steps=list(storm.boost_steps))
+    low = [f"low-{i}" for i in range(len(intervals))]
+    try:
+        for name, every in zip(low, intervals, strict=True):
+            env = {"EVERY": str(every), "STEPS": str(storm.steps), "STEP_SECONDS": str(storm.step_seconds)}
+            b.submit(manifest(name, [sys.executable, str(script)], env=env, priority="low", resume=resume))
+            time.sleep(0.3)  # admitted one after another: "most recently admitted" means something
+        t0 = time.monotonic()
+        for i, at in enumerate(arrivals):
+            time.sleep(max(0.0, t0 + at - time.monotonic()))
+            b.submit(manifest(f"high-{i}", ["sleep", str(storm.high_seconds)], env={}, priority="high", resume=False))
+        deadline = t0 + timeout
+        while True:
+            views = [b.get(n) for n in low]
+            if all(v["phase"] in ("Succeeded", "Failed", "Aborted") for v in views):
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the storm did not finish within {timeout:.0f} s (boost={boost}, resume={resume})")
+            time.sleep(0.5)
+    finally:
+        b.down()
+    return views
+
+
+def figures(views: list[dict[str, Any]], intervals: list[int]) -> dict[str, Any]:
+    up = lost = elapsed = 0.0
+    badput: dict[str, float] = {}
+    preemptions = retries = 0
+    per_gang = []
+    for v, every in zip(views, intervals, strict=True):
+        a = v["accounting"]
+        gang_lost = float(a["workLostSeconds"])
+        lost += gang_lost
+        up += float(a["gangUpSeconds"])
+        gp = float(a["goodput"])
+        gang_elapsed = (float(a["gangUpSeconds"]) - gang_lost) / gp if gp > 0 else 0.0
+        elapsed += gang_elapsed
+        for cause, seconds in badput_of(a).items():
+            badput[cause] = badput.get(cause, 0.0) + seconds
+        preemptions += sum((a.get("preemptionsByCause") or {}).values())
+        retries += int(v.get("userRetriesUsed", 0)) + int(v.get("systemRetriesUsed", 0))
+        per_gang.append({"name": v["name"], "round": v["round"], "checkpointEvery": every, "workLostSeconds": round(gang_lost, 2),
+                         "phase": v["phase"], "stops": [(w["at"][11:22], w["seconds"]) for w in a["workLost"]]})
+    return {"workLostSeconds": round(lost, 2), "goodput": round((up - lost) / elapsed, 4) if elapsed else 0.0,
+            "badputSeconds": {k: round(s, 2) for k, s in badput.items()}, "preemptions": preemptions,
+            "retriesSpent": retries, "gangs": per_gang}
+
+
+def badput_of(acct: dict[str, Any]) -> dict[str, float]:
+    """Badput by cause: the accounting's own breakdown when it has one, else what its fields say."""
+    if isinstance(acct.get("badputSeconds"), dict):
+        return {k: float(s) for k, s in acct["badputSeconds"].items()}
+    return {"queued": float(acct.get("queuedSeconds", 0.0)),
+            "waitingForReadmission": float(acct.get("waitingForReadmissionSeconds", 0.0)),
+            "workLost": float(acct.get("workLostSeconds", 0.0))}
+
+
+def run(storm: Storm, seed: int, *, rounds: int = 1, timeout: float = 600.0) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="gangrun-goodput-"))
+    script = tmp / "worker.py"
+    script.write_text(WORKER)
+    views: dict[tuple[bool, bool], list[dict[str, Any]]] = {c: [] for c in CONFIGS}
+    intervals_all: list[int] = []
+    played = []
+    for r in range(rounds):
+        intervals, arrivals = plan(storm, seed + r)
+        played.append({"seed": seed + r, "checkpointEvery": intervals, "arrivalTimes": [round(a, 2) for a in arrivals]})
+        intervals_all += intervals
+        errors: list[BaseException] = []
+
+        def one(boost: bool, resume: bool, r: int = r, intervals: list[int] = intervals,
+                arrivals: list[float] = arrivals, errors: list[BaseException] = errors) -> None:
+            try:
+                got = play(storm, intervals, arrivals, boost=boost, resume=resume, script=script, timeout=timeout,
+                           home=tmp / f"home-r{r}-boost{int(boost)}-resume{int(resume)}")
+                views[(boost, resume)] += [{**v, "round": r} for v in got]
+            except BaseException as e:  # reported after every thread is done
+                errors.append(e)
+
+        threads = [threading.Thread(target=one, args=c) for c in CONFIGS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+    results = {c: figures(views[c], intervals_all) for c in CONFIGS}
+    out: dict[str, Any] = {"seed": seed, "rounds": played, "gangs": storm.gangs, "arrivals": storm.arrivals,
+                           "configs": []}
+    for boost, resume in CONFIGS:
+        out["configs"].append({"boost": boost, "resumeAfterPreemption": resume, **results[(boost, resume)]})
+    for resume in (False, True):
+        off, on = results[(False, resume)]["workLostSeconds"], results[(True, resume)]["workLostSeconds"]
+        out[f"lostRatioOnOff_resume{'On' if resume else 'Off'}"] = round(on / off, 3) if off else None
+        out[f"targetMet_resume{'On' if resume else 'Off'}"] = on <= 0.5 * off
+    return out
+
+
+def table(out: dict[str, Any]) -> str:
+    causes = sorted({c for cfg in out["configs"] for c in cfg["badputSeconds"]})
+    head = ["boost", "resume", "work lost s", "goodput", *[f"{c} s" for c in causes], "preemptions", "retries"]
+    rows = [[("on" if c["boost"] else "off"), ("on" if c["resumeAfterPreemption"] else "off"),
+             f"{c['workLostSeconds']:.1f}", f"{c['goodput']:.3f}",
+             *[f"{c['badputSeconds'].get(k, 0.0):.1f}" for k in causes], str(c["preemptions"]), str(c["retriesSpent"])]
+            for c in out["configs"]]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths, strict=True))]
+    lines += ["  ".join(x.rjust(w) for x, w in zip(r, widths, strict=True)) for r in rows]
+    for resume in ("Off", "On"):
+        ratio = out[f"lostRatioOnOff_resume{resume}"]
+        met = out[f"targetMet_resume{resume}"]
+        lines.append(f"resumeAfterPreemption {resume.lower()}: work lost with boosting on / off = "
+                     f"{'n/a' if ratio is None else f'{ratio:.2f}'} (target <= 0.5: {'met' if met else 'NOT met'})")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the smallest storm (CI smoke: about a minute)")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=None, help="storms played and added up (default 3; --quick: 1)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args()
+    storm = QUICK if args.quick else FULL
+    out = run(storm, args.seed, rounds=args.rounds or (1 if args.quick else 3))
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    for r in out["rounds"]:
+        print(f"seed {r['seed']}: {out['gangs']} low gangs (checkpoint every {r['checkpointEvery']} steps of "
+              f"{storm.step_seconds} s), {out['arrivals']} high arrivals at {r['arrivalTimes']} s")
+    print(table(out))
+
+
+if __name__ == "__main__":
+    main()

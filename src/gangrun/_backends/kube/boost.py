@@ -1,0 +1,49 @@
+"""Checkpoint-aware preemption on Kueue: keep each gang's Workload annotated with its priority boost.
+
+    desired(policy, task, workload, now=) -> Boost | None    pure: what the annotation should say
+    patch(workload, value) -> the merge patch that says it
+
+The value is `gangrun._core.priority_boost.task_boost` of the task as its status holds it (its
+engine state and accounting): work at risk since the newest checkpoint the workers reported, and
+the preemptions it went through. Kueue reads `kueue.x-k8s.io/priority-boost` only with its
+`PriorityBoost` feature gate on; the controller writes it only with `gangrun controller
+--priority-boost`, and only when the value changes (the boost is quantised, so that is at a
+checkpoint or when unsaved work crosses a step, never on every sync).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from gangrun._backends.kube import adapter
+from gangrun._backends.kube.reconcile import load_accounting, load_state
+from gangrun._core import kueue
+from gangrun._core.priority_boost import ANNOTATION, Boost, BoostPolicy, parse_annotation, task_boost
+
+
+def desired(policy: BoostPolicy, task: dict[str, Any], workload: dict[str, Any] | None, *,
+            now: datetime) -> Boost | None:
+    """The boost `workload` (the newest Workload of the task's current JobSet) should carry; None when it
+    needs none: no Workload, a finished one, or a task the controller has not written yet."""
+    if workload is None or not (task.get("status") or {}).get("phase"):
+        return None
+    conds = {c.type: c for c in adapter.conditions(workload)}
+    finished = conds.get(kueue.FINISHED)
+    if finished is not None and finished.is_true:
+        return None
+    reserved, evicted = conds.get(kueue.QUOTA_RESERVED), conds.get(kueue.EVICTED)
+    nodes = (task.get("spec") or {}).get("nodes", 1)
+    # Evicted and still holding quota counts as waiting already: its gang is stopping, nothing left at risk.
+    return task_boost(policy, load_state(task, now=now), load_accounting(task),
+                      admitted=reserved is not None and reserved.is_true and not (evicted and evicted.is_true),
+                      nodes=nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else 1, now=now)
+
+
+def current(workload: dict[str, Any]) -> int | None:
+    annotations = (workload.get("metadata") or {}).get("annotations") or {}
+    return parse_annotation(annotations.get(ANNOTATION))
+
+
+def patch(value: int) -> dict[str, Any]:
+    return {"metadata": {"annotations": {ANNOTATION: str(value)}}}
