@@ -35,7 +35,7 @@ def test_the_demo_installs_only_the_package_and_the_tests_add_the_extras(tmp_pat
     assert _dev(venv, "demo") == ["-m pip install --quiet --upgrade pip", "-m pip install --quiet -e ."]
     assert _dev(venv, "demo") == []  # set up already
     assert _dev(venv, "bench") == ["-m pip install --quiet --upgrade pip",
-                                   "-m pip install --quiet -e .[test,kubernetes,torch]"]
+                                   "-m pip install --quiet -e .[test,kubernetes,torch,flyte]"]
     assert _dev(venv, "bench") == []
     assert _dev(venv, "demo") == []  # the full install serves the demo too
 

@@ -95,3 +95,18 @@ ckpt.save({str(src)!r}, step=3, blocking=False)
     path = ckpt.load()
     assert ckpt.loaded_step == 3, done.stderr
     assert (path / "shard-7.bin").read_bytes() == (src / "shard-7.bin").read_bytes()
+
+
+def test_s3_saves_use_s3fs_even_when_another_library_took_over_the_s3_protocol(s3_root, tmp_path, monkeypatch) -> None:
+    """The Flyte SDK registers obstore for s3:// when imported; a worker that imports it still saves."""
+    import importlib
+
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    registry = importlib.import_module("fsspec.registry")._registry  # what fsspec.register_implementation writes
+    monkeypatch.setitem(registry, "s3", MemoryFileSystem)
+    assert fsspec.get_filesystem_class("s3") is MemoryFileSystem
+    ck = _ck(s3_root, tmp_path, 1)
+    ck.save(b"weights", step=1)
+    assert isinstance(ck._storage.fs, s3fs.S3FileSystem) and ck.load().read_bytes() == b"weights"

@@ -17,6 +17,7 @@ them on the way. Callers run transfers of different files on a few threads at on
 
 from __future__ import annotations
 
+import importlib
 import mmap
 import os
 import shutil
@@ -26,6 +27,7 @@ from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.registry import known_implementations
 
 from gangrun._ckpt import pool
 from gangrun._ckpt.layout import join
@@ -376,8 +378,23 @@ class FsspecStorage(Storage):
 
 
 def open_storage(uri: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, str]:
-    """The storage for `uri` and `uri` as that storage spells paths (no scheme for local paths)."""
-    fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
+    """The storage for `uri` and `uri` as that storage spells paths (no scheme for local paths).
+
+    A protocol fsspec knows (s3, gs, ...) gets fsspec's own implementation of it (s3fs for s3), even
+    when another library registered a different one in its place: the Flyte SDK does, for s3 with
+    obstore, whose options differ, and a worker that imports it would otherwise fail to save."""
+    protocol = fsspec.core.split_protocol(uri)[0]
+    known = known_implementations.get(protocol or "")
+    if known is None:
+        fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
+    else:
+        module, _, name = known["class"].rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except ImportError:
+            raise ImportError(f"{known.get('err') or f'install {module} to use {protocol}://'} ({uri})") from None
+        fs = cls(**{**cls._get_kwargs_from_urls(uri), **(storage_options or {})})
+        path = cls._strip_protocol(uri)
     if isinstance(fs, LocalFileSystem):
         return LocalStorage(), path
     return FsspecStorage(fs), path
