@@ -10,8 +10,9 @@ from a parsed document with `ClusteredTask.from_dict(doc)`.
 
 Keywords are the manifest's field names in snake_case (`nproc_per_node` is `spec.nprocPerNode`, and a
 field added to the manifest later works the same way); `max_restarts`, `resume_after_preemption` (and
-any other `failurePolicy` field) may be given at the top, and `checkpoint_uri` stands for
-`checkpoint: {uri: ...}`. Durations take a `timedelta`, seconds, or text such as `"1h30m"`.
+any other `failurePolicy` field) may be given at the top, `checkpoint_uri` stands for
+`checkpoint: {uri: ...}` and `resume_from` for `checkpoint: {resumeFrom: ...}` (a task name or a
+checkpoint URI to start from). Durations take a `timedelta`, seconds, or text such as `"1h30m"`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ METADATA = {"name": "name", "generate_name": "generateName", "namespace": "names
             "annotations": "annotations"}
 # failurePolicy's fields, accepted at the top level too (the manifest nests them).
 FAILURE_POLICY = ("max_restarts", "resume_after_preemption", "restart_on_disruption")
+# checkpoint's fields, by their keywords.
+CHECKPOINT = {"checkpoint_uri": "uri", "resume_from": "resumeFrom"}
 
 
 def _camel(name: str) -> str:
@@ -64,8 +67,8 @@ def manifest_from_keywords(options: dict[str, Any]) -> dict[str, Any]:
             metadata[METADATA[key]] = _value(v)
         elif key in FAILURE_POLICY:
             failure_policy[_camel(key)] = _value(v)
-        elif key == "checkpoint_uri":
-            spec.setdefault("checkpoint", {})["uri"] = _value(v)
+        elif key in CHECKPOINT:
+            spec.setdefault("checkpoint", {})[CHECKPOINT[key]] = _value(v)
         else:
             spec[_camel(key)] = _value(v)
     if failure_policy:

@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from gangrun._core import worker_env
+from gangrun._core.checkpoint_root import parse_resume_from
 from gangrun._core.pod_template import parse_pod_template
 from gangrun._core.policy import DEFAULT_MAX_SYSTEM_RETRIES, Policy
 from gangrun._core.units import parse_duration, parse_quantity
@@ -84,6 +85,7 @@ class TaskSpec:
     queue: str = "default"
     priority_class: str = ""
     checkpoint_uri: str = ""  # "" = under the backend's state dir
+    resume_from: str = ""  # spec.checkpoint.resumeFrom: a task name or a checkpoint URI ("" = none)
     termination_grace: timedelta = timedelta(seconds=30)
     pod_template: dict[str, Any] = field(default_factory=dict)  # kubernetes: merged into every worker pod
     shm_size: Decimal | None = None  # bytes of /dev/shm for the workers (kubernetes); None = the runtime's default
@@ -126,7 +128,7 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     fp = _mapping(spec, "failurePolicy", "spec.failurePolicy", default={})
     _no_unknown(fp, "spec.failurePolicy", {"maxRestarts", "resumeAfterPreemption", "restartOnDisruption"})
     ck = _mapping(spec, "checkpoint", "spec.checkpoint", default={})
-    _no_unknown(ck, "spec.checkpoint", {"uri"})
+    _no_unknown(ck, "spec.checkpoint", {"uri", "resumeFrom"})
     queue = spec.get("queue", "default")
     if not isinstance(queue, str) or not DNS_1035.match(queue):
         raise SpecError("spec.queue", f"must be a DNS-1035 name like default, got {_clip(queue)}")
@@ -166,6 +168,7 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
         queue=queue,
         priority_class=priority,
         checkpoint_uri=uri.rstrip("/"),
+        resume_from=parse_resume_from(ck.get("resumeFrom")),
         termination_grace=_duration(spec, "terminationGracePeriod", "spec.terminationGracePeriod",
                                     default=timedelta(seconds=30)) or timedelta(0),
         pod_template=parse_pod_template(spec["podTemplate"], "spec.podTemplate", reserved_env=RESERVED_ENV,

@@ -30,7 +30,8 @@ from gangrun._backends.kube.client import (
 )
 from gangrun._backends.kube.pending import pending_message, queue_position
 from gangrun._backends.kube.reconcile import load_accounting, load_state, task_spec
-from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB, check_renderable, render_jobset
+from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB, check_renderable, checkpoint_root, render_jobset
+from gangrun._ckpt.storage import remove_checkpoints
 from gangrun._core import jobset, kueue
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
@@ -175,10 +176,12 @@ class KubeBackend:
             else:
                 time.sleep(FOLLOW_POLL)
 
-    def delete(self, name: str, *, force: bool = False) -> bool:
-        """Delete an ended task, its JobSets and its Events. `force` first asks the controller to cancel a
-        running one (its workers get their grace period) and waits a bounded time for that."""
+    def delete(self, name: str, *, force: bool = False, purge: bool = False) -> bool:
+        """Delete an ended task, its JobSets and its Events; with `purge` its checkpoints too (from this
+        client: an object store it can reach, not a volume of the nodes). `force` first asks the controller
+        to cancel a running one (its workers get their grace period) and waits a bounded time for that."""
         task = self._task(name)
+        purged = self._purgeable(task) if purge else None
         state = load_state(task, now=system_clock())
         if not state.phase.terminal:
             if not force:
@@ -199,7 +202,21 @@ class KubeBackend:
         if uid:
             self._delete_all(EVENTS, field_selector=f"involvedObject.uid={uid}")
         self._wait_gone(name)
+        if purged is not None:
+            remove_checkpoints(purged)
         return True
+
+    @staticmethod
+    def _purgeable(task: dict[str, Any]) -> str:
+        """The checkpoint root `delete --purge` removes; refused, before anything is deleted, when it is a
+        path on the cluster's nodes or volumes, which this client does not see."""
+        spec = task_spec(task)
+        root = checkpoint_root(spec, (task.get("metadata") or {}).get("uid") or "")
+        if root.startswith(("file://", "/")):
+            raise UsageError(f"--purge: the checkpoints of task {spec.name} are at {root}, on the cluster's "
+                             "nodes or volumes, which this client cannot reach; delete without --purge and "
+                             "remove that folder there")
+        return root
 
     def cancel(self, name: str) -> bool:
         task = self._task(name)

@@ -101,7 +101,9 @@ def spec_schema() -> dict[str, Any]:
             "priorityClass": _str("Kueue WorkloadPriorityClass", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
                                   maxLength=LABEL_VALUE_MAX),
             "checkpoint": {"type": "object", "properties": {
-                "uri": _str("checkpoint root; attempt N saves under <uri>/<task>/attempt-<N>")}},
+                "uri": _str("checkpoint base; attempt N saves under <uri>/<task>/<metadata.uid>/attempt-<N>"),
+                "resumeFrom": _str("a task name (its newest complete checkpoint, the task live or deleted) or a "
+                                   "checkpoint URI, loaded when this task has no checkpoint of its own")}},
         },
     }
 

@@ -172,10 +172,10 @@ class LocalBackend:
     def cancel(self, name: str) -> bool:
         return bool(self._act("cancel", name))
 
-    def delete(self, name: str, *, force: bool = False, timeout: float = 120.0) -> bool:
-        """Remove an ended task and its records; with `force`, cancel a running one first and return
-        once its workers are gone (the name is free again then)."""
-        deleted = bool(self._act("delete", name, force=force))
+    def delete(self, name: str, *, force: bool = False, purge: bool = False, timeout: float = 120.0) -> bool:
+        """Remove an ended task, its timeline and logs (its checkpoints too with `purge`); with `force`,
+        cancel a running one first and return once its workers are gone (the name is free again then)."""
+        deleted = bool(self._act("delete", name, force=force, purge=purge))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -197,7 +197,7 @@ class LocalBackend:
         offsets: dict[Path, int] = {}
         while True:
             done = Phase(self.get(name)["phase"]).terminal if follow else True
-            for _restart, r, path in log_files(self.paths, name, n, rank):
+            for _restart, r, path in log_files(self.paths, name, v.get("uid") or "", n, rank):
                 with open(path, "rb") as f:
                     f.seek(offsets.get(path, 0))
                     data = f.read()

@@ -66,7 +66,7 @@ def reconcile(task: LocalTask, *, now: datetime) -> tuple[TaskState | None, list
     actions: list[Action] = []
     state = before
     for d in decisions:
-        events = transition_events(state, d.state, d.action, now=now)
+        events = transition_events(state, d.state, d.action, now=now, resume_from=task.spec.resume_from)
         carry = _carry_out(d)
         if d.action.kind is ActionKind.CREATE_GANG and _old_gang_stopping(task, d.action.attempt):
             carry = []  # created, and said so, once the old workers are gone
