@@ -267,6 +267,8 @@ class KubeBackend:
                  "queue": spec.get("queue", "default"), "priorityClass": spec.get("priorityClass", ""),
                  "nodes": spec.get("nodes"), "nprocPerNode": spec.get("nprocPerNode", 1),
                  "jobSet": (task.get("status") or {}).get("jobSet", ""), **self._pending(task, state),
+                 "uid": md.get("uid", ""),
+                 "resumeFrom": c.get("resumeFrom") or None if isinstance(c := spec.get("checkpoint"), dict) else None,
                  "accounting": _accounting(task, state)}
         try:
             policy = task_spec(task).policy()
