@@ -59,6 +59,8 @@ def test_delete_frees_the_name_and_refuses_a_running_task_without_force(gangrun,
     assert r.returncode == 2 and "--force" in r.stderr and r.stderr.count("\n") == 1
     assert json.loads(gangrun("delete", "sleepy", "--force", "-o", "json").stdout) == {"name": "sleepy",
                                                                                        "deleted": True}
+    gangrun("run", str(path))
+    assert gangrun("delete", "again", "--purge").stdout == "again: deleted with its checkpoints\n"
 
 
 def test_ui_serves_the_page_and_the_tasks_until_stopped(gangrun, env, tmp_path) -> None:
