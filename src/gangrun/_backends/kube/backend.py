@@ -131,7 +131,7 @@ class KubeBackend:
             yield from self._follow(name, n, rank, nproc, world)
             return
         with self._calling("read the worker pods of"):
-            pods = self._worker_pods(name, n)
+            pods = self._worker_pods(name, n, uid=_uid(task))
         if rank is not None:  # one pod per node runs ranks node*nproc .. node*nproc + nproc - 1
             pods = [(r, p) for r, p in pods if r == rank // nproc]
         if not pods:
@@ -162,7 +162,7 @@ class KubeBackend:
             current = int((task.get("status") or {}).get("attempt") or 1)
             ended = load_state(task, now=system_clock()).phase.terminal or current > attempt
             with self._calling("read the worker pods of"):
-                pods = [(r, p) for r, p in self._worker_pods(name, attempt, running=True)
+                pods = [(r, p) for r, p in self._worker_pods(name, attempt, running=True, uid=_uid(task))
                         if p not in streamed and (rank is None or r == rank // nproc)]
             if pods:
                 streamed.update(p for _, p in pods)
@@ -367,11 +367,14 @@ class KubeBackend:
         except ApiError:
             pass  # forbidden or Kueue not served to us: Kueue itself reports a missing queue later
 
-    def _worker_pods(self, name: str, attempt: int, *, running: bool = False) -> builtins.list[tuple[int, str]]:
-        """(node index, pod name) of the attempt's newest round; `running`: only pods whose container started
-        (a pod still being created has no log to stream yet)."""
+    def _worker_pods(self, name: str, attempt: int, *, running: bool = False,
+                     uid: str = "") -> builtins.list[tuple[int, str]]:
+        """(node index, pod name) of the attempt's newest round (of the task with `uid`: not an earlier task's
+        of the same name); `running`: only pods whose container started (a pod still being created has no
+        log to stream yet)."""
         selector = f"{crd.TASK_LABEL}={name},{crd.ATTEMPT_LABEL}={attempt}"
-        items = self.api.list(PODS, self.namespace, label_selector=selector).get("items") or []
+        items = [p for p in self.api.list(PODS, self.namespace, label_selector=selector).get("items") or []
+                 if adapter.belongs_to(p, uid)]
         newest = max((int(adapter.labels(p).get(jobset.RESTART_ATTEMPT_KEY, "0") or 0) for p in items), default=0)
         out = []
         for p in adapter.current_round(items, newest):
@@ -466,3 +469,6 @@ def _cause(message: str) -> str:
         return found.group(0).strip()
     return message if len(message) <= 200 else message[:200] + "…"
 
+
+def _uid(task: dict[str, Any]) -> str:
+    return str((task.get("metadata") or {}).get("uid") or "")

@@ -28,6 +28,9 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 # Labels gangrun puts on every JobSet it creates and, through the pod template, on every worker pod.
 TASK_LABEL = f"{GROUP}/task"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
+# The task's metadata.uid: a task deleted and re-created under the same name never takes the first
+# one's JobSets or pods (still being deleted) for its own.
+TASK_UID_LABEL = f"{GROUP}/task-uid"
 # `gangrun cancel` asks the controller to abort by annotating the task; the controller owns status.
 CANCEL_ANNOTATION = f"{GROUP}/cancel-requested"
 # The stop notice (cause, message, deadline as JSON) the controller writes on worker pods before they

@@ -94,6 +94,8 @@ def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = N
     check_renderable(spec)
     name = jobset_name(spec.name, attempt)
     own = {crd.TASK_LABEL: spec.name, crd.ATTEMPT_LABEL: str(attempt)}
+    if owner_uid:
+        own[crd.TASK_UID_LABEL] = owner_uid
     labels = {kueue.QUEUE_NAME_LABEL: spec.queue, **own}
     if spec.priority_class:
         labels[kueue.PRIORITY_CLASS_LABEL] = spec.priority_class
