@@ -49,7 +49,7 @@ def test_run_rank_all_shows_every_rank_and_a_bad_rank_is_one_line(gangrun, tmp_p
 def test_delete_frees_the_name_and_refuses_a_running_task_without_force(gangrun, tmp_path) -> None:
     path = manifest(tmp_path, "again", HELLO)
     gangrun("run", str(path))
-    assert gangrun("delete", "again").stdout == "again: deleted\n"
+    assert gangrun("delete", "again").stdout == "again: deleted (its checkpoints are kept; --purge removes them)\n"
     r = gangrun("get", "again", check=False)
     assert r.returncode == 2 and r.stderr.startswith('gangrun: error: unknown task "again"')
     assert "again: Succeeded" in gangrun("run", str(path)).stdout
@@ -59,6 +59,8 @@ def test_delete_frees_the_name_and_refuses_a_running_task_without_force(gangrun,
     assert r.returncode == 2 and "--force" in r.stderr and r.stderr.count("\n") == 1
     assert json.loads(gangrun("delete", "sleepy", "--force", "-o", "json").stdout) == {"name": "sleepy",
                                                                                        "deleted": True}
+    gangrun("run", str(path))
+    assert gangrun("delete", "again", "--purge").stdout == "again: deleted with its checkpoints\n"
 
 
 def test_ui_serves_the_page_and_the_tasks_until_stopped(gangrun, env, tmp_path) -> None:

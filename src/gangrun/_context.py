@@ -43,7 +43,7 @@ StopNotice = notice.StopNotice
 _VARS = (
     "GANGRUN_TASK", "GANGRUN_ATTEMPT", "JOBSET_RESTART_ATTEMPT", "NNODES", "NODE_RANK", "NPROC_PER_NODE",
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GANGRUN_CHECKPOINT_PATH",
-    "GANGRUN_PREV_CHECKPOINT_PATH", EVENTS_FILE_ENV, notice.STOP_FILE_ENV, notice.GRACE_ENV,
+    "GANGRUN_PREV_CHECKPOINT_PATH", "GANGRUN_RESUME_FROM", EVENTS_FILE_ENV, notice.STOP_FILE_ENV, notice.GRACE_ENV,
     wenv.LOCAL_WORLD_SIZE, wenv.GROUP_RANK, wenv.GROUP_WORLD_SIZE, wenv.TORCHELASTIC_RESTART_COUNT,
 )  # fmt: skip
 
@@ -221,6 +221,7 @@ def _parse(env: Mapping[str, str], standalone_root: str | None = None) -> Contex
         ckpt = Checkpoint(
             split[0], attempt=attempt, task=task, rank=rank, world_size=world,
             restart_attempt=restart, events_file=env.get(EVENTS_FILE_ENV) or None,
+            resume_from=env.get("GANGRUN_RESUME_FROM", "").strip() or None,
         )  # fmt: skip
     if task:
         notice.grace_period(env)  # a malformed grace period is reported now, not at the SIGTERM

@@ -28,6 +28,8 @@ BASE = {"nodes": 2, "command": ["python", "train.py"]}
                  id="failure-policy-mapping-and-top-level-merge"),
     pytest.param({"checkpoint_uri": "s3://bucket/runs/"}, lambda s: s.checkpoint_uri, "s3://bucket/runs",
                  id="checkpoint-uri"),
+    pytest.param({"checkpoint_uri": "s3://b/r", "resume_from": "train"}, lambda s: (s.checkpoint_uri, s.resume_from),
+                 ("s3://b/r", "train"), id="resume-from-beside-checkpoint-uri"),
     pytest.param({"command": ("python", Path("train.py"))}, lambda s: s.command, ("python", "train.py"),
                  id="tuples-and-paths"),
     pytest.param({"generate_name": "train-", "name": None}, lambda s: (s.name, s.generate_name), ("", "train-"),
@@ -54,6 +56,7 @@ def test_s1_keywords_build_the_manifest_they_name(keywords, field, want) -> None
     pytest.param({"labels": {"team": 3}}, "metadata.labels[team]: must be a string", id="label-number"),
     pytest.param({"labels": ["team"]}, "metadata.labels: must be a mapping", id="labels-not-a-mapping"),
     pytest.param({"annotations": {"-x": "1"}}, "metadata.annotations[-x]: is not a valid key", id="annotation-key"),
+    pytest.param({"resume_from": "runs/train"}, "spec.checkpoint.resumeFrom: must be a task name", id="resume-from"),
 ])
 def test_s1_bad_keywords_raise_the_error_the_cli_prints(keywords, message, tmp_path, capsys) -> None:
     with pytest.raises(gangrun.SpecError) as caught:

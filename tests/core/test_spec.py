@@ -214,3 +214,18 @@ def test_the_core_reads_no_files():
                      if isinstance(node, ast.ImportFrom) and node.module}
         assert not imported & io_modules, f"{path.name} imports {sorted(imported & io_modules)}"
         assert "open(" not in path.read_text().replace("reopen(", ""), path.name
+
+
+@pytest.mark.parametrize(("value", "want"), [
+    ("train", "train"), ("s3://bucket/ckpts/train/", "s3://bucket/ckpts/train"),
+    ("/data/ckpts/train/3f2a/attempt-1/ckpt-000004", "/data/ckpts/train/3f2a/attempt-1/ckpt-000004"),
+    ("file:///var/ckpts/train", "file:///var/ckpts/train"), ("", ""),
+])
+def test_resume_from_takes_a_task_name_or_a_checkpoint_uri(value, want):
+    assert parse_manifest(manifest(checkpoint={"resumeFrom": value})).resume_from == want
+
+
+@pytest.mark.parametrize("value", ["Train", "ckpts/train", "s3://", "/", "a b", 5, ["train"], "x" * 64])
+def test_a_bad_resume_from_is_refused_naming_the_field(value):
+    with pytest.raises(SpecError, match=r"^spec\.checkpoint\.resumeFrom: must be"):
+        parse_manifest(manifest(checkpoint={"resumeFrom": value}))

@@ -50,9 +50,14 @@ def test_cuda_visible_devices_only_when_the_backend_assigns_gpus() -> None:
 
 
 def test_every_contract_name_is_reserved_in_the_manifest() -> None:
-    names = set(env())
+    names = set(env(resume_from="s3://b/ck/train"))
     assert names <= RESERVED_ENV
     assert set(worker_env.GANG_VARS + worker_env.PROCESS_VARS) == names
+
+
+def test_resume_from_is_set_only_for_a_task_that_asks_for_it() -> None:
+    assert worker_env.RESUME_FROM not in env()
+    assert env(resume_from="s3://b/ck/train")[worker_env.RESUME_FROM] == "s3://b/ck/train"
 
 
 def test_user_env_is_spec_env_then_the_worker_container_s_plain_values() -> None:

@@ -116,3 +116,45 @@ def test_api_a_preempted_task_shows_kueues_pending_message_and_delete_force_canc
     assert run.delete(force=True) is True
     assert "train" not in gangrun_tasks(cp, ns)
     finish_preemptor(cp.kube, ns)
+
+
+def _jobset_env(cp: ControlPlane, ns: str, task_uid: str) -> dict[str, str]:
+    """The worker env of the JobSet of attempt 1 that the task with `task_uid` owns."""
+    def owned():
+        for js in cp.kube.list("JobSet", ns, label_selector=f"{TASK_LABEL}=train,{ATTEMPT_LABEL}=1"):
+            if any(r.get("uid") == task_uid for r in js["metadata"].get("ownerReferences") or []):
+                return js
+        return None
+
+    js = cp.kube.wait_for(f"the JobSet of task uid {task_uid}", owned, timeout=TIMEOUT, interval=0.2)
+    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    return {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+
+
+def test_a_task_never_loads_a_checkpoint_it_did_not_write_kube(kube_env) -> None:
+    """A ClusteredTask deleted and re-created under the same name has another metadata.uid: its JobSet saves
+    under a checkpoint root of its own, and its timeline is its own; asked to, it resumes from the first."""
+    cp, ns, ctl = kube_env
+    on = {"backend": "kubernetes", "kubeconfig": str(cp.kubeconfig), "namespace": ns}
+    path = f"/apis/gangrun.dev/v1alpha1/namespaces/{ns}/clusteredtasks/train"
+    first = gangrun.submit(task(name="train", checkpoint_uri="s3://bucket/ck"), **on)
+    until(first, running, "Running", ctl)
+    first_uid = cp.kube.request("GET", path)["metadata"]["uid"]
+    env = _jobset_env(cp, ns, first_uid)
+    assert env["GANGRUN_CHECKPOINT_PATH"] == f"s3://bucket/ck/train/{first_uid}/attempt-1"
+    assert "GANGRUN_RESUME_FROM" not in env
+    complete_pods(cp.kube, ns, f"{TASK_LABEL}=train,{ATTEMPT_LABEL}=1", 2)
+    first.wait(timeout=TIMEOUT)
+    assert first.delete() is True
+
+    again = gangrun.submit(task(name="train", checkpoint_uri="s3://bucket/ck", resume_from="train"), **on)
+    until(again, running, "Running again under the same name", ctl)
+    again_uid = cp.kube.request("GET", path)["metadata"]["uid"]
+    assert again_uid != first_uid
+    env = _jobset_env(cp, ns, again_uid)
+    assert env["GANGRUN_CHECKPOINT_PATH"] == f"s3://bucket/ck/train/{again_uid}/attempt-1"
+    assert env["GANGRUN_RESUME_FROM"] == "s3://bucket/ck/train"
+    events = again.events()
+    assert [e["type"] for e in events].count("Submitted") == 1 and "Succeeded" not in [e["type"] for e in events]
+    created = next(e for e in events if e["type"] == "GangCreated")
+    assert "resumes from task train's newest checkpoint" in created["message"]

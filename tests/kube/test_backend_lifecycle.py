@@ -120,6 +120,28 @@ def test_delete_force_asks_the_controller_to_cancel_then_deletes() -> None:
     assert api.names(TASKS) == []
 
 
+def test_delete_purge_removes_the_tasks_checkpoints_from_a_store_the_client_reaches() -> None:
+    import fsspec
+
+    api, b = backend()
+    b.submit(parse_manifest(manifest(checkpoint={"uri": "memory://ck"})))
+    uid = api.obj(TASKS, "ml", "train")["metadata"]["uid"]
+    fs = fsspec.filesystem("memory")
+    fs.pipe({f"/ck/train/{uid}/attempt-1/ckpt-000001/manifest.json": b"{}", "/ck/train/other-uid/attempt-1/x": b"x"})
+    set_status(api, "train", succeeded)
+    assert b.delete("train", purge=True) is True
+    assert not fs.exists(f"/ck/train/{uid}") and fs.exists("/ck/train/other-uid/attempt-1/x")
+
+
+def test_delete_purge_of_checkpoints_on_the_clusters_volumes_is_refused_before_anything_is_deleted() -> None:
+    api, b = backend()
+    b.submit(parse_manifest(manifest()))
+    set_status(api, "train", succeeded)
+    with pytest.raises(UsageError, match=r"^--purge: the checkpoints of task train are at file:///var/lib/gangrun/"):
+        b.delete("train", purge=True)
+    assert api.names(TASKS) == ["train"]
+
+
 def test_delete_of_an_unknown_task_is_a_usage_error() -> None:
     _, b = backend()
     with pytest.raises(UsageError, match="no task named nope"):

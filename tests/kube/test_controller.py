@@ -490,3 +490,34 @@ def test_the_controller_exports_each_task_s_goodput_from_its_accounting() -> Non
     page = c.ctl.metrics.render()
     (line,) = [x for x in page.splitlines() if x.startswith('gangrun_task_goodput_ratio{task="train"}')]
     assert 0 < float(line.split()[-1]) <= 1  # the gang has been up for most of the minute
+
+
+def test_a_task_never_loads_a_checkpoint_it_did_not_write_kube_controller() -> None:
+    """A task re-created under the name of one whose JobSet and pods are still being deleted takes neither for
+    its own (their success, their checkpoints): its JobSet is created, labelled with its uid, once they are gone."""
+    c = Cluster()
+    c.submit()
+    c.settle()
+    c.admit()
+    old_uid = c.api.obj(TASKS, "ml", "train")["metadata"]["uid"]
+    assert c.js()["metadata"]["labels"]["gangrun.dev/task-uid"] == old_uid
+    for i in range(2):  # the kubelet runs the pod template: the pods carry the task's uid too
+        pod = c.api.obj(PODS, "ml", f"train-1-workers-0-{i}-abcde")
+        pod["metadata"]["labels"]["gangrun.dev/task-uid"] = old_uid
+        c.api.put(PODS, pod)
+    c.complete()
+    c.settle()
+    assert c.status()["phase"] == "Succeeded"
+    c.api.remove(TASKS, "ml", "train")  # the garbage collector has not removed train-1 and its pods yet
+    c.submit()
+    c.settle()
+    new_uid = c.api.obj(TASKS, "ml", "train")["metadata"]["uid"]
+    assert new_uid != old_uid
+    assert c.status()["phase"] != "Succeeded" and c.status()["attempt"] == 1
+    assert c.js()["metadata"]["uid"] and c.js()["metadata"]["labels"]["gangrun.dev/task-uid"] == old_uid
+    c.api.remove(JOBSETS, "ml", "train-1")
+    for i in range(2):
+        c.api.remove(PODS, "ml", f"train-1-workers-0-{i}-abcde")
+    c.settle()
+    assert c.js()["metadata"]["labels"]["gangrun.dev/task-uid"] == new_uid
+    assert c.status()["phase"] == "WaitingForResources" and c.status()["attempt"] == 1

@@ -86,6 +86,22 @@ def test_a_new_task_persists_attempt_1_then_creates_its_suspended_jobset() -> No
     assert events(actions) == [EventType.SUBMITTED, EventType.GANG_CREATED]
 
 
+def test_a_task_never_loads_a_checkpoint_it_did_not_write_kube_reconcile() -> None:
+    """The JobSet a ClusteredTask creates saves under a root keyed by the task's metadata.uid; one that
+    asks for resumeFrom names it on the timeline as its gang of attempt 1 is created."""
+    task = Task(checkpoint={"resumeFrom": "train"})
+    task.obj["metadata"]["uid"] = "uid-2"
+    _, actions = task.step()
+    create = next(a for a in actions if isinstance(a, CreateJobSet))
+    env = {e["name"]: e.get("value") for e in
+           create.body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GANGRUN_CHECKPOINT_PATH"] == "file:///var/lib/gangrun/checkpoints/train/uid-2/attempt-1"
+    assert env["GANGRUN_RESUME_FROM"] == "file:///var/lib/gangrun/checkpoints/train"
+    created = next(a.event for a in actions if isinstance(a, RecordEvent) and a.event.type is EventType.GANG_CREATED)
+    assert "resumes from task train's newest checkpoint" in created.message
+    assert created.data == {"resumeFrom": "train"}
+
+
 def test_nothing_changed_means_no_status_write_and_no_repeated_events() -> None:
     task = Task()
     task.step()
@@ -129,7 +145,7 @@ def test_s4_preemption_ends_the_attempt_deletes_old_and_creates_next_in_one_reco
     create = next(a for a in actions if isinstance(a, CreateJobSet))
     env = {e["name"]: e.get("value") for e in
            create.body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["GANGRUN_PREV_CHECKPOINT_PATH"].endswith("/train/attempt-1")
+    assert env["GANGRUN_PREV_CHECKPOINT_PATH"].endswith("/train/task-uid/attempt-1")
 
 
 def test_s5_resume_after_preemption_keeps_the_attempt_and_jobset_until_readmission() -> None:

@@ -104,9 +104,31 @@ def test_worker_env_follows_the_interface() -> None:
     assert env["MASTER_ADDR"]["value"] == f"{name}-workers-0-0.{name}"
     assert env["MASTER_PORT"]["value"] == "29500"
     assert (env["NNODES"]["value"], env["NPROC_PER_NODE"]["value"], env["WORLD_SIZE"]["value"]) == ("3", "2", "6")
-    assert env["GANGRUN_CHECKPOINT_PATH"]["value"] == "s3://b/ckpt/train/attempt-2"
-    assert env["GANGRUN_PREV_CHECKPOINT_PATH"]["value"] == "s3://b/ckpt/train/attempt-1"
+    assert env["GANGRUN_CHECKPOINT_PATH"]["value"] == "s3://b/ckpt/train/<uid>/attempt-2"
+    assert env["GANGRUN_PREV_CHECKPOINT_PATH"]["value"] == "s3://b/ckpt/train/<uid>/attempt-1"
+    assert "GANGRUN_RESUME_FROM" not in env
     assert env["FOO"]["value"] == "bar"
+
+
+def test_a_task_never_loads_a_checkpoint_it_did_not_write_kube_render() -> None:
+    """The checkpoint root is keyed by the ClusteredTask's metadata.uid: a task deleted and re-created
+    under the same name (a new uid) saves and loads under a root of its own."""
+    spec = task_spec(checkpoint={"uri": "s3://b/ckpt"})
+    first, second = (_env(render_jobset(spec, attempt=2, owner_uid=uid)) for uid in ("uid-1", "uid-2"))
+    assert first["GANGRUN_CHECKPOINT_PATH"]["value"] == "s3://b/ckpt/train/uid-1/attempt-2"
+    assert first["GANGRUN_PREV_CHECKPOINT_PATH"]["value"] == "s3://b/ckpt/train/uid-1/attempt-1"
+    assert second["GANGRUN_CHECKPOINT_PATH"]["value"] == "s3://b/ckpt/train/uid-2/attempt-2"
+    default = _env(render_jobset(task_spec(), owner_uid="uid-3"))["GANGRUN_CHECKPOINT_PATH"]["value"]
+    assert default == "file:///var/lib/gangrun/checkpoints/train/uid-3/attempt-1"
+
+
+@pytest.mark.parametrize(("resume_from", "want"), [
+    ("train", "s3://b/ckpt/train"), ("s3://other/ckpt/x/attempt-2", "s3://other/ckpt/x/attempt-2")])
+def test_resume_from_reaches_the_workers_as_a_uri(resume_from: str, want: str) -> None:
+    spec = task_spec("next", checkpoint={"uri": "s3://b/ckpt", "resumeFrom": resume_from})
+    env = _env(render_jobset(spec, attempt=1, owner_uid="u"))
+    assert env["GANGRUN_RESUME_FROM"]["value"] == want
+    assert env["GANGRUN_CHECKPOINT_PATH"]["value"] == "s3://b/ckpt/next/u/attempt-1"
 
 
 def test_first_attempt_has_no_previous_checkpoint() -> None:
@@ -249,7 +271,7 @@ def test_a_pod_sees_the_same_contract_as_a_local_worker(nproc: int) -> None:
     from gangrun._core import worker_env as wenv
 
     spec = task_spec(nodes=4, nprocPerNode=nproc, checkpoint={"uri": "s3://b/c"})
-    js = render_jobset(spec, attempt=3)
+    js = render_jobset(spec, attempt=3, owner_uid="u1")
     pod_env = {}
     for e in _env(js).values():
         if "value" in e:
@@ -259,7 +281,7 @@ def test_a_pod_sees_the_same_contract_as_a_local_worker(nproc: int) -> None:
     name = js["metadata"]["name"]
     want = wenv.worker_env(spec, attempt=3, gang=name, node_rank=2, local_rank=0, restart_attempt=1,
                            master_addr=f"{name}-workers-0-0.{name}", master_port=29500,
-                           checkpoint_path="s3://b/c/train/attempt-3", prev_checkpoint_path="s3://b/c/train/attempt-2",
+                           checkpoint_path="s3://b/c/train/u1/attempt-3", prev_checkpoint_path="s3://b/c/train/u1/attempt-2",
                            stop_file="/etc/gangrun/stop-notice.json", events_file="/var/run/gangrun/events.jsonl")
     if nproc > 1:  # torchrun sets the per-process two, by the same rule
         want = {k: v for k, v in want.items() if k not in ("RANK", "LOCAL_RANK")}

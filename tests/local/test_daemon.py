@@ -43,7 +43,7 @@ def test_a_worker_the_daemon_cannot_watch_is_killed_not_left_running(daemon: Dae
     monkeypatch.setattr(launcher, "spawn", spawn)
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     g = GangTwin(task="train", attempt=1, nodes=1, nproc=1)
-    launch = Launch(argv=["sleep", "300"], cwd=str(tmp_path), env=dict(os.environ), logs=daemon.paths.logs("train", 1))
+    launch = Launch(argv=["sleep", "300"], cwd=str(tmp_path), env=dict(os.environ), logs=daemon.paths.logs("train", "", 1))
     with pytest.raises(OSError, match="Too many open files"):
         daemon.start(g, g.workers[0], launch, dict(os.environ))
     (p,) = started

@@ -46,3 +46,16 @@ def test_a_socket_dir_planted_by_someone_else_is_refused(long_home: Path, tmp_pa
         os.chown(d, 65534, 65534)
         with pytest.raises(UsageError, match=f"{d}.*not a private directory"):
             socket_path(long_home)
+
+
+def test_logs_run_files_and_checkpoints_are_keyed_by_the_tasks_identity(tmp_path: Path) -> None:
+    from gangrun._backends.local.config import Paths
+
+    p = Paths(tmp_path)
+    assert p.logs("train", "id-1", 2) == tmp_path / "logs" / "train" / "id-1" / "attempt-2"
+    assert p.run("train", "id-1", 2) == tmp_path / "run" / "train" / "id-1" / "attempt-2"
+    assert p.checkpoint_root("train", "id-1", "") == str(tmp_path / "checkpoints" / "train" / "id-1")
+    assert p.checkpoint_root("train", "id-1", "s3://b/ck/") == "s3://b/ck/train/id-1"
+    # a task stored before identities were kept has none, and keeps the folders it started with
+    assert p.logs("train", "", 2) == tmp_path / "logs" / "train" / "attempt-2"
+    assert p.checkpoint_root("train", "", "s3://b/ck") == "s3://b/ck/train"

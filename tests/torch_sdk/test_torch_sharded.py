@@ -74,6 +74,19 @@ def test_s10_own_attempt_wins_over_a_newer_looking_previous_one(tmp_path: Path) 
     assert loaded is not None and (loaded.attempt, loaded.loaded_from) == (2, "previous")
 
 
+def test_load_state_takes_another_tasks_checkpoint_only_through_resume_from(tmp_path: Path) -> None:
+    from gangrun.torch import load_state, save_state
+
+    old = str(tmp_path / "train" / "old-id")
+    save_state({"x": torch.full((3,), 6.0)}, step=6, blocking=True, checkpoint=Checkpoint.for_path(old, attempt=1))
+    mine = str(tmp_path / "train" / "new-id")
+    sd = {"x": torch.zeros(3)}
+    assert load_state(sd, checkpoint=Checkpoint.for_path(mine)) is None  # the same name is not enough
+    loaded = load_state(sd, checkpoint=Checkpoint.for_path(mine, resume_from=str(tmp_path / "train")))
+    assert loaded is not None and (loaded.step, loaded.loaded_from) == (6, "previous") and bool((sd["x"] == 6).all())
+    assert loaded.uri.startswith(old + "/attempt-1/ckpt-")
+
+
 def test_a_plain_ckpt_save_is_not_mistaken_for_a_torch_checkpoint(tmp_path: Path) -> None:
     from gangrun.torch import load_state, save_state
 

@@ -107,10 +107,11 @@ class TaskRun:
         """Stop the task (it ends Aborted). Returns False when it had already ended."""
         return self._backend.cancel(self._name)
 
-    def delete(self, force: bool = False) -> bool:
-        """Remove the ended task and its records, so that its name can be used again. A task still running is
-        refused unless `force`, which cancels it first and returns once its workers have stopped."""
-        return self._backend.delete(self._name, force=force)
+    def delete(self, force: bool = False, purge: bool = False) -> bool:
+        """Remove the ended task, its timeline and its logs, so that its name can be used again. Its checkpoints
+        are kept (only `resume_from` loads them again) unless `purge`. A task still running is refused unless
+        `force`, which cancels it first and returns once its workers have stopped."""
+        return self._backend.delete(self._name, force=force, purge=purge)
 
     def watch(self, rank: int | None = 0) -> Iterator[Update]:
         """What `gangrun run` shows, as it happens: timeline events, worker output of `rank` (None: every

@@ -10,9 +10,10 @@ from a parsed document with `ClusteredTask.from_dict(doc)`.
 
 Keywords are the manifest's field names in snake_case (`nproc_per_node` is `spec.nprocPerNode`, and a
 field added to the manifest later works the same way); `max_restarts`, `resume_after_preemption` (and
-any other `failurePolicy` field) may be given at the top, and `checkpoint_uri` stands for
-`checkpoint: {uri: ...}`; a field given by two keywords is refused, naming both. Durations take a
-`timedelta`, seconds, or text such as `"1h30m"`.
+any other `failurePolicy` field) may be given at the top, `checkpoint_uri` stands for
+`checkpoint: {uri: ...}` and `resume_from` for `checkpoint: {resumeFrom: ...}` (a task name or a
+checkpoint URI to start from); a field given by two keywords is refused, naming both. Durations take
+a `timedelta`, seconds, or text such as `"1h30m"`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ METADATA = {"name": "name", "generate_name": "generateName", "namespace": "names
             "annotations": "annotations"}
 # failurePolicy's fields, accepted at the top level too (the manifest nests them).
 FAILURE_POLICY = ("max_restarts", "resume_after_preemption", "restart_on_disruption")
+# checkpoint's fields, by their keywords.
+CHECKPOINT = {"checkpoint_uri": "uri", "resume_from": "resumeFrom"}
 
 
 def _camel(name: str) -> str:
@@ -80,8 +83,8 @@ def manifest_from_keywords(options: dict[str, Any]) -> dict[str, Any]:
             put(metadata, f"metadata.{METADATA[key]}", METADATA[key], _value(v), shown)
         elif key in FAILURE_POLICY:
             nested.append(("failurePolicy", _camel(key), shown, _value(v)))
-        elif key == "checkpoint_uri":
-            nested.append(("checkpoint", "uri", shown, _value(v)))
+        elif key in CHECKPOINT:
+            nested.append(("checkpoint", CHECKPOINT[key], shown, _value(v)))
         else:
             camel = _camel(key)
             put(spec, f"spec.{camel}", camel, _value(v), shown)

@@ -44,8 +44,10 @@ class Backend(Protocol):
         """Abort the task. Returns whether anything changed (False when it had already ended)."""
         ...
 
-    def delete(self, name: str, *, force: bool = False) -> bool:
+    def delete(self, name: str, *, force: bool = False, purge: bool = False) -> bool:
         """Remove an ended task and its records (timeline, logs), so that its name can be used again.
+        Its checkpoints are kept unless `purge`; no other task loads them except by
+        `spec.checkpoint.resumeFrom`.
 
         A task that has not ended is refused with a UsageError unless `force`, which cancels it first.
         Returns whether a task was removed; an unknown task is a UsageError.

@@ -398,3 +398,9 @@ def open_storage(uri: str, storage_options: dict[str, Any] | None = None) -> tup
     if isinstance(fs, LocalFileSystem):
         return LocalStorage(), path
     return FsspecStorage(fs), path
+
+
+def remove_checkpoints(uri: str, storage_options: dict[str, Any] | None = None) -> None:
+    """Remove a task's checkpoint root and everything under it (`delete --purge`); missing is fine."""
+    storage, path = open_storage(uri, storage_options)
+    storage.remove(path)

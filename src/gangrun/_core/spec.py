@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from gangrun._core import worker_env
+from gangrun._core.checkpoint_root import parse_resume_from
 from gangrun._core.pod_template import annotation_map, parse_pod_template, string_map
 from gangrun._core.policy import DEFAULT_MAX_SYSTEM_RETRIES, Policy
 from gangrun._core.units import parse_duration, parse_quantity
@@ -84,6 +85,7 @@ class TaskSpec:
     queue: str = "default"
     priority_class: str = ""
     checkpoint_uri: str = ""  # "" = under the backend's state dir
+    resume_from: str = ""  # spec.checkpoint.resumeFrom: a task name or a checkpoint URI ("" = none)
     termination_grace: timedelta = timedelta(seconds=30)
     min_nodes: int = 0  # elastic gangs: the fewest nodes it may run on; 0 = `nodes` (not elastic)
     resize_cooldown: timedelta = timedelta(minutes=5)  # an elastic gang grows back at most once per cooldown
@@ -145,7 +147,7 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     fp = _mapping(spec, "failurePolicy", "spec.failurePolicy", default={})
     _no_unknown(fp, "spec.failurePolicy", {"maxRestarts", "resumeAfterPreemption", "restartOnDisruption"})
     ck = _mapping(spec, "checkpoint", "spec.checkpoint", default={})
-    _no_unknown(ck, "spec.checkpoint", {"uri"})
+    _no_unknown(ck, "spec.checkpoint", {"uri", "resumeFrom"})
     queue = spec.get("queue", "default")
     if not isinstance(queue, str) or not DNS_1035.match(queue):
         raise SpecError("spec.queue", f"must be a DNS-1035 name like default, got {_clip(queue)}")
@@ -189,6 +191,7 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
         queue=queue,
         priority_class=priority,
         checkpoint_uri=uri.rstrip("/"),
+        resume_from=parse_resume_from(ck.get("resumeFrom")),
         termination_grace=_duration(spec, "terminationGracePeriod", "spec.terminationGracePeriod",
                                     default=timedelta(seconds=30)) or timedelta(0),
         pod_template=parse_pod_template(spec["podTemplate"], "spec.podTemplate", reserved_env=RESERVED_ENV,

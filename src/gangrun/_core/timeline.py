@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from gangrun._core.checkpoint_root import describe
 from gangrun._core.engine import Action, ActionKind
 from gangrun._core.eviction import EvictionKind
 from gangrun._core.state import TaskState
@@ -62,8 +63,10 @@ class Event:
                    attempt=d.get("attempt"), data=d.get("data") or {})
 
 
-def transition_events(before: TaskState, after: TaskState, action: Action, *, now: datetime) -> list[Event]:
-    """The timeline entries that the step from `before` to `after` (with `action`) adds."""
+def transition_events(before: TaskState, after: TaskState, action: Action, *, now: datetime,
+                      resume_from: str = "") -> list[Event]:
+    """The timeline entries that the step from `before` to `after` (with `action`) adds. `resume_from`:
+    the task's spec.checkpoint.resumeFrom, which the creation of attempt 1's gang names."""
     out: list[Event] = []
     n = before.attempt
 
@@ -94,7 +97,11 @@ def transition_events(before: TaskState, after: TaskState, action: Action, *, no
         elif not readmitted and (after.phase is not before.phase or after.info.reason != before.info.reason):
             add(EventType.PHASE, f"{after.phase.value}: {after.info.reason}", phase=after.phase.value)
     if action.kind is ActionKind.CREATE_GANG and not before.gang_seen:
-        add(EventType.GANG_CREATED, f"gang of attempt {action.attempt} created", attempt=action.attempt)
+        if resume_from and action.attempt == 1:
+            add(EventType.GANG_CREATED, f"gang of attempt 1 created; it resumes from {describe(resume_from)} "
+                                        "(spec.checkpoint.resumeFrom)", attempt=1, resumeFrom=resume_from)
+        else:
+            add(EventType.GANG_CREATED, f"gang of attempt {action.attempt} created", attempt=action.attempt)
     if action.kind is ActionKind.RETRY:
         add(EventType.ATTEMPT_ENDED, f"{action.retry.value if action.retry else ''} retry: {action.message}",
             outcome=_outcome(after, n), code=action.code)

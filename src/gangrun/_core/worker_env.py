@@ -49,6 +49,7 @@ MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"
 CHECKPOINT_PATH = "GANGRUN_CHECKPOINT_PATH"
 PREV_CHECKPOINT_PATH = "GANGRUN_PREV_CHECKPOINT_PATH"
+RESUME_FROM = "GANGRUN_RESUME_FROM"  # spec.checkpoint.resumeFrom as a URI: loaded when the task has nothing of its own
 STOP_FILE = "GANGRUN_STOP_FILE"
 EVENTS_FILE = "GANGRUN_EVENTS_FILE"
 GRACE_PERIOD = "GANGRUN_GRACE_PERIOD"
@@ -69,7 +70,8 @@ POD_NAMESPACE = "POD_NAMESPACE"  # Kubernetes only, from the downward API
 TERMINATION_LOG = "GANGRUN_TERMINATION_LOG"  # Kubernetes only: where the launcher leaves the newest checkpoint
 
 GANG_VARS = (GANGRUN_TASK, GANGRUN_ATTEMPT, GANGRUN_GANG, NNODES, NPROC_PER_NODE, LOCAL_WORLD_SIZE, WORLD_SIZE,
-             MASTER_ADDR, MASTER_PORT, CHECKPOINT_PATH, PREV_CHECKPOINT_PATH, STOP_FILE, EVENTS_FILE, GRACE_PERIOD)
+             MASTER_ADDR, MASTER_PORT, CHECKPOINT_PATH, PREV_CHECKPOINT_PATH, RESUME_FROM, STOP_FILE, EVENTS_FILE,
+             GRACE_PERIOD)
 PROCESS_VARS = (NODE_RANK, GROUP_RANK, RANK, LOCAL_RANK, RESTART_ATTEMPT, RUN_ID)
 # Names no manifest may set: gangrun gives them to every worker. CUDA_VISIBLE_DEVICES is not among
 # them: a gang without GPUs keeps whatever the user sets.
@@ -87,8 +89,10 @@ def grace_seconds(spec: TaskSpec) -> str:
 
 
 def gang_env(spec: TaskSpec, *, attempt: int, gang: str, master_addr: str, master_port: int | None,
-             checkpoint_path: str, prev_checkpoint_path: str, stop_file: str, events_file: str) -> dict[str, str]:
-    """The variables every worker of the gang shares. `master_port` None: set per round (local)."""
+             checkpoint_path: str, prev_checkpoint_path: str, stop_file: str, events_file: str,
+             resume_from: str = "") -> dict[str, str]:
+    """The variables every worker of the gang shares. `master_port` None: set per round (local).
+    `resume_from`: spec.checkpoint.resumeFrom resolved to a URI (`checkpoint_root.resume_source`)."""
     env = {
         GANGRUN_TASK: spec.name,
         GANGRUN_ATTEMPT: str(attempt),
@@ -101,6 +105,7 @@ def gang_env(spec: TaskSpec, *, attempt: int, gang: str, master_addr: str, maste
         **({MASTER_PORT: str(master_port)} if master_port is not None else {}),
         CHECKPOINT_PATH: checkpoint_path,
         PREV_CHECKPOINT_PATH: prev_checkpoint_path,
+        **({RESUME_FROM: resume_from} if resume_from else {}),
         STOP_FILE: stop_file,
         EVENTS_FILE: events_file,
         GRACE_PERIOD: grace_seconds(spec),
@@ -135,12 +140,12 @@ def node_env(*, node_rank: int, restart_attempt: int, gang: str) -> dict[str, st
 
 def worker_env(spec: TaskSpec, *, attempt: int, gang: str, node_rank: int, local_rank: int, restart_attempt: int,
                master_addr: str, master_port: int, checkpoint_path: str, prev_checkpoint_path: str, stop_file: str,
-               events_file: str, gpus: Sequence[int] | None = None) -> dict[str, str]:
+               events_file: str, gpus: Sequence[int] | None = None, resume_from: str = "") -> dict[str, str]:
     """The whole contract for one process, with concrete values. `gpus`: this node's GPU indices
     (local backend; see `gangrun._core.gpus`), None to leave CUDA_VISIBLE_DEVICES alone."""
     env = gang_env(spec, attempt=attempt, gang=gang, master_addr=master_addr, master_port=master_port,
                    checkpoint_path=checkpoint_path, prev_checkpoint_path=prev_checkpoint_path, stop_file=stop_file,
-                   events_file=events_file)
+                   events_file=events_file, resume_from=resume_from)
     env.update(process_env(nproc_per_node=spec.nproc_per_node, node_rank=node_rank, local_rank=local_rank,
                            restart_attempt=restart_attempt, gang=gang))
     if gpus is not None:

@@ -6,10 +6,12 @@
     ckpt.save("state/", step=140, blocking=False)   # snapshot now, upload in the background
     ckpt.wait()                               # flush; a background failure is raised here, once
 
-Load order: this attempt's saves newest first, then each earlier attempt's, newest
-first. A save that cannot be read (missing data, size or checksum mismatch, bad manifest) is skipped
-with a log line and the next one is tried. `JOBSET_RESTART_ATTEMPT` plays no part: a readmission or a
-JobSet restart re-runs the same attempt, whose own saves are the newest state.
+Load order: this attempt's saves newest first, then each earlier attempt's, newest first, then
+(``resume_from``, the manifest's ``spec.checkpoint.resumeFrom``) the saves at the URI the task was
+asked to start from, newest first: another task's checkpoints are loaded only that way. A save that
+cannot be read (missing data, size or checksum mismatch, bad manifest) is skipped with a log line and
+the next one is tried. `JOBSET_RESTART_ATTEMPT` plays no part: a readmission or a JobSet restart
+re-runs the same attempt, whose own saves are the newest state.
 
 Who writes: in a gang, only rank 0 writes (the common data-parallel pattern: rank 0 saves the
 replicated state, every rank loads it). `save()` on another rank writes nothing, returns None and says
@@ -27,24 +29,25 @@ docs/checkpoints.md.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gangrun._ckpt import cache, catalog, events, notice, shards, transfer
+from gangrun._ckpt import cache, catalog, events, notice, resume, shards, transfer
 from gangrun._ckpt import writer as writer_mod
 from gangrun._ckpt.catalog import Candidate
 from gangrun._ckpt.commit import pending_for, uncommit
 from gangrun._ckpt.layout import attempt_name, entry_name, join, split_attempt_path
 from gangrun._ckpt.logs import say
 from gangrun._ckpt.manifest import Manifest, ManifestError
-from gangrun._ckpt.storage import open_storage
+from gangrun._ckpt.storage import Storage, open_storage
 from gangrun._errors import CheckpointError, CommitFailed, UsageError
 
 __all__ = ["Checkpoint", "SaveInfo"]
@@ -94,6 +97,7 @@ class Checkpoint:
         events_file: str | None = None,
         protocol: Literal["rename", "marker"] | None = None,
         shard_timeout: float = 300.0,
+        resume_from: str | None = None,
     ) -> None:
         if attempt < 1:
             raise UsageError(f"attempt must be >= 1, got {attempt}")
@@ -117,6 +121,10 @@ class Checkpoint:
         self.writer = (rank == 0) if writer is None else writer
         self.keep_last = keep_last
         self._storage, self._root_path = open_storage(self.root, storage_options)
+        #: Where this task was asked to start from when it has no checkpoint of its own (a URI), or None.
+        self.resume_from = resume_from.rstrip("/") if resume_from else None
+        self._storage_options = storage_options
+        self._loaded_storage = self._storage
         self._attempt_path = join(self._root_path, attempt_name(attempt))
         self._events_file = events_file
         self._protocol = protocol
@@ -177,16 +185,17 @@ class Checkpoint:
             return self._loaded
         self._say_where()
         skipped = 0
-        for cand in catalog.candidates(self._storage, self._root_path, attempt=self.attempt):
-            uri = self._uri_of(cand.attempt, cand.seq)
+        own = ((self._storage, c, self._uri_of(c.attempt, c.seq))
+               for c in catalog.candidates(self._storage, self._root_path, attempt=self.attempt))
+        for storage, cand, uri in itertools.chain(own, self._resume_candidates()):
             try:
-                manifest = transfer.read_manifest(self._storage, cand.path)
+                manifest = transfer.read_manifest(storage, cand.path)
                 if manifest is None:
                     log.debug("gangrun: %s has no manifest: an unfinished save, not a checkpoint", uri)
                     continue
                 if (manifest.attempt, manifest.seq) != (cand.attempt, cand.seq):
                     raise ManifestError(f"its manifest is of attempt {manifest.attempt} seq {manifest.seq}")
-                path = self._restore(cand, manifest, uri)
+                path = self._restore(storage, cand, manifest, uri)
             except _Withdrawn:
                 raise
             except (CheckpointError, OSError, ValueError) as e:
@@ -194,14 +203,16 @@ class Checkpoint:
                 skipped += 1
                 say(f"gangrun: skipping checkpoint {uri}: {e}; trying the next one", logging.WARNING)
                 continue
-            own = cand.attempt == self.attempt
-            self.loaded_from = "own" if own else "previous"
+            mine = storage is self._storage and cand.path.startswith(self._root_path + "/")
+            this = mine and cand.attempt == self.attempt
+            self.loaded_from = "own" if this else "previous"
             self.loaded_uri, self.loaded_step = uri, manifest.step
             self.loaded_attempt, self.loaded_seq = cand.attempt, cand.seq
             self.loaded_world_size = manifest.world_size
-            self._loaded_manifest, self._loaded_path = manifest, cand.path
+            self._loaded_manifest, self._loaded_path, self._loaded_storage = manifest, cand.path, storage
             self._loaded, self._load_done = path, True
-            where = "this attempt" if own else f"previous attempt {cand.attempt}"
+            where = ("this attempt" if this else f"previous attempt {cand.attempt}" if mine else
+                     f"spec.checkpoint.resumeFrom {self.resume_from}")
             part = ""
             if manifest.kind == "sharded":
                 have = f"rank {self.rank}'s part" if path is not None else f"no part for rank {self.rank}"
@@ -211,31 +222,41 @@ class Checkpoint:
             return path
         self._load_done = True
         events.loaded()
+        also = f" nor at resumeFrom {self.resume_from}" if self.resume_from else ""
         if skipped:
             say(
-                f"gangrun: no usable checkpoint: all {skipped} checkpoint(s) found under {self.root} "
+                f"gangrun: no usable checkpoint: all {skipped} checkpoint(s) found under {self.root}{also} "
                 f"were unreadable (skipped above); starting from scratch",
                 logging.WARNING,
             )
         else:
-            say(f"gangrun: no checkpoint found (looked in attempts {self.attempt} to 1 under {self.root})")
+            say(f"gangrun: no checkpoint found (looked in attempts {self.attempt} to 1 under {self.root}{also})")
         return None
 
-    def _restore(self, cand: Candidate, manifest: Manifest, uri: str) -> Path | None:
+    def _resume_candidates(self) -> Iterator[tuple[Storage, Candidate, str]]:
+        """The saves at `resume_from`, newest first, each with its URI. Listed only once this task's own
+        saves are exhausted."""
+        if not self.resume_from:
+            return
+        storage, path = open_storage(self.resume_from, self._storage_options)
+        for cand in resume.candidates(storage, path):
+            yield storage, cand, self.resume_from + cand.path[len(path.rstrip("/")):]
+
+    def _restore(self, storage: Storage, cand: Candidate, manifest: Manifest, uri: str) -> Path | None:
         if manifest.kind != "sharded":
-            return transfer.read_checkpoint(self._storage, cand.path, manifest, self._cache())
-        transfer.check_parts(self._storage, cand.path, manifest)
+            return transfer.read_checkpoint(storage, cand.path, manifest, self._cache())
+        transfer.check_parts(storage, cand.path, manifest)
         part = manifest.part(self.rank)
         if part is None:
             return None
         try:
-            return transfer.read_part(self._storage, cand.path, manifest, part, self._cache())
+            return transfer.read_part(storage, cand.path, manifest, part, self._cache())
         except transfer.CorruptCheckpoint as e:
             # The other ranks found every part in place and may load this checkpoint: skipping it
             # here alone would resume the gang from two different steps. Withdraw it instead, so
             # that the restarted gang agrees on the previous one, and stop this rank.
             try:
-                uncommit(self._storage, cand.path)
+                uncommit(storage, cand.path)
             except Exception:  # the error below still stops this rank
                 log.warning("gangrun: could not withdraw %s", uri, exc_info=True)
             raise _Withdrawn(
@@ -256,7 +277,7 @@ class Checkpoint:
             if rank == self.rank and self._loaded is not None:
                 self._shard_paths[rank] = self._loaded
             else:
-                restored = transfer.read_part(self._storage, self._loaded_path, manifest, part, self._cache())
+                restored = transfer.read_part(self._loaded_storage, self._loaded_path, manifest, part, self._cache())
                 self._shard_paths[rank] = restored
         return self._shard_paths[rank]
 

@@ -68,9 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
     sp = cmd("cancel", commands.cancel, "stop the task (Aborted)")
     sp.add_argument("name")
-    sp = cmd("delete", commands.delete, "remove an ended task and its records, so that its name can be used again")
+    sp = cmd("delete", commands.delete, "remove an ended task, its timeline and its logs, so that its name can be "
+                                        "used again (its checkpoints are kept unless --purge)")
     sp.add_argument("name")
     sp.add_argument("--force", action="store_true", help="cancel the task first if it has not ended")
+    sp.add_argument("--purge", action="store_true",
+                    help="remove the task's checkpoints too (kept by default: spec.checkpoint.resumeFrom loads them)")
     sp = cmd("ui", commands.ui, "serve a web page of the tasks and each task's timeline", json_out=False)
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     sp.add_argument("--port", type=_port, default=8265, help="port (default 8265; 0 picks a free one)")

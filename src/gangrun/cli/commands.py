@@ -167,11 +167,14 @@ def cancel(args: argparse.Namespace) -> int:
 
 
 def delete(args: argparse.Namespace) -> int:
-    deleted = _run(args).delete(force=args.force)
+    deleted = _run(args).delete(force=args.force, purge=args.purge)
     if _json(args):
-        output.emit_json({"name": args.name, "deleted": deleted})
+        output.emit_json({"name": args.name, "deleted": deleted, **({"purged": deleted} if args.purge else {})})
+    elif not deleted:
+        print(f"{args.name}: already gone")
     else:
-        print(f"{args.name}: deleted" if deleted else f"{args.name}: already gone")
+        print(f"{args.name}: deleted" + (" with its checkpoints" if args.purge else
+                                         " (its checkpoints are kept; --purge removes them)"))
     return 0
 
 

@@ -73,7 +73,7 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
     if view.get("pending") or view.get("queuePosition"):
         out.append(f"Waiting:        {waiting_why(view)}")
     for key, label in (("queue", "Queue"), ("priorityClass", "Priority"), ("namespace", "Namespace"),
-                       ("checkpointRoot", "Checkpoints")):
+                       ("checkpointRoot", "Checkpoints"), ("resumeFrom", "Resumes from")):
         if view.get(key) not in (None, ""):
             out.append(f"{label + ':':<16}{view[key]}")
     if "executable" in view:  # local: the command's argv[0], found on the submitter's PATH at submit

@@ -1,8 +1,9 @@
 """`load_state`: the newest committed torch checkpoint, own attempt first, read by DCP on every rank.
 
 The choice follows `ctx.checkpoint.load()` (catalog.py): this attempt's saves newest first, then each
-earlier attempt's. Rank 0 chooses and tells every rank, so all ranks load the same checkpoint even if
-a save commits while they look. A candidate is a torch checkpoint when its manifest lists DCP's
+earlier attempt's, then those at `spec.checkpoint.resumeFrom` (resume.py), loaded as "previous". Rank
+0 chooses and tells every rank, so all ranks load the same checkpoint even if a save commits while
+they look. A candidate is a torch checkpoint when its manifest lists DCP's
 ``.metadata`` and gangrun's ``gangrun-torch.json``; one with a file missing or of the wrong size is
 skipped with a log line. One that is complete but that DCP cannot load into the given state dict
 raises CheckpointError (see `load`): that is a mismatch older checkpoints would not cure.
@@ -23,7 +24,8 @@ from typing import Any, Literal
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
-from gangrun._ckpt import catalog, transfer
+from gangrun._ckpt import catalog, resume, transfer
+from gangrun._ckpt.catalog import Candidate
 from gangrun._ckpt.layout import DATA, join
 from gangrun._ckpt.logs import say
 from gangrun._errors import CheckpointError
@@ -54,6 +56,7 @@ class _Choice:
     seq: int
     step: int | None
     world_size: int
+    resumed: bool = False  # found at resume_from, not under the task's own root
 
 
 def load(target: Target, state_dict: dict[str, Any]) -> LoadedState | None:
@@ -69,12 +72,14 @@ def load(target: Target, state_dict: dict[str, Any]) -> LoadedState | None:
     if isinstance(choice, str):
         raise CheckpointError(choice)
     if choice is None:
-        say(f"gangrun: no torch checkpoint found (looked in attempts {target.attempt} to 1 under {target.root})")
+        also = f" nor at resumeFrom {target.resume_from}" if target.resume_from else ""
+        say(f"gangrun: no torch checkpoint found (looked in attempts {target.attempt} to 1 under {target.root}{also})")
         return None
-    uri = target.uri_of(choice.attempt, choice.seq)
+    source = (target.resumed() if choice.resumed else None) or target
+    uri = source.uri_for_path(choice.path)
     try:
         dcp_load(
-            state_dict, storage_reader=_dcp.reader(target, join(choice.path, DATA)), process_group=group,
+            state_dict, storage_reader=_dcp.reader(source, join(choice.path, DATA)), process_group=group,
             no_dist=group is None,
         )  # fmt: skip
     except CheckpointException as e:
@@ -83,8 +88,9 @@ def load(target: Target, state_dict: dict[str, Any]) -> LoadedState | None:
         # renamed, a shape changed), which an older checkpoint would not cure; falling back
         # would silently start training from an older state, or from scratch.
         raise CheckpointError(f"could not load torch checkpoint {uri} into this state dict: {_first(e)}") from e
-    own = choice.attempt == target.attempt
-    where = "this attempt" if own else f"previous attempt {choice.attempt}"
+    own = not choice.resumed and choice.attempt == target.attempt
+    where = ("this attempt" if own else f"previous attempt {choice.attempt}" if not choice.resumed else
+             f"spec.checkpoint.resumeFrom {target.resume_from}")
     resharded = choice.world_size != world
     shape = f"{choice.world_size} ranks" + (f", resharded to {world}" if resharded else "")
     say(f"gangrun: loaded torch checkpoint from {where} (seq {choice.seq}, step {choice.step}, {shape}): {uri}")
@@ -95,10 +101,19 @@ def load(target: Target, state_dict: dict[str, Any]) -> LoadedState | None:
 
 
 def _committed(target: Target) -> Iterator[_Choice]:
-    """Committed, complete torch checkpoints, newest first (lazy: stops listing once one is taken)."""
+    """Committed, complete torch checkpoints, newest first (lazy: stops listing once one is taken): the
+    task's own, then those at resume_from."""
+    yield from _committed_in(target, catalog.candidates(target.storage, target.root_path, attempt=target.attempt),
+                             resumed=False)
+    source = target.resumed()
+    if source is not None:
+        yield from _committed_in(source, resume.candidates(source.storage, source.root_path), resumed=True)
+
+
+def _committed_in(target: Target, candidates: Iterator[Candidate], *, resumed: bool) -> Iterator[_Choice]:
     storage = target.storage
-    for cand in catalog.candidates(storage, target.root_path, attempt=target.attempt):
-        uri = target.uri_of(cand.attempt, cand.seq)
+    for cand in candidates:
+        uri = target.uri_for_path(cand.path)
         try:
             manifest = transfer.read_manifest(storage, cand.path)
             if manifest is None:
@@ -118,7 +133,7 @@ def _committed(target: Target) -> Iterator[_Choice]:
         except (CheckpointError, OSError, ValueError, KeyError, TypeError) as e:
             say(f"gangrun: skipping torch checkpoint {uri}: {e}; trying the next one", logging.WARNING)
             continue
-        yield _Choice(cand.path, cand.attempt, cand.seq, manifest.step, world)
+        yield _Choice(cand.path, cand.attempt, cand.seq, manifest.step, world, resumed)
 
 
 def _first(e: CheckpointException) -> str:

@@ -25,6 +25,15 @@ class Target:
     storage: Storage
     root_path: str  # `root` as the storage spells it
     storage_options: dict[str, Any] | None
+    resume_from: str | None = None  # spec.checkpoint.resumeFrom as a URI (GANGRUN_RESUME_FROM)
+
+    def resumed(self) -> Target | None:
+        """The target `resume_from` names (its URI as the root), or None without one."""
+        if not self.resume_from:
+            return None
+        storage, path = open_storage(self.resume_from, self.storage_options)
+        return Target(root=self.resume_from, attempt=self.attempt, task=self.task, keep_last=self.keep_last,
+                      storage=storage, root_path=path.rstrip("/"), storage_options=self.storage_options)
 
     @property
     def attempt_path(self) -> str:
@@ -67,4 +76,5 @@ def resolve(checkpoint: Checkpoint | None, storage_options: dict[str, Any] | Non
         storage=storage,
         root_path=root_path,
         storage_options=storage_options,
+        resume_from=checkpoint.resume_from,
     )

@@ -111,6 +111,21 @@ def resource_version(obj: Any) -> int | None:
     return int(v) if isinstance(v, str) and v.isdigit() else None
 
 
+def belongs_to(obj: Any, task_uid: str) -> bool:
+    """Whether a JobSet or pod labelled with a task's name is that task's, and not an earlier task's of
+    the same name still being deleted: gangrun labels both with the task's uid (and owns the JobSet
+    by reference). An object that names no task uid (made before the label existed) is taken as the
+    task's, as it always was."""
+    if not task_uid:
+        return True
+    named = labels(obj).get(crd.TASK_UID_LABEL)
+    if named:
+        return named == task_uid
+    refs = [r for r in _list(_get(obj, "metadata", "ownerReferences"))
+            if isinstance(r, dict) and r.get("kind") == crd.KIND]
+    return not refs or any(r.get("uid") == task_uid for r in refs)
+
+
 def attempt_of(obj: Any) -> int | None:
     """The gangrun attempt a JobSet or pod belongs to, from its label; None when absent or bad."""
     v = labels(obj).get(crd.ATTEMPT_LABEL, "")

@@ -30,7 +30,8 @@ from gangrun._backends.kube.client import (
 )
 from gangrun._backends.kube.pending import pending_message, queue_position
 from gangrun._backends.kube.reconcile import load_accounting, load_state, task_spec
-from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB, check_renderable, render_jobset
+from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB, check_renderable, checkpoint_root, render_jobset
+from gangrun._ckpt.storage import remove_checkpoints
 from gangrun._core import jobset, kueue
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
@@ -130,7 +131,7 @@ class KubeBackend:
             yield from self._follow(name, n, rank, nproc, world)
             return
         with self._calling("read the worker pods of"):
-            pods = self._worker_pods(name, n)
+            pods = self._worker_pods(name, n, uid=_uid(task))
         if rank is not None:  # one pod per node runs ranks node*nproc .. node*nproc + nproc - 1
             pods = [(r, p) for r, p in pods if r == rank // nproc]
         if not pods:
@@ -161,7 +162,7 @@ class KubeBackend:
             current = int((task.get("status") or {}).get("attempt") or 1)
             ended = load_state(task, now=system_clock()).phase.terminal or current > attempt
             with self._calling("read the worker pods of"):
-                pods = [(r, p) for r, p in self._worker_pods(name, attempt, running=True)
+                pods = [(r, p) for r, p in self._worker_pods(name, attempt, running=True, uid=_uid(task))
                         if p not in streamed and (rank is None or r == rank // nproc)]
             if pods:
                 streamed.update(p for _, p in pods)
@@ -175,10 +176,12 @@ class KubeBackend:
             else:
                 time.sleep(FOLLOW_POLL)
 
-    def delete(self, name: str, *, force: bool = False) -> bool:
-        """Delete an ended task, its JobSets and its Events. `force` first asks the controller to cancel a
-        running one (its workers get their grace period) and waits a bounded time for that."""
+    def delete(self, name: str, *, force: bool = False, purge: bool = False) -> bool:
+        """Delete an ended task, its JobSets and its Events; with `purge` its checkpoints too (from this
+        client: an object store it can reach, not a volume of the nodes). `force` first asks the controller
+        to cancel a running one (its workers get their grace period) and waits a bounded time for that."""
         task = self._task(name)
+        purged = self._purgeable(task) if purge else None
         state = load_state(task, now=system_clock())
         if not state.phase.terminal:
             if not force:
@@ -199,7 +202,21 @@ class KubeBackend:
         if uid:
             self._delete_all(EVENTS, field_selector=f"involvedObject.uid={uid}")
         self._wait_gone(name)
+        if purged is not None:
+            remove_checkpoints(purged)
         return True
+
+    @staticmethod
+    def _purgeable(task: dict[str, Any]) -> str:
+        """The checkpoint root `delete --purge` removes; refused, before anything is deleted, when it is a
+        path on the cluster's nodes or volumes, which this client does not see."""
+        spec = task_spec(task)
+        root = checkpoint_root(spec, (task.get("metadata") or {}).get("uid") or "")
+        if root.startswith(("file://", "/")):
+            raise UsageError(f"--purge: the checkpoints of task {spec.name} are at {root}, on the cluster's "
+                             "nodes or volumes, which this client cannot reach; delete without --purge and "
+                             "remove that folder there")
+        return root
 
     def cancel(self, name: str) -> bool:
         task = self._task(name)
@@ -250,6 +267,8 @@ class KubeBackend:
                  "queue": spec.get("queue", "default"), "priorityClass": spec.get("priorityClass", ""),
                  "nodes": spec.get("nodes"), "nprocPerNode": spec.get("nprocPerNode", 1),
                  "jobSet": (task.get("status") or {}).get("jobSet", ""), **self._pending(task, state),
+                 "uid": md.get("uid", ""),
+                 "resumeFrom": c.get("resumeFrom") or None if isinstance(c := spec.get("checkpoint"), dict) else None,
                  "accounting": _accounting(task, state)}
         try:
             policy = task_spec(task).policy()
@@ -348,11 +367,14 @@ class KubeBackend:
         except ApiError:
             pass  # forbidden or Kueue not served to us: Kueue itself reports a missing queue later
 
-    def _worker_pods(self, name: str, attempt: int, *, running: bool = False) -> builtins.list[tuple[int, str]]:
-        """(node index, pod name) of the attempt's newest round; `running`: only pods whose container started
-        (a pod still being created has no log to stream yet)."""
+    def _worker_pods(self, name: str, attempt: int, *, running: bool = False,
+                     uid: str = "") -> builtins.list[tuple[int, str]]:
+        """(node index, pod name) of the attempt's newest round (of the task with `uid`: not an earlier task's
+        of the same name); `running`: only pods whose container started (a pod still being created has no
+        log to stream yet)."""
         selector = f"{crd.TASK_LABEL}={name},{crd.ATTEMPT_LABEL}={attempt}"
-        items = self.api.list(PODS, self.namespace, label_selector=selector).get("items") or []
+        items = [p for p in self.api.list(PODS, self.namespace, label_selector=selector).get("items") or []
+                 if adapter.belongs_to(p, uid)]
         newest = max((int(adapter.labels(p).get(jobset.RESTART_ATTEMPT_KEY, "0") or 0) for p in items), default=0)
         out = []
         for p in adapter.current_round(items, newest):
@@ -448,3 +470,6 @@ def _cause(message: str) -> str:
         return found.group(0).strip()
     return message if len(message) <= 200 else message[:200] + "…"
 
+
+def _uid(task: dict[str, Any]) -> str:
+    return str((task.get("metadata") or {}).get("uid") or "")

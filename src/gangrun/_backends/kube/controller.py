@@ -126,17 +126,20 @@ class Controller:
             return
         now = self.clock()
         state = load_state(task, now=now)  # the attempt and gangSeen exactly as reconcile reads them
+        uid = str((task.get("metadata") or {}).get("uid") or "")
         current = jobset_name(name, state.attempt)
         js = self.jobsets.get((namespace, current))
         if js is None and state.gang_seen:
             js = self._live_jobset(namespace, current)
-        owned = self.jobsets.by_index(indexes.BY_TASK, key)
+        if js is not None and not adapter.belongs_to(js, uid):
+            js = None  # an earlier task's of this name, being deleted: ours is created once it is gone
+        owned = [j for j in self.jobsets.by_index(indexes.BY_TASK, key) if adapter.belongs_to(j, uid)]
         with self._tomb_lock:
             gone = dict(self._tombstones.get(key, {}))
         live = self.pods.by_index(indexes.BY_TASK, key)
         names = {(p.get("metadata") or {}).get("name") for p in live}
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
-                if adapter.attempt_of(p) == state.attempt]
+                if adapter.attempt_of(p) == state.attempt and adapter.belongs_to(p, uid)]
         lookup = self._workloads_for(js)
         new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned)
         # Alongside the status write, not after it: a notice is no part of the task's state (writing it

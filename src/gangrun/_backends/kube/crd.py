@@ -28,6 +28,9 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 # Labels gangrun puts on every JobSet it creates and, through the pod template, on every worker pod.
 TASK_LABEL = f"{GROUP}/task"
 ATTEMPT_LABEL = f"{GROUP}/attempt"
+# The task's metadata.uid: a task deleted and re-created under the same name never takes the first
+# one's JobSets or pods (still being deleted) for its own.
+TASK_UID_LABEL = f"{GROUP}/task-uid"
 # `gangrun cancel` asks the controller to abort by annotating the task; the controller owns status.
 CANCEL_ANNOTATION = f"{GROUP}/cancel-requested"
 # The stop notice (cause, message, deadline as JSON) the controller writes on worker pods before they
@@ -101,7 +104,9 @@ def spec_schema() -> dict[str, Any]:
             "priorityClass": _str("Kueue WorkloadPriorityClass", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
                                   maxLength=LABEL_VALUE_MAX),
             "checkpoint": {"type": "object", "properties": {
-                "uri": _str("checkpoint root; attempt N saves under <uri>/<task>/attempt-<N>")}},
+                "uri": _str("checkpoint base; attempt N saves under <uri>/<task>/<metadata.uid>/attempt-<N>"),
+                "resumeFrom": _str("a task name (its newest complete checkpoint, the task live or deleted) or a "
+                                   "checkpoint URI, loaded when this task has no checkpoint of its own")}},
         },
     }
 

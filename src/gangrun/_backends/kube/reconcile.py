@@ -173,7 +173,8 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     decided: list[Action] = []
     state = before
     for i, d in enumerate(decisions):
-        decided += [RecordEvent(e) for e in transition_events(state, d.state, d.action, now=now)]
+        decided += [RecordEvent(e) for e in transition_events(state, d.state, d.action, now=now,
+                                                                  resume_from=spec.resume_from)]
         if i == 0:
             decided += _stop_notice(spec, d, obs.gang, pods, now=now)
         decided += _carry_out(d, spec, owner_uid=meta.get("uid"))

@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from gangrun._backends.kube import crd
+from gangrun._core import checkpoint_root as ckroot
 from gangrun._core import jobset, kueue, pod_template
 from gangrun._core import worker_env as wenv
 from gangrun._core.spec import TaskSpec
@@ -60,11 +61,21 @@ def rank0_host(name: str) -> str:
     return f"{name}-{REPLICATED_JOB}-0-0.{name}"
 
 
-def checkpoint_path(spec: TaskSpec, attempt: int) -> str:
-    if attempt < 1:
-        return ""
-    root = spec.checkpoint_uri or DEFAULT_CHECKPOINT_ROOT
-    return f"{root.rstrip('/')}/{spec.name}/attempt-{attempt}"
+UID_PLACEHOLDER = "<uid>"  # `gangrun render` without a cluster: the task's metadata.uid goes there
+
+
+def checkpoint_root(spec: TaskSpec, uid: str | None) -> str:
+    """`<uri>/<task>/<metadata.uid>`: keyed by the ClusteredTask's identity, so that a task deleted and
+    re-created under the same name starts clean (`gangrun._core.checkpoint_root`)."""
+    return ckroot.task_root(_base(spec), spec.name, uid or UID_PLACEHOLDER)
+
+
+def checkpoint_path(spec: TaskSpec, attempt: int, uid: str | None = None) -> str:
+    return ckroot.attempt_path(checkpoint_root(spec, uid), attempt)
+
+
+def _base(spec: TaskSpec) -> str:
+    return spec.checkpoint_uri or DEFAULT_CHECKPOINT_ROOT
 
 
 def check_renderable(spec: TaskSpec) -> None:
@@ -86,6 +97,8 @@ def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = N
     check_renderable(spec)
     name = jobset_name(spec.name, attempt)
     own = {crd.TASK_LABEL: spec.name, crd.ATTEMPT_LABEL: str(attempt)}
+    if owner_uid:
+        own[crd.TASK_UID_LABEL] = owner_uid
     labels = {kueue.QUEUE_NAME_LABEL: spec.queue, **own}
     if spec.priority_class:
         labels[kueue.PRIORITY_CLASS_LABEL] = spec.priority_class
@@ -101,7 +114,8 @@ def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = N
         "terminationGracePeriodSeconds": int(spec.termination_grace.total_seconds()),
     }
     template = pod_template.merge_pod_template(spec.pod_template, labels=own, annotations={}, pod=pod,
-                                               worker=_container(spec, name, attempt), volumes=_volumes(spec))
+                                               worker=_container(spec, name, attempt, owner_uid),
+                                               volumes=_volumes(spec))
     job: dict[str, Any] = {
         "parallelism": spec.nodes,
         "completions": spec.nodes,
@@ -160,12 +174,12 @@ def _mounts(spec: TaskSpec) -> list[dict[str, Any]]:
     return mounts
 
 
-def _container(spec: TaskSpec, name: str, attempt: int) -> dict[str, Any]:
+def _container(spec: TaskSpec, name: str, attempt: int, uid: str | None) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image,
         "command": [*LAUNCHER, *spec.command],
-        "env": worker_env(spec, name, attempt),
+        "env": worker_env(spec, name, attempt, uid),
         "resources": _resources(spec),
         "ports": [{"name": pod_template.OWN_PORT_NAME, "containerPort": MASTER_PORT, "protocol": "TCP"}],
         "volumeMounts": _mounts(spec),
@@ -177,7 +191,7 @@ def _container(spec: TaskSpec, name: str, attempt: int) -> dict[str, Any]:
     return container
 
 
-def worker_env(spec: TaskSpec, name: str, attempt: int) -> list[dict[str, Any]]:
+def worker_env(spec: TaskSpec, name: str, attempt: int, uid: str | None = None) -> list[dict[str, Any]]:
     """The worker environment contract (gangrun._core.worker_env) as a container's env.
 
     The per-process part (RANK, LOCAL_RANK, GROUP_RANK, TORCHELASTIC_RUN_ID) is derived in the pod by
@@ -190,10 +204,11 @@ def worker_env(spec: TaskSpec, name: str, attempt: int) -> list[dict[str, Any]]:
         return {"name": k, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
     gang = wenv.gang_env(spec, attempt=attempt, gang=name, master_addr=rank0_host(name), master_port=MASTER_PORT,
-                         checkpoint_path=checkpoint_path(spec, attempt),
-                         prev_checkpoint_path=checkpoint_path(spec, attempt - 1),
+                         checkpoint_path=checkpoint_path(spec, attempt, uid),
+                         prev_checkpoint_path=checkpoint_path(spec, attempt - 1, uid),
                          stop_file=f"{pod_template.NOTICE_DIR}/{STOP_NOTICE_FILE}",
-                         events_file=f"{pod_template.RUN_DIR}/{EVENTS_FILE}")
+                         events_file=f"{pod_template.RUN_DIR}/{EVENTS_FILE}",
+                         resume_from=ckroot.resume_source(spec.resume_from, _base(spec)))
     env = [value(k, v) for k, v in gang.items()]
     env += [
         field(wenv.RESTART_ATTEMPT, jobset.RESTART_ATTEMPT_FIELD_PATH),

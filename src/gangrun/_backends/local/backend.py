@@ -200,10 +200,10 @@ class LocalBackend:
     def cancel(self, name: str) -> bool:
         return bool(self._act("cancel", name))
 
-    def delete(self, name: str, *, force: bool = False, timeout: float = 120.0) -> bool:
-        """Remove an ended task and its records; with `force`, cancel a running one first and return
-        once its workers are gone (the name is free again then)."""
-        deleted = bool(self._act("delete", name, force=force))
+    def delete(self, name: str, *, force: bool = False, purge: bool = False, timeout: float = 120.0) -> bool:
+        """Remove an ended task, its timeline and logs (its checkpoints too with `purge`); with `force`,
+        cancel a running one first and return once its workers are gone (the name is free again then)."""
+        deleted = bool(self._act("delete", name, force=force, purge=purge))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -253,7 +253,7 @@ class LocalBackend:
             raise UsageError(f'task "{name}" has attempts 1..{v["attempt"]}, not {n}')
         if rank is not None and not 0 <= rank < v["worldSize"]:
             raise UsageError(f'task "{name}" has ranks 0..{v["worldSize"] - 1}, not {rank}')
-        return (lambda: log_files(self.paths, name, n, rank)), rank is None and v["worldSize"] > 1
+        return (lambda: log_files(self.paths, name, v.get("uid") or "", n, rank)), rank is None and v["worldSize"] > 1
 
     def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
         try:

@@ -6,9 +6,14 @@
       daemon.lock / daemon.pid         one daemon per home
       daemon.log                       the daemon's own output
       .gangrun-home                    marks the directory as a gangrun home
-      logs/<task>/attempt-<N>/restart-<R>/rank-<r>.log
-      run/<task>/attempt-<N>/          stop notice and checkpoint events of that attempt's gang
-      checkpoints/<task>/attempt-<N>/  default checkpoint root (spec.checkpoint.uri overrides it)
+      logs/<task>/<id>/attempt-<N>/restart-<R>/rank-<r>.log
+      run/<task>/<id>/attempt-<N>/     stop notice and checkpoint events of that attempt's gang
+      checkpoints/<task>/<id>/attempt-<N>/  default checkpoint root (spec.checkpoint.uri replaces
+                                       `checkpoints`)
+
+`<id>` is the task's identity, minted when it is submitted: a task deleted and re-created under the
+same name is another task and never sees the first one's logs, events or checkpoints. (A task stored
+before identities were kept has none, and keeps the folders without `<id>` it started with.)
 
 Configuration = the one ClusterQueue's quota, its named queues, the priority classes, and whether
 admission boosts the priority of gangs that would lose the most (checkpoint-aware preemption, on by
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gangrun._backends.local.admission import Resources
+from gangrun._core.checkpoint_root import task_root
 from gangrun._core.priority_boost import DEFAULT_STEPS, BoostPolicy
 from gangrun._core.units import parse_quantity
 from gangrun._errors import UsageError
@@ -72,15 +78,20 @@ class Paths:
     def log(self) -> Path:
         return self.home / "daemon.log"
 
-    def logs(self, task: str, attempt: int | None = None) -> Path:
-        base = self.home / "logs" / task
+    def logs(self, task: str, identity: str, attempt: int | None = None) -> Path:
+        base = _keyed(self.home / "logs", task, identity)
         return base if attempt is None else base / f"attempt-{attempt}"
 
-    def run(self, task: str, attempt: int) -> Path:
-        return self.home / "run" / task / f"attempt-{attempt}"
+    def run(self, task: str, identity: str, attempt: int | None = None) -> Path:
+        base = _keyed(self.home / "run", task, identity)
+        return base if attempt is None else base / f"attempt-{attempt}"
 
-    def checkpoint_root(self, task: str, uri: str) -> str:
-        return f"{uri.rstrip('/')}/{task}" if uri else str(self.home / "checkpoints" / task)
+    def checkpoint_base(self, uri: str) -> str:
+        """Where every task's checkpoint root is, by name (`spec.checkpoint.uri`, or the home's)."""
+        return uri.rstrip("/") if uri else str(self.home / "checkpoints")
+
+    def checkpoint_root(self, task: str, identity: str, uri: str) -> str:
+        return task_root(self.checkpoint_base(uri), task, identity)
 
     @property
     def marker(self) -> Path:
@@ -98,6 +109,10 @@ class Paths:
         self.home.mkdir(parents=True, exist_ok=True)
         os.chmod(self.home, 0o700)
         self.marker.touch()
+
+
+def _keyed(base: Path, task: str, identity: str) -> Path:
+    return base / task / identity if identity else base / task
 
 
 def socket_path(home: Path) -> Path:

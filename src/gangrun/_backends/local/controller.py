@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import logging
 import random
+import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from gangrun._backends.local import admission, jobs, recovery
 from gangrun._backends.local.config import Config, Paths
-from gangrun._backends.local.effects import Effects, Processes
+from gangrun._backends.local.effects import Effects, Processes, remove_files
 from gangrun._backends.local.gang import NODE_DISRUPTION, GangTwin, StopReason
 from gangrun._backends.local.inject import inject
 from gangrun._backends.local.reconcile import Action, CreateJobSet, DeleteJobSet, reconcile
@@ -108,7 +109,8 @@ class Controller:
             raise UsageError(f'a task named "{name}" already exists (phase {existing.state.phase}) with a '
                              "different manifest; choose another metadata.name or delete it first")
         admission.check_submit(spec, self.config)
-        task = LocalTask(name=name, seq=self.store.next_seq(), doc=doc, spec=spec, state=TaskState.new(now=now))
+        task = LocalTask(name=name, uid=str(uuid.uuid4()), seq=self.store.next_seq(), doc=doc, spec=spec,
+                         state=TaskState.new(now=now))
         pc = spec.priority_class or self.config.default_priority_class
         ignored = local_ignored(spec.pod_template)
         task.record(Event(time=now, type=EventType.SUBMITTED, attempt=1, data={"ignoredLocally": ignored},
@@ -149,8 +151,10 @@ class Controller:
         self.tick(now)
         return True
 
-    def delete(self, name: str, *, force: bool, now: datetime) -> bool:
-        """Remove an ended task and its records. A running one is refused unless `force` (cancel first)."""
+    def delete(self, name: str, *, force: bool, now: datetime, purge: bool = False) -> bool:
+        """Remove an ended task, its timeline and its logs; its checkpoints too with `purge` (kept by
+        default: only `spec.checkpoint.resumeFrom` ever loads them again). A running task is refused
+        unless `force` (cancel first)."""
         if name in self.broken and name not in self.tasks:
             self.store.delete(name)
             del self.broken[name]
@@ -158,7 +162,7 @@ class Controller:
         task = self.task(name)
         if not task.terminal and not force:
             raise UsageError(f'task "{name}" is {task.state.phase.value}; cancel it first or use --force')
-        task.deleting = True
+        task.deleting, task.purging = True, purge
         self.cancel(name, now)
         self._reap(task)
         return True
@@ -170,6 +174,7 @@ class Controller:
         self.store.delete(task.name)
         self.tasks.pop(task.name, None)
         self.dirty.discard(task.name)
+        remove_files(self.paths, task)
         return True
 
     def _live_workload(self, name: str) -> tuple[LocalTask, WorkloadTwin]:

@@ -313,7 +313,7 @@ class Daemon:
         elif op == "cancel":
             result = ctl.cancel(a["name"], now)
         elif op == "delete":
-            result = ctl.delete(a["name"], force=bool(a.get("force")), now=now)
+            result = ctl.delete(a["name"], force=bool(a.get("force")), purge=bool(a.get("purge")), now=now)
         elif op == "evict":
             ctl.evict(a["name"], a["reason"], now)
         elif op == "deactivate":

@@ -9,7 +9,9 @@ daemon share.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
@@ -20,7 +22,10 @@ from gangrun._backends.local.gang import Effect, GangTwin, Signal, StartRound, W
 from gangrun._backends.local.render import Launch, launch, worker_env
 from gangrun._backends.local.task import LocalTask
 from gangrun._ckpt import events
+from gangrun._ckpt.storage import remove_checkpoints
 from gangrun._core.timeline import Event, EventType
+
+log = logging.getLogger(__name__)
 
 
 class Processes(Protocol):
@@ -51,11 +56,11 @@ class Effects:
     def _start_round(self, task: LocalTask, now: datetime) -> None:
         g = task.gang
         assert g is not None, "a StartRound comes from a gang"
-        run = self.paths.run(task.name, g.attempt)
+        run = self.paths.run(task.name, task.uid, g.attempt)
         run.mkdir(parents=True, exist_ok=True)  # the SDK appends checkpoint events here
         (run / "stop.json").unlink(missing_ok=True)
         wl = task.workload
-        spec = launch(task.name, task.spec.at_size(g.nodes), g.attempt, cwd=task.doc.get("cwd") or "",
+        spec = launch(task.name, task.uid, task.spec.at_size(g.nodes), g.attempt, cwd=task.doc.get("cwd") or "",
                       paths=self.paths, submitter_env=task.doc.get("env"), executable=task.doc.get("executable"),
                       gpus=wl.gpus if wl is not None and wl.attempt == g.attempt else ())
         g.port = self.procs.free_port()
@@ -79,7 +84,7 @@ class Effects:
     def _write_notice(self, task: LocalTask, n: WriteNotice) -> None:
         """The stop notice (B3), written atomically before the workers get SIGTERM."""
         g = task.gang
-        run = self.paths.run(task.name, g.attempt if g else task.state.attempt)
+        run = self.paths.run(task.name, task.uid, g.attempt if g else task.state.attempt)
         run.mkdir(parents=True, exist_ok=True)
         tmp = run / f".stop.{os.getpid()}.tmp"
         tmp.write_text(json.dumps({"cause": n.cause, "message": n.message, "deadline": n.deadline.timestamp()}))
@@ -90,7 +95,7 @@ class Effects:
         g = task.gang
         if g is None:
             return
-        f = self.paths.run(task.name, g.attempt) / "events.jsonl"
+        f = self.paths.run(task.name, task.uid, g.attempt) / "events.jsonl"
         try:
             size = f.stat().st_size
         except OSError:
@@ -109,6 +114,19 @@ class Effects:
             e = _checkpoint_event(line, attempt=g.attempt, now=now)
             if e is not None:
                 task.record(e)
+
+
+def remove_files(paths: Paths, task: LocalTask) -> None:
+    """A deleted task's logs and run files; with `purging`, its checkpoints too. Best effort: the task is
+    gone from the store already, and what stays behind is keyed by its identity, which no other task has."""
+    for d in (paths.logs(task.name, task.uid), paths.run(task.name, task.uid)):
+        shutil.rmtree(d, ignore_errors=True)
+    if task.purging:
+        root = paths.checkpoint_root(task.name, task.uid, task.spec.checkpoint_uri)
+        try:
+            remove_checkpoints(root)
+        except Exception as e:  # storage unreachable, say: say so in the daemon's log, never fail the delete
+            log.warning("gangrun: could not remove the checkpoints of deleted task %s at %s: %s", task.name, root, e)
 
 
 def _checkpoint_event(line: bytes, *, attempt: int, now: datetime) -> Event | None:

@@ -8,7 +8,11 @@ then carries out the actions in order. Every action is idempotent and named by (
 creating the gang of an attempt that has one, or deleting a gang already deleted, does nothing.
 
 A RETRY from the engine is followed in the same reconcile by the CREATE of the next attempt, so the
-state stored holds the new attempt and the actions are "delete old gang, create new gang".
+state stored holds the new attempt and the actions are "delete old gang, create new gang". One gang
+runs at a time: while the workers of the old attempt's gang are still stopping (a worker using its
+grace period), the new gang is not created and its `GangCreated` is not recorded; the reconcile after
+the last old worker exits creates it. Until then a round with the same twins decides the same thing
+and so changes nothing, records nothing and asks for nothing.
 """
 
 from __future__ import annotations
@@ -62,8 +66,13 @@ def reconcile(task: LocalTask, *, now: datetime) -> tuple[TaskState | None, list
     actions: list[Action] = []
     state = before
     for d in decisions:
-        actions += [RecordEvent(_with_preemptor(e, task)) for e in transition_events(state, d.state, d.action, now=now)]
-        actions += _carry_out(d)
+        events = transition_events(state, d.state, d.action, now=now, resume_from=task.spec.resume_from)
+        carry = _carry_out(d)
+        if d.action.kind is ActionKind.CREATE_GANG and _old_gang_stopping(task, d.action.attempt):
+            carry = []  # created, and said so, once the old workers are gone
+            events = [e for e in events if e.type is not EventType.GANG_CREATED]
+        actions += [RecordEvent(_with_preemptor(e, task)) for e in events]
+        actions += carry
         state = d.state
     actions += _garbage(task, state, already={a.attempt for a in actions if isinstance(a, DeleteJobSet)})
     wake = decisions[-1].wake_at
@@ -80,6 +89,12 @@ def _carry_out(d: Decision) -> list[Action]:
         cause = ABORTED if kind is ActionKind.ABORT else (d.action.code or ATTEMPT_ENDED)
         return [DeleteJobSet(attempt, cause, d.action.message or d.state.info.reason)]
     return []  # NONE, or SUCCEED: the gang stays for its logs
+
+
+def _old_gang_stopping(task: LocalTask, attempt: int) -> bool:
+    """Whether an earlier attempt's gang still has workers (stopping): the next gang waits for them."""
+    g = task.gang
+    return g is not None and g.attempt < attempt and bool(g.live)
 
 
 def _garbage(task: LocalTask, state: TaskState, *, already: set[int]) -> list[Action]:

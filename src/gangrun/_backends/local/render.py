@@ -18,6 +18,7 @@ from pathlib import Path
 from gangrun._backends.local.config import Paths
 from gangrun._backends.local.gang import GangTwin, Worker, gang_name
 from gangrun._core import worker_env as contract
+from gangrun._core.checkpoint_root import attempt_path, resume_source
 from gangrun._core.spec import TaskSpec
 
 MASTER_ADDR = "127.0.0.1"
@@ -33,23 +34,25 @@ class Launch:
     gpus: tuple[tuple[int, ...], ...] = ()  # per node, the GPUs the gang was admitted with (none: not set)
 
 
-def launch(name: str, spec: TaskSpec, attempt: int, *, cwd: str, paths: Paths, submitter_env: dict[str, str] | None,
-           executable: str | None = None, gpus: Sequence[Sequence[int]] = ()) -> Launch:
-    """`submitter_env`: the environment captured at submit (None only for a task stored by a gangrun that
-    captured none, which keeps the daemon's); `executable`: the command's argv[0] as resolved at submit."""
-    root = paths.checkpoint_root(name, spec.checkpoint_uri)
-    run = paths.run(name, attempt)
+def launch(name: str, identity: str, spec: TaskSpec, attempt: int, *, cwd: str, paths: Paths,
+           submitter_env: dict[str, str] | None, executable: str | None = None,
+           gpus: Sequence[Sequence[int]] = ()) -> Launch:
+    """`identity`: the task's id (its checkpoints, logs and run files are keyed by it); `submitter_env`:
+    the environment captured at submit (None only for a task stored by a gangrun that captured none,
+    which keeps the daemon's); `executable`: the command's argv[0] as resolved at submit."""
+    root = paths.checkpoint_root(name, identity, spec.checkpoint_uri)
+    run = paths.run(name, identity, attempt)
     env = dict(os.environ) if submitter_env is None else dict(submitter_env)
     env.update(contract.user_env(spec))
     env.update(contract.gang_env(
         spec, attempt=attempt, gang=gang_name(name, attempt), master_addr=MASTER_ADDR, master_port=None,
-        checkpoint_path=f"{root}/attempt-{attempt}",
-        prev_checkpoint_path=f"{root}/attempt-{attempt - 1}" if attempt > 1 else "",
-        stop_file=str(run / "stop.json"), events_file=str(run / "events.jsonl")))
+        checkpoint_path=attempt_path(root, attempt), prev_checkpoint_path=attempt_path(root, attempt - 1),
+        stop_file=str(run / "stop.json"), events_file=str(run / "events.jsonl"),
+        resume_from=resume_source(spec.resume_from, paths.checkpoint_base(spec.checkpoint_uri))))
     env.update({"GANGRUN_BACKEND": "local", "GANGRUN_HOME": str(paths.home)})
     env.setdefault("PYTHONUNBUFFERED", "1")  # worker output reaches its log as it is printed
     argv = [executable or spec.command[0], *spec.command[1:]]
-    return Launch(argv=argv, cwd=cwd or os.getcwd(), env=env, logs=paths.logs(name, attempt),
+    return Launch(argv=argv, cwd=cwd or os.getcwd(), env=env, logs=paths.logs(name, identity, attempt),
                   nproc_per_node=spec.nproc_per_node, gpus=tuple(tuple(n) for n in gpus))
 
 

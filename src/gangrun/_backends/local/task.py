@@ -30,6 +30,7 @@ from gangrun._errors import GangrunError
 @dataclass(kw_only=True)
 class LocalTask:
     name: str
+    uid: str  # the task's identity, minted at submit: its logs, run files and checkpoints are keyed by it
     seq: int
     # {"manifest": the document as given, "source": its path, "cwd": the working dir, "env": the submitter's
     # environment, "executable": the command's argv[0] resolved on its PATH} (no "env": an older gangrun's task)
@@ -41,6 +42,7 @@ class LocalTask:
     gang: GangTwin | None = None
     cancel_requested: bool = False  # the user asked; the next reconcile carries it out (as the annotation does)
     deleting: bool = False  # `delete --force`: removed once its workers are gone
+    purging: bool = False  # `delete --purge`: its checkpoints are removed with it
     wake_at: datetime | None = None  # the engine asked to decide again by then
     events: list[Event] = field(default_factory=list)  # recorded, not yet persisted
     saved: tuple[Any, ...] = ()  # fingerprint() as last persisted
@@ -53,19 +55,20 @@ class LocalTask:
         spec = parse_manifest(row.spec["manifest"], source=row.spec.get("source", ""))
         if not spec.name:  # submitted with metadata.generateName: the row holds the name it was given
             spec = replace(spec, name=row.name)
-        task = cls(name=row.name, seq=row.seq, doc=row.spec, spec=spec, state=TaskState.from_storage(row.state),
+        task = cls(name=row.name, uid=str(row.acct.get("uid") or ""), seq=row.seq, doc=row.spec, spec=spec,
+                   state=TaskState.from_storage(row.state),
                    acct=Accounting.from_storage(row.acct.get("accounting")),
                    workload=WorkloadTwin.from_json(row.workload) if row.workload else None,
                    gang=GangTwin.from_json(row.gang) if row.gang else None,
                    cancel_requested=bool(row.acct.get("cancelRequested", False)),
-                   deleting=bool(row.acct.get("deleting", False)),
+                   deleting=bool(row.acct.get("deleting", False)), purging=bool(row.acct.get("purging", False)),
                    wake_at=time_in(row.acct.get("wakeAt")))
         task.saved = task.fingerprint()
         return task
 
     def to_row(self) -> Row:
-        extra = {"accounting": self.acct.for_storage(), "cancelRequested": self.cancel_requested,
-                 "deleting": self.deleting,
+        extra = {"uid": self.uid, "accounting": self.acct.for_storage(), "cancelRequested": self.cancel_requested,
+                 "deleting": self.deleting, "purging": self.purging,
                  "wakeAt": time_out(self.wake_at)}
         return Row(name=self.name, seq=self.seq, spec=self.doc, state=self.state.for_storage(),
                    workload=self.workload.for_json() if self.workload else None,
@@ -93,7 +96,7 @@ class LocalTask:
     def fingerprint(self) -> tuple[Any, ...]:
         """Changes whenever something worth persisting changed (the twins count their own changes)."""
         g, wl = self.gang, self.workload
-        return (self.state, self.acct, self.cancel_requested, self.deleting, self.wake_at,
+        return (self.state, self.acct, self.cancel_requested, self.deleting, self.purging, self.wake_at,
                 (g.attempt, g.generation) if g else None, (wl.attempt, wl.generation) if wl else None)
 
     @property
@@ -126,8 +129,10 @@ def view(task: LocalTask, config: Config, paths: Paths, *, now: datetime,
             "workers": [{"rank": w.rank, "node": w.node, "pid": w.pid, "running": w.running,
                          "exitCode": w.exit_code} for w in g.workers]},
         "executable": task.doc.get("executable"),
-        "checkpointRoot": paths.checkpoint_root(task.name, spec.checkpoint_uri),
-        "logs": str(paths.logs(task.name)),
+        "uid": task.uid,
+        "checkpointRoot": paths.checkpoint_root(task.name, task.uid, spec.checkpoint_uri),
+        "resumeFrom": spec.resume_from or None,
+        "logs": str(paths.logs(task.name, task.uid)),
         "accounting": accounting_view(task.acct, grace_seconds=task.grace_seconds, now=now,
                                       preemptions=causes, waited=waited),
     }
@@ -166,10 +171,11 @@ def pending_message(task: LocalTask) -> str | None:
     return wl.pending_message or None
 
 
-def log_files(paths: Paths, task: str, attempt: int, rank: int | None) -> list[tuple[int, int, Path]]:
+def log_files(paths: Paths, task: str, identity: str, attempt: int,
+              rank: int | None) -> list[tuple[int, int, Path]]:
     """(restart, rank, path) of an attempt's worker logs, in restart then rank order."""
     out = []
-    base = paths.logs(task, attempt)
+    base = paths.logs(task, identity, attempt)
     for d in base.glob("restart-*"):
         for f in d.glob("rank-*.log"):
             r = int(f.stem.split("-")[1])

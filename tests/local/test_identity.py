@@ -1,0 +1,57 @@
+"""A task never loads what it did not write: checkpoints, logs and events are keyed by the task's
+identity, so a task deleted and re-created under the same name starts clean; another task's checkpoint
+is loaded only when the manifest asks for it with `spec.checkpoint.resumeFrom`. Real processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gangrun._backends.local import LocalBackend
+
+from .conftest import event_types, phase, wait_for
+from .test_scenarios import resumed_from
+
+
+def commits(b: LocalBackend, name: str) -> list[int]:
+    return [e.data.get("step") for e in b.events(name) if e.type.value == "CheckpointCommitted"]
+
+
+def test_a_task_never_loads_a_checkpoint_it_did_not_write_local(backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", nodes=1, steps=5, step_seconds=0.05))
+    old = wait_for(backend, "train", phase("Succeeded"))
+    assert commits(backend, "train") == [1, 2, 3, 4, 5]
+    assert backend.delete("train") is True
+    assert Path(old["checkpointRoot"]).is_dir(), "delete keeps the checkpoints by default"
+    assert not Path(old["logs"]).exists(), "delete removes the logs"
+
+    backend.submit(manifest("train", nodes=1, steps=3, step_seconds=0.05))
+    new = wait_for(backend, "train", phase("Succeeded"))
+    assert new["uid"] != old["uid"] and new["checkpointRoot"] != old["checkpointRoot"]
+    lines = list(backend.logs("train", rank=0))
+    assert resumed_from(lines) == [(1, 0, 0, "None")], lines  # trains from step 0
+    assert "done attempt=1 step=5" not in lines and "done attempt=1 step=3" in lines  # its own log only
+    assert commits(backend, "train") == [1, 2, 3]  # its own commits only
+    assert event_types(backend, "train").count("Submitted") == 1
+    assert event_types(backend, "train").count("Succeeded") == 1
+
+
+def test_resume_from_a_deleted_task_loads_its_newest_checkpoint_as_previous_and_purge_removes_it_local(
+        backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("train", nodes=1, steps=5, step_seconds=0.05))
+    first = wait_for(backend, "train", phase("Succeeded"))
+    backend.delete("train")
+
+    backend.submit(manifest("train", nodes=1, steps=8, step_seconds=0.05, extra={"checkpoint": {"resumeFrom": "train"}}))
+    second = wait_for(backend, "train", phase("Succeeded"))
+    assert second["resumeFrom"] == "train"
+    lines = list(backend.logs("train", rank=0))
+    assert resumed_from(lines) == [(1, 0, 5, "previous")], lines
+    assert any("loaded checkpoint from spec.checkpoint.resumeFrom" in line and first["uid"] in line
+               for line in lines), lines
+    created = next(e for e in backend.events("train") if e.type.value == "GangCreated")
+    assert "resumes from task train's newest checkpoint" in created.message and created.data["resumeFrom"] == "train"
+    assert commits(backend, "train") == [6, 7, 8]
+
+    backend.delete("train", purge=True)
+    assert not Path(second["checkpointRoot"]).exists() and not Path(second["logs"]).exists()
+    assert Path(first["checkpointRoot"]).is_dir(), "purge removes the deleted task's own checkpoints only"
