@@ -238,6 +238,15 @@ def quiet(tl: Timeline, seconds: float, timeout: float) -> float:
         return tl.task_events[-1] if tl.task_events else time.monotonic()
 
 
+def writes_between(tl: Timeline, probe: dict[str, Any] | None, start: float, end: float) -> int:
+    """The status writes from `start` to `end`: the probe's PATCHes, else the tasks' MODIFIED events
+    (a status write is one; gangrun changes nothing else on a task)."""
+    if probe is not None:
+        return sum(1 for w in probe["writes"] if start <= w["t0"] <= end)
+    with tl.lock:
+        return sum(1 for t in tl.task_events if start <= t <= end)
+
+
 def breakdown(tl: Timeline, probe: dict[str, Any]) -> dict[str, list[float]]:
     """Per evicted task, the eviction's path split into stages, from the probe's sync and write records.
 
@@ -378,10 +387,7 @@ def main() -> int:
         cp.terminate(ctl, grace=60)
         probe = json.loads(probe_out.read_text()) if not args.plain else None
 
-        if probe is not None:
-            round_writes = sum(1 for w in probe["writes"] if wall0 <= w["t0"] <= round_end)
-        else:
-            round_writes = sum(1 for t in tl.task_events if wall0 <= t <= round_end)
+        round_writes = writes_between(tl, probe, wall0, round_end)
         ev_wl = tl.deltas("wl_evicted", "st_evicted")
         wl_js_susp = tl.deltas("wl_evicted", "js_suspended")
         re_wl = tl.deltas("wl_readmitted", "st_readmitted")
