@@ -129,6 +129,26 @@ def test_a_preempt_and_readmit_round_writes_at_most_three_statuses_even_when_eve
     assert api.writes[-1] == ("Running", "running (restart attempt 0)")
 
 
+def test_the_status_says_running_once_kueue_unsuspends_the_jobset_not_once_the_jobset_controller_reports_it() -> None:
+    c, api = running_task()
+    evict(c)
+    js = c.js()
+    js["spec"]["suspend"] = True
+    js["status"]["conditions"] = [{"type": "Suspended", "status": "True", "reason": "SuspendedJobs",
+                                   "message": "jobset is suspended"}]
+    c.api.put(JOBSETS, js)
+    pods_gone(c)
+    c.settle()
+    readmit(c)
+    c.settle()
+    assert c.status()["reason"].endswith("waiting for re-admission")
+    js = c.js()
+    js["spec"]["suspend"] = False  # Kueue's write; the JobSet controller's Suspended=False comes later
+    c.api.put(JOBSETS, js)
+    c.settle()
+    assert c.status()["reason"] == "running (restart attempt 0)" and not c.status()["waitingForReadmission"]
+
+
 def test_a_sync_that_changes_nothing_writes_no_status() -> None:
     c, api = running_task()
     for _ in range(5):
