@@ -16,7 +16,11 @@ arrival (one clock, one process), so each figure is "event A seen -> event B see
 * eviction:    Workload Evicted=True seen            -> task status names the eviction
                (the controller records an eviction from the Workload alone; Kueue suspends the JobSet after)
 * readmission: Workload readmitted (Evicted=False) seen -> task status "running (...)" again
-               (and from the JobSet's unsuspend, which Kueue's JobSet integration writes after admission)
+               (and from the JobSet's unsuspend, which Kueue's JobSet integration writes after admission:
+               the controller's part of the readmission, `unsuspend_to_status_*` in the JSON)
+* status writes per task in the preempt-and-readmit round (from the preemptor's creation until the
+  tasks' statuses have been quiet for 5 s after the last one is running again): the probe's count of
+  status PATCHes, or with `--plain` the task watch's MODIFIED events
 
 Where the eviction time goes, per task, from the probe's records (the monotonic clock is shared by all
 processes on the machine): Workload seen by the benchmark -> task key queued in the controller (the
@@ -26,8 +30,9 @@ status's watch event seen (the way back through the API server).
 
 Baselines from the same run: a GET round-trip, a write -> watch event on a ConfigMap (one hop
 through the API server, where the controller's path is two hops plus a reconcile), both on a quiet
-API server, and a ConfigMap PATCH round-trip every 50 ms while Kueue evicts (what any write costs
-during the storm, to set beside the controller's status PATCH). The controller's
+API server, and a ConfigMap PATCH round-trip every 50 ms while Kueue evicts and again while it
+readmits (what any write costs during each storm, to set beside the controller's status PATCH and
+the unsuspend -> status figure). The controller's
 CPU seconds (utime + stime) and max RSS (VmHWM) come from /proc; the load average before the run is
 printed, since the machine may be shared. `--json` ends the output with one JSON line of the figures.
 Skips (exit 0) with a message when the control plane is not built (hack/build-control-plane.sh).
@@ -86,6 +91,7 @@ class Timeline:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.t: dict[str, dict[str, float]] = {}
+        self.task_events: list[float] = []  # when each MODIFIED event of a task arrived
 
     def mark(self, task: str, what: str, t: float, after: str | None = None) -> None:
         with self.lock:
@@ -114,7 +120,10 @@ class Timeline:
         elif obj["spec"].get("suspend") is True:
             self.mark(task, "js_suspended", t, after="js_running")
 
-    def task(self, t: float, _type: str, obj: dict) -> None:
+    def task(self, t: float, type_: str, obj: dict) -> None:
+        if type_ == "MODIFIED":
+            with self.lock:
+                self.task_events.append(t)
         s = obj.get("status") or {}
         reason = str(s.get("reason") or "")
         if s.get("eviction"):
@@ -199,6 +208,43 @@ def loadavg() -> str:
 
 def ms(xs: list[float], p: float) -> float | None:
     return None if not xs else round(pct(xs, p) * 1000, 1)
+
+
+def storm_writes(kube: Any, ns: str, until: threading.Event) -> list[float]:
+    """A ConfigMap PATCH round-trip every 50 ms on a thread until `until` is set: what any write costs
+    meanwhile. The list fills as it goes."""
+    out: list[float] = []
+
+    def run() -> None:
+        while not until.wait(0.05):
+            s = time.monotonic()
+            kube.patch("ConfigMap", "probe", ns, {"data": {"i": "storm"}})
+            out.append(time.monotonic() - s)
+
+    threading.Thread(target=run, daemon=True).start()
+    return out
+
+
+def quiet(tl: Timeline, seconds: float, timeout: float) -> float:
+    """Wait until no task event came for `seconds` (at most `timeout`); the time of the last one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with tl.lock:
+            last = tl.task_events[-1] if tl.task_events else 0.0
+        if time.monotonic() - last >= seconds:
+            break
+        time.sleep(0.2)
+    with tl.lock:
+        return tl.task_events[-1] if tl.task_events else time.monotonic()
+
+
+def writes_between(tl: Timeline, probe: dict[str, Any] | None, start: float, end: float) -> int:
+    """The status writes from `start` to `end`: the probe's PATCHes, else the tasks' MODIFIED events
+    (a status write is one; gangrun changes nothing else on a task)."""
+    if probe is not None:
+        return sum(1 for w in probe["writes"] if start <= w["t0"] <= end)
+    with tl.lock:
+        return sum(1 for t in tl.task_events if start <= t <= end)
 
 
 def breakdown(tl: Timeline, probe: dict[str, Any]) -> dict[str, list[float]]:
@@ -319,31 +365,29 @@ def main() -> int:
         cpu0, _ = proc_cpu_rss(pid)
         wall0 = time.monotonic()
         load_evict = loadavg()
-        storm_writes: list[float] = []  # the API server's write latency while the evictions happen
         storm_done = threading.Event()
-
-        def probe_writes() -> None:
-            while not storm_done.wait(0.05):
-                s = time.monotonic()
-                kube.patch("ConfigMap", "probe", ns, {"data": {"i": "storm"}})
-                storm_writes.append(time.monotonic() - s)
-
-        threading.Thread(target=probe_writes, daemon=True).start()
+        evict_writes = storm_writes(kube, ns, storm_done)  # the API server's write latency while Kueue evicts
         kube.create(preemptor(ns, nodes))
         took = wait_count("st_evicted", f"{n} tasks see their eviction")
         storm_done.set()
         print(f"{n} tasks preempted and waiting for re-admission in {took:.1f} s")
         pods = kube.wait_running_pods(ns, "batch.kubernetes.io/job-name=urgent", nodes, timeout=timeout)
+        load_readmit = loadavg()
+        readmit_done = threading.Event()
+        readmit_writes = storm_writes(kube, ns, readmit_done)  # ... and while it readmits
         for p in pods:
             kube.patch("Pod", p["metadata"]["name"], ns,
                        {"metadata": {"annotations": {controlplane.ANNOTATION_COMPLETE_AFTER: "0s"}}})
         took = wait_count("st_readmitted", f"{n} tasks readmitted and running")
+        readmit_done.set()
         print(f"{n} tasks readmitted and running again in {took:.1f} s")
         cpu1, rss = proc_cpu_rss(pid)
         wall1 = time.monotonic()
+        round_end = quiet(tl, 5.0, 120.0)  # any write still to come after "running" counts too
         cp.terminate(ctl, grace=60)
         probe = json.loads(probe_out.read_text()) if not args.plain else None
 
+        round_writes = writes_between(tl, probe, wall0, round_end)
         ev_wl = tl.deltas("wl_evicted", "st_evicted")
         wl_js_susp = tl.deltas("wl_evicted", "js_suspended")
         re_wl = tl.deltas("wl_readmitted", "st_readmitted")
@@ -360,6 +404,10 @@ def main() -> int:
         print(f"  (substrate) Workload Evicted      -> JobSet suspended:      {fmt(wl_js_susp)}")
         print(f"  Workload readmitted seen          -> task status running:   {fmt(re_wl)}")
         print(f"  JobSet unsuspended seen           -> task status running:   {fmt(re_js)}")
+        if re_js and readmit_writes:
+            print(f"    p99 against one ConfigMap PATCH's p99 in the same seconds: "
+                  f"{pct(re_js, 99) / pct(readmit_writes, 99):.2f}x (target <= 1.2x)")
+        print(f"  status writes in the round: {round_writes} for {n} tasks ({round_writes / n:.2f} a task, target <= 3)")
         print(f"  (substrate) Workload readmitted   -> JobSet unsuspended:    {fmt(wl_js)}")
         stages: dict[str, list[float]] = {}
         if probe is not None:
@@ -374,22 +422,28 @@ def main() -> int:
                 xs = stages[k]
                 mean = f"mean {sum(xs) / len(xs) * 1000:7.1f} ms   " if xs else ""
                 print(f"    {label:<48} {mean}{fmt(xs)}")
-            print(f"  syncs: {len(probe['syncs'])}, status writes: {len(probe['writes'])}")
+            print(f"  over the controller's life (submission included): syncs {len(probe['syncs'])}, "
+                  f"status writes {len(probe['writes'])}")
         print(f"  controller CPU in the preempt+readmit round: {cpu1 - cpu0:.2f} s over {wall1 - wall0:.1f} s wall;"
               f" total {cpu1:.2f} s; max RSS {rss / 2**20:.1f} MiB")
         print("baseline, same run:")
         print(f"  GET of a ClusteredTask (round-trip):                         {fmt(gets)}")
         print(f"  ConfigMap PATCH sent -> its watch event seen (one hop):       {fmt(hops)}")
-        print(f"  ConfigMap PATCH round-trip while Kueue evicts (API write):    {fmt(storm_writes)}")
+        print(f"  ConfigMap PATCH round-trip while Kueue evicts (API write):    {fmt(evict_writes)}")
+        print(f"  ConfigMap PATCH round-trip while Kueue readmits (API write):  {fmt(readmit_writes)}")
         if args.json:
             figures: dict[str, Any] = {
                 "tasks": n, "nodes": nodes, "cores": os.cpu_count(), "loadavg_before": load_before,
-                "loadavg_before_eviction": load_evict,
+                "loadavg_before_eviction": load_evict, "loadavg_before_readmission": load_readmit,
                 "eviction_p50_ms": ms(ev_wl, 50), "eviction_p99_ms": ms(ev_wl, 99),
                 "readmission_p50_ms": ms(re_wl, 50), "readmission_p99_ms": ms(re_wl, 99),
                 "watch_hop_p50_ms": ms(hops, 50), "watch_hop_p99_ms": ms(hops, 99),
                 "get_p50_ms": ms(gets, 50), "get_p99_ms": ms(gets, 99),
-                "storm_write_p50_ms": ms(storm_writes, 50), "storm_write_p99_ms": ms(storm_writes, 99),
+                "unsuspend_to_status_p50_ms": ms(re_js, 50), "unsuspend_to_status_p99_ms": ms(re_js, 99),
+                "status_writes_per_task": round(round_writes / n, 2),
+                "storm_write_p50_ms": ms(evict_writes, 50), "storm_write_p99_ms": ms(evict_writes, 99),
+                "readmit_storm_write_p50_ms": ms(readmit_writes, 50),
+                "readmit_storm_write_p99_ms": ms(readmit_writes, 99),
                 "kueue_eviction_spread_s": round(evicted_at[-1] - evicted_at[0], 3) if evicted_at else None,
                 "controller_cpu_s": round(cpu1, 2), "controller_cpu_round_s": round(cpu1 - cpu0, 2),
                 "controller_rss_mib": round(rss / 2**20, 1)}

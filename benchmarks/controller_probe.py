@@ -23,8 +23,7 @@ from collections.abc import Hashable
 from typing import Any, cast
 
 from gangrun._backends.kube.client import TASKS, KubeApi, Resource, connect
-from gangrun._backends.kube.controller import Controller
-from gangrun._backends.kube.runner import DEFAULT_WORKERS
+from gangrun._backends.kube.controller import DEFAULT_WORKERS, Controller, api_connections
 from gangrun._backends.kube.workqueue import WorkQueue
 
 
@@ -96,7 +95,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    api, _ = connect(kubeconfig=args.kubeconfig)
+    api, _ = connect(kubeconfig=args.kubeconfig, connections=api_connections(args.workers))
     syncs: list[dict[str, Any]] = []
     writes: list[dict[str, Any]] = []
     ctl = ProbeController(api, namespace=args.namespace, queue=TimedQueue(), syncs=syncs, writes=writes)

@@ -237,3 +237,11 @@ def test_the_newest_checkpoint_comes_from_the_workers_termination_messages() -> 
             terminated(pod_obj("train-1", 3), code=1, message="Traceback (most recent call last): ...")]
     (commit,) = adapter.checkpoints(pods)
     assert (commit.attempt, commit.step, commit.at, commit.rank) == (1, 6, at(20), 0)
+
+
+def test_an_explicit_unsuspend_wins_over_a_suspended_condition_the_jobset_controller_has_not_updated_yet() -> None:
+    resuming = jobset_obj().suspended().set("spec.suspend", False).obj()  # Kueue readmitted; the status lags
+    assert not to_gang(resuming).suspended
+    unset = jobset_obj().suspended().obj()
+    del unset["spec"]["suspend"]  # a spec that says nothing: the condition tells
+    assert to_gang(unset).suspended

@@ -55,6 +55,15 @@ def test_the_breakdown_splits_an_eviction_into_stages_that_add_up() -> None:
     assert round(sum(got.values()), 3) == 0.5  # the eviction figure, 10.0 -> 10.5
 
 
+def test_the_round_counts_the_status_writes_between_its_start_and_end_only() -> None:
+    tl = bench_controller.Timeline()
+    for t, type_ in ((1.0, "MODIFIED"), (5.0, "MODIFIED"), (6.0, "ADDED"), (7.0, "MODIFIED"), (20.0, "MODIFIED")):
+        tl.task(t, type_, {"metadata": {"name": "t"}, "status": {}})
+    assert bench_controller.writes_between(tl, None, 4.0, 10.0) == 2  # submission's and later writes are out
+    probe = {"writes": [{"t0": 3.0}, {"t0": 4.5}, {"t0": 9.9}, {"t0": 10.1}], "syncs": []}
+    assert bench_controller.writes_between(tl, probe, 4.0, 10.0) == 2  # the probe's own count when there is one
+
+
 def test_enough_nodes_for_a_thousand_tasks_by_cpu_and_by_pod_count() -> None:
     assert bench_controller.nodes_needed(50) == 4
     assert bench_controller.nodes_needed(1000) == 55  # 200 CPU of 100m pods on 4-CPU nodes, a tenth spare

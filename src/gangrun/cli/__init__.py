@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--identity", default=None,
                     help="leader election identity (default: the hostname and a random suffix)")
     sp.add_argument("--all-namespaces", action="store_true", help="watch every namespace (default: --namespace or all)")
-    sp.add_argument("--workers", type=_at_least(1), default=8, help="reconciles run at once (default 8)")
+    sp.add_argument("--workers", type=_at_least(1), default=None,
+                    help="reconciles run at once, each with its status write in flight (default 128)")
     sp.add_argument("--priority-boost", action="store_true",
                     help="checkpoint-aware preemption: keep each gang's Workload annotated with "
                          "kueue.x-k8s.io/priority-boost (needs Kueue's PriorityBoost feature gate)")

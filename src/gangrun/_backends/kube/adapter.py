@@ -297,9 +297,16 @@ def workers_running_at(obj: Any, pods: Iterable[Any]) -> datetime | None:
 
 
 def is_suspended(obj: Any) -> bool:
-    """Whether a JobSet is suspended: by its spec, or by its `Suspended` condition."""
-    return _get(obj, "spec", "suspend") is True or any(c.type == jobset.SUSPENDED and c.is_true
-                                                        for c in conditions(obj))
+    """Whether a JobSet is suspended: by its spec, or by its `Suspended` condition when the spec says nothing.
+
+    An explicit `suspend: false` is Kueue's admission and wins over a `Suspended=True` condition: that
+    is the JobSet controller's report, which catches up later (seconds, minutes when a thousand gangs
+    are readmitted at once), and the gang is resuming from the moment Kueue lets it go.
+    """
+    suspend = _get(obj, "spec", "suspend")
+    if isinstance(suspend, bool):
+        return suspend
+    return any(c.type == jobset.SUSPENDED and c.is_true for c in conditions(obj))
 
 
 def to_gang(obj: Any, pods: Iterable[Any] = ()) -> Gang | None:

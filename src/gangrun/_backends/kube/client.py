@@ -194,9 +194,13 @@ def _status_message(data: bytes | None) -> str:
     return doc.get("message", "") if isinstance(doc, dict) else ""
 
 
-def connect(*, kubeconfig: str | None = None, context: str | None = None) -> tuple[Api, str]:
+def connect(*, kubeconfig: str | None = None, context: str | None = None,
+            connections: int | None = None) -> tuple[Api, str]:
     """An `Api` and the default namespace: from `kubeconfig`, else in-cluster, else the default kubeconfig.
 
+    `connections`: how many requests may be in flight at once, each on a kept-alive connection (the
+    REST client's default is five per CPU; a request beyond the pool opens a connection, TLS
+    handshake included, and drops it afterwards).
     Raises UsageError, in one line, when the `kubernetes` package is missing or no configuration loads.
     """
     try:
@@ -205,14 +209,17 @@ def connect(*, kubeconfig: str | None = None, context: str | None = None) -> tup
         raise UsageError(f"the kubernetes backend needs extra packages: pip install 'gangrun[kubernetes]' ({e})") \
             from None
     try:
-        return _connect(client, config, kubeconfig=kubeconfig, context=context)
+        return _connect(client, config, kubeconfig=kubeconfig, context=context, connections=connections)
     except Exception as e:  # ConfigException, an unreadable or malformed file, a failing exec plugin
         raise UsageError(f"cannot load the Kubernetes configuration: {e}") from None
 
 
-def _connect(client: Any, config: Any, *, kubeconfig: str | None, context: str | None) -> tuple[Api, str]:
+def _connect(client: Any, config: Any, *, kubeconfig: str | None, context: str | None,
+             connections: int | None = None) -> tuple[Api, str]:
+    cfg = client.Configuration()
+    if connections is not None:
+        cfg.connection_pool_maxsize = connections
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-        cfg = client.Configuration()
         config.load_incluster_config(client_configuration=cfg)
         try:
             with open(SA_NAMESPACE_FILE) as f:
@@ -220,7 +227,7 @@ def _connect(client: Any, config: Any, *, kubeconfig: str | None, context: str |
         except OSError:
             namespace = "default"
         return Api(client.ApiClient(cfg)), namespace
-    api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+    api_client = config.new_client_from_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     namespace = "default"
     try:
         contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)

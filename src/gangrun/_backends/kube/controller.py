@@ -8,6 +8,14 @@ the pure `reconcile`.
                                                                write status once (resourceVersion)
                                                                then create/delete JobSets, record Events
 
+Status writes coalesce per task, and many are in flight at once. A key is queued at most once, and a
+key whose sync (status write included) is still running is synced once more after it, from the newest
+objects: however many changes arrive meanwhile, they make one more write, of the newest state, and a
+sync whose status is unchanged writes nothing (a preempt-and-readmit round is at most three writes:
+evicted, waiting for re-admission, running). Each worker is one write in flight; there are enough
+workers (DEFAULT_WORKERS), each with a kept-alive connection, that a thousand readmissions at once do
+not queue behind a few writes.
+
 A sync that raises is retried with per-key backoff; one that asks for `wake_at` is queued again then.
 Pods that go away carrying something a sync still needs (a worker's newest checkpoint in its
 termination message, a DisruptionTarget condition) are kept from their DELETED event until a sync
@@ -63,8 +71,21 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Aborted"})
 NOTICE_FANOUT = 16  # pod patches of stop notices in flight at once
 BOOST_RBAC_HINT = ("the controller may not patch Kueue Workloads (403); --priority-boost has no effect. Grant "
                    "patch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
+SPARE_CONNECTIONS = 8  # the four watches, leader election, a live read or two
+# Reconciles wait on the API server, not the CPU (a sync's own work is about a millisecond; its status
+# PATCH takes hundreds while Kueue readmits a thousand gangs): a worker is a status write in flight, and
+# there must be enough of them that a burst of readmissions never queues behind the writes before it
+# (1,000 tasks readmitted at once: see benchmarks/bench_controller.py). An idle worker is a parked thread.
+DEFAULT_WORKERS = 128
 RBAC_HINT = ("the controller may not read Kueue Workloads (403); evictions of started gangs will be "
              "system retries. Grant get/list/watch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
+
+
+def api_connections(workers: int) -> int:
+    """Kept-alive API connections for a controller with `workers` reconciles at once: one each, one per
+    stop notice in flight, the watches and the Lease. Fewer would open and drop a connection (and its
+    TLS handshake) for every request beyond them, in the very bursts where requests pile up."""
+    return workers + NOTICE_FANOUT + SPARE_CONNECTIONS
 
 
 class Controller:
@@ -333,7 +354,7 @@ class Controller:
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers)
 
-    def run(self, stop: threading.Event, *, workers: int = 2) -> None:
+    def run(self, stop: threading.Event, *, workers: int = DEFAULT_WORKERS) -> None:
         """Run informers and workers until `stop` is set."""
         threads = [threading.Thread(target=i.run, args=(stop,), name=f"watch-{i.res.plural}", daemon=True)
                    for i in self.informers]

@@ -15,7 +15,7 @@ import threading
 import uuid
 
 from gangrun._backends.kube.client import connect
-from gangrun._backends.kube.controller import Controller
+from gangrun._backends.kube.controller import DEFAULT_WORKERS, Controller, api_connections
 from gangrun._backends.kube.leader import LeaderElector
 from gangrun._backends.kube.metrics import Metrics, serve
 from gangrun._core.priority_boost import BoostPolicy
@@ -24,19 +24,16 @@ from gangrun._errors import ApiError, UsageError
 log = logging.getLogger(__name__)
 
 
-# Reconciles wait on the API server, not the CPU: enough workers keep a burst of evictions from
-# queueing behind each other (50 tasks preempted at once: see benchmarks/bench_controller.py).
-DEFAULT_WORKERS = 8
-
-
 def run_controller(*, kubeconfig: str | None, namespace: str | None, metrics_port: int, health_port: int,
                    leader_election: bool, lease_namespace: str, identity: str | None,
-                   workers: int = DEFAULT_WORKERS, boost: BoostPolicy | None = None) -> int:
-    """Run the controller until SIGTERM. `namespace=None` watches all namespaces; a port of 0 disables it."""
+                   workers: int | None = None, boost: BoostPolicy | None = None) -> int:
+    """Run the controller until SIGTERM. `namespace=None` watches all namespaces; a port of 0 disables it;
+    `workers=None` runs DEFAULT_WORKERS."""
+    workers = workers or DEFAULT_WORKERS
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        api, _default_ns = connect(kubeconfig=kubeconfig)
+        api, _default_ns = connect(kubeconfig=kubeconfig, connections=api_connections(workers))
     except UsageError as e:  # a bad kubeconfig is a user error, reported in one line
         log.error("%s", e)
         return 2
