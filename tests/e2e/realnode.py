@@ -463,7 +463,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         c = self._spawn("kubelet", [
             str(self.binaries.path("kubelet")), f"--config={d / 'config.yaml'}",
             f"--kubeconfig={self.kubeconfig}", f"--root-dir={d / 'root'}", f"--cert-dir={d / 'pki'}",
-            f"--hostname-override={NODE_NAME}", "--node-ip=127.0.0.1",
+            f"--hostname-override={NODE_NAME}", f"--node-ip={GATEWAY}",  # the kubelet refuses a loopback one
             f"--container-runtime-endpoint=unix://{self.containerd_socket}",
             f"--node-labels={NODE_LABEL[0]}={NODE_LABEL[1]}", "--v=1",
         ])
@@ -488,10 +488,10 @@ def kubelet_config(client_ca: str, pod_logs: Path, port: int, healthz_port: int,
         # This host has a cgroup v1 hierarchy and no systemd as PID 1.
         "failCgroupV1": False, "cgroupDriver": "cgroupfs", "failSwapOn": False,
         "podLogsDir": str(pod_logs),
-        "address": "127.0.0.1", "port": port, "readOnlyPort": 0,
+        "address": GATEWAY, "port": port, "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1", "healthzPort": healthz_port,
         # The API server calls the kubelet (logs, exec) without a client certificate; the kubelet listens
-        # on loopback only.
+        # only on the pods' bridge, which is local to this machine.
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False},
                            "x509": {"clientCAFile": client_ca}},
         "authorization": {"mode": "AlwaysAllow"},

@@ -18,6 +18,7 @@ import contextlib
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import incluster
 import pytest
 import realnode
 from controlplane import ControlPlane, Kube, has_condition
-from test_controller_e2e import ATTEMPT_LABEL, TASK_LABEL, is_running, task_path, wait_status
+from test_controller_e2e import ATTEMPT_LABEL, TASK_LABEL, task_path, wait_status
 from test_training_e2e import PodRecorder
 
 from conftest import _in_ci
@@ -37,6 +38,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 QUEUE = "real"
 CLUSTER_QUEUE = "real-node"
 TIMEOUT = 180.0
+TIMINGS: dict[str, float] = {}  # measured along the way, printed by the last test
 
 
 @dataclass
@@ -110,22 +112,30 @@ def submit(rc: RealCluster, body: dict) -> None:
     rc.kube.request("POST", task_path(rc.ns), body=body)
 
 
-def pod_log(rc: RealCluster, pod: str) -> str:
-    from kubernetes import client
+class LogFollower:
+    """A worker's output, followed from the API server on a thread and kept after its pod is gone."""
 
-    try:
-        return client.CoreV1Api(rc.kube.api_client).read_namespaced_pod_log(pod, rc.ns, container="worker")
-    except Exception:
-        return ""
+    def __init__(self, rc: RealCluster, pod: str) -> None:
+        self.text = ""
+        self._rc, self._pod = rc, pod
+        threading.Thread(target=self._run, daemon=True, name=f"log-{pod}").start()
+
+    def _run(self) -> None:
+        from kubernetes import client
+
+        api = client.CoreV1Api(self._rc.kube.api_client)
+        resp = api.read_namespaced_pod_log(self._pod, self._rc.ns, container="worker", follow=True,
+                                           _preload_content=False)
+        for chunk in resp.stream(1024):
+            self.text += chunk.decode(errors="replace")
+
+    def wait(self, pattern: str, timeout: float = TIMEOUT) -> re.Match:
+        return self._rc.kube.wait_for(f"{pattern!r} in the log of {self._pod}", lambda: re.search(pattern, self.text),
+                                      timeout=timeout, interval=0.3)
 
 
 def running_pods(rc: RealCluster, task: str, attempt: int) -> list[dict]:
     return rc.kube.running_pods(rc.ns, f"{TASK_LABEL}={task},{ATTEMPT_LABEL}={attempt}")
-
-
-def wait_log(rc: RealCluster, pod: str, pattern: str, timeout: float = TIMEOUT) -> re.Match:
-    return rc.kube.wait_for(f"{pattern!r} in the log of {pod}", lambda: re.search(pattern, pod_log(rc, pod)),
-                            timeout=timeout, interval=0.5)
 
 
 def worker_exits(rec: PodRecorder, uids: set[str]) -> dict[str, dict]:
@@ -179,47 +189,76 @@ def test_jobset_pod_hostnames_resolve_from_inside_a_real_pod(real_cluster: RealC
         cleanup_task(rc, "dns")
 
 
+def preempt_and_finish(rc: RealCluster, name: str, *, resume: bool) -> tuple[dict[int, int], list[re.Match], dict]:
+    """Run `name` (2 real workers), preempt it with a 1-worker task of higher priority once it trained 10
+    steps, and follow it to Succeeded. Returns the step each rank saved at the stop, the `starting at
+    step N (source)` lines of the next run's workers, and the final status."""
+    kube = rc.kube
+    urgent = f"{name}-urgent"
+    rec = PodRecorder(rc.cp, rc.ns)
+    try:
+        t0 = time.monotonic()
+        submit(rc, train_task(rc, name, steps=60, resume=resume, retries=0 if resume else 1))
+        first = kube.wait_running_pods(rc.ns, f"{TASK_LABEL}={name}", 2, timeout=TIMEOUT)
+        TIMINGS[f"{name}: create -> 2 workers Running"] = time.monotonic() - t0
+        first_uids = {p["metadata"]["uid"] for p in first}
+        logs = [LogFollower(rc, p["metadata"]["name"]) for p in first]
+        for f in logs:
+            f.wait(r"step 10: loss")
+        t1 = time.monotonic()
+        submit(rc, train_task(rc, urgent, nodes=1, priority="high", steps=10))
+        # The gang is stopped: each worker's own words, and its container's exit.
+        saved = {}  # rank -> the step it saved at the stop (rank 0 writes the checkpoint)
+        for f in logs:
+            log = f.wait(r"stop requested \((.*)\): saved step (\d+)").string
+            m = re.search(r"stop requested \((.*)\): saved step (\d+)", log)
+            assert m and m.group(1) != "cause unknown", log
+            rank = re.search(r"rank (\d+)/2 attempt 1 restart 0: starting at step 0 \(no checkpoint\)", log)
+            assert rank, log
+            saved[int(rank.group(1))] = int(m.group(2))
+        exits = kube.wait_for("both first workers terminated", lambda: (
+            e if len(e := worker_exits(rec, first_uids)) == 2 else None), timeout=TIMEOUT)
+        TIMINGS[f"{name}: preemptor created -> both workers saved and exited"] = time.monotonic() - t1
+        assert {e["exitCode"] for e in exits.values()} == {0}, exits  # not SIGKILLed at the grace period's end
+        wait_phase(rc, urgent, "Succeeded")
+        attempt = 1 if resume else 2
+        t2 = time.monotonic()
+        again = kube.wait_for(f"attempt {attempt} running again", lambda: (
+            p if len(p := [x for x in running_pods(rc, name, attempt) if x["metadata"]["uid"] not in first_uids]) == 2
+            else None), timeout=TIMEOUT)
+        starts = [LogFollower(rc, p["metadata"]["name"]).wait(r"starting at step (\d+) \((.*)\)") for p in again]
+        TIMINGS[f"{name}: preemptor done -> workers loaded the checkpoint"] = time.monotonic() - t2
+        return saved, starts, wait_phase(rc, name, "Succeeded")
+    finally:
+        rec.stop()
+        cleanup_task(rc, urgent)
+        cleanup_task(rc, name)
+
+
 def test_a_preempted_gang_of_real_workers_saves_in_its_grace_period_keeps_attempt_1_and_resumes(
         real_cluster: RealCluster) -> None:
     """The shipped example in 2 real pods, checkpoints on a hostPath volume: Kueue preempts it for a
     higher-priority task; every worker reads the stop notice from its downward-API file, saves and
     exits 0 inside the grace period; the task keeps attempt 1 with no retry used; after re-admission
     the workers load the step saved at the stop and finish; the controller runs in-cluster."""
-    rc, kube = real_cluster, real_cluster.kube
-    rec = PodRecorder(rc.cp, rc.ns)
-    try:
-        t0 = time.monotonic()
-        submit(rc, train_task(rc, "train", steps=60))
-        wait_status(kube, rc.ns, "train", is_running, "Running", timeout=TIMEOUT)
-        first = kube.wait_running_pods(rc.ns, f"{TASK_LABEL}=train", 2, timeout=TIMEOUT)
-        running_at = time.monotonic() - t0
-        first_uids = {p["metadata"]["uid"] for p in first}
-        for p in first:
-            wait_log(rc, p["metadata"]["name"], r"step 10: loss")
-        submit(rc, train_task(rc, "urgent", nodes=1, priority="high", steps=10))
-        # The gang is stopped: each worker's own words, and its container's exit.
-        saved = set()
-        for p in first:
-            m = wait_log(rc, p["metadata"]["name"], r"stop requested \((.*)\): saved step (\d+)")
-            assert m.group(1) != "cause unknown", m.group(0)
-            saved.add(int(m.group(2)))
-        exits = kube.wait_for("both first workers terminated", lambda: (
-            e if len(e := worker_exits(rec, first_uids)) == 2 else None), timeout=TIMEOUT)
-        assert {e["exitCode"] for e in exits.values()} == {0}, exits
-        wait_phase(rc, "urgent", "Succeeded")
-        # Re-admitted: new pods of the same attempt load their own attempt's checkpoint.
-        again = kube.wait_for("attempt 1 running again", lambda: (
-            p if len(p := [x for x in running_pods(rc, "train", 1) if x["metadata"]["uid"] not in first_uids]) == 2
-            else None), timeout=TIMEOUT)
-        starts = [wait_log(rc, p["metadata"]["name"], r"starting at step (\d+) \((.*)\)") for p in again]
-        s = wait_phase(rc, "train", "Succeeded")
-        assert s["attempt"] == 1 and s["userRetriesUsed"] == 0 and s["systemRetriesUsed"] == 0
-        assert len(s["attempts"]) == 1
-        resumed = {int(m.group(1)) for m in starts}
-        assert resumed == {max(saved)}, (resumed, saved)
-        assert all(m.group(2) == "own" for m in starts), [m.group(0) for m in starts]
-        print(f"\nreal node: create -> 2 workers Running {running_at:.1f} s; resumed at step {sorted(resumed)}")
-    finally:
-        rec.stop()
-        cleanup_task(rc, "urgent")
-        cleanup_task(rc, "train")
+    saved, starts, s = preempt_and_finish(real_cluster, "train", resume=True)
+    assert s["attempt"] == 1 and s["userRetriesUsed"] == 0 and s["systemRetriesUsed"] == 0
+    assert len(s["attempts"]) == 1
+    assert {int(m.group(1)) for m in starts} == {saved[0]}, (starts, saved)
+    assert all(m.group(2) == "own" for m in starts), [m.group(0) for m in starts]
+
+
+def test_without_resume_a_preempted_gang_of_real_workers_retries_as_a_new_attempt_from_the_previous_checkpoint(
+        real_cluster: RealCluster) -> None:
+    """resumeAfterPreemption false: the preemption ends attempt 1 as a user retry; attempt 2's workers
+    load attempt 1's checkpoint, the step saved at the stop."""
+    saved, starts, s = preempt_and_finish(real_cluster, "fresh", resume=False)
+    assert s["attempt"] == 2 and s["userRetriesUsed"] == 1
+    assert {int(m.group(1)) for m in starts} == {saved[0]}, (starts, saved)
+    assert all(m.group(2) == "previous" for m in starts), [m.group(0) for m in starts]
+
+
+def test_zz_report_the_real_node_timings(real_cluster: RealCluster) -> None:
+    """Not a check: the figures of this run (`pytest -s` shows them; docs/kubernetes.md quotes them)."""
+    for k, v in {**real_cluster.node.timings, **TIMINGS}.items():
+        print(f"real node: {k}: {v:.1f} s")
