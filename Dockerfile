@@ -23,15 +23,18 @@ ARG PIP_CERT
 ARG PIP_INDEX_URL
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY src ./src
-# A virtualenv, not the system site: it works the same on python:3.11-slim and on a Debian python3
-# (which refuses pip installs into the system), and it copies whole into the final stage.
-# "python-dateutil<3" steers pip: the newest kubernetes client wants python-dateutil>=3 while every
-# aiobotocore (the s3 extra) wants <3, and pip otherwise backtracks through years of s3fs releases.
+# The dependencies first, in a layer of their own (installed with a stand-in package), so that a change
+# to the source reuses it. "python-dateutil<3" steers pip: the newest kubernetes client wants
+# python-dateutil>=3 while every aiobotocore (the s3 extra) wants <3, and pip otherwise backtracks
+# through years of s3fs releases.
 RUN python3 -m venv /opt/gangrun \
  && /opt/gangrun/bin/pip install --no-cache-dir --quiet --upgrade pip \
- && /opt/gangrun/bin/pip wheel --no-cache-dir --no-deps -w /dist . \
- && /opt/gangrun/bin/pip install --no-cache-dir "$(ls /dist/gangrun-*.whl)[kubernetes,s3]" "python-dateutil<3" \
+ && mkdir -p src/gangrun && touch src/gangrun/__init__.py \
+ && /opt/gangrun/bin/pip install --no-cache-dir ".[kubernetes,s3]" "python-dateutil<3" \
+ && /opt/gangrun/bin/pip uninstall --yes gangrun && rm -rf src build
+COPY src ./src
+RUN /opt/gangrun/bin/pip wheel --no-cache-dir --no-deps -w /dist . \
+ && /opt/gangrun/bin/pip install --no-cache-dir --no-deps "$(ls /dist/gangrun-*.whl)" \
  && find /opt/gangrun -name __pycache__ -prune -exec rm -rf {} +
 
 FROM ${BASE}
