@@ -32,7 +32,7 @@ def test_iptables_save_output_is_compared_without_counters_and_comments() -> Non
     assert realnode._tables(dump) == {"filter": [":INPUT ACCEPT", "-A INPUT -j KUBE-FIREWALL"]}
 
 
-def test_the_in_cluster_controller_is_deploy_deployment_adapted_with_the_local_image_and_the_api_server_on_loopback() -> None:
+def test_the_in_cluster_controller_is_deploys_deployment_adapted_with_the_local_image_and_the_api_server_on_loopback() -> None:
     docs = incluster.manifests("https://127.0.0.1:6443", namespace="team-a")
     kinds = [d["kind"] for d in docs]
     assert {"Namespace", "CustomResourceDefinition", "ClusterRole", "ServiceAccount", "Deployment"} <= set(kinds)
