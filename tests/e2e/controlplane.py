@@ -909,6 +909,8 @@ class ControlPlane:
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--enable-priority-and-fairness=false",
             "--endpoint-reconciler-type=none",
+            # A real node's name (realnode.py) is not in any DNS: reach its kubelet (logs) by address.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--v=1",
         ])
         (d / "admin.kubeconfig").write_text(yaml.safe_dump(_kubeconfig(
