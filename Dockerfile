@@ -5,23 +5,41 @@
 #   worker:     gangrun renders `python -m gangrun.launch -- <command>`; the example manifests run
 #               `python -m gangrun.examples.train`, which ships in the package
 #
-# The image is the wheel installed into python:3.11-slim. Where there is no Docker, build the same
-# wheel and install it into any Python 3.11+ image (a CUDA/PyTorch base for GPU jobs):
+# The image is the wheel installed into a virtualenv (/opt/gangrun, on PATH) on python:3.11-slim.
+# Where there is no Docker, hack/build-images.sh builds it with buildah (on a Debian base, as root);
+# or build the same wheel and install it into any Python 3.11+ image (a CUDA/PyTorch base for GPU jobs):
 #
 #   python -m pip wheel --no-deps -w dist .     # or: python -m build --wheel
 #   pip install 'dist/gangrun-0.1.0-py3-none-any.whl[kubernetes,s3]'     # in your image
 #
 # docs/kubernetes.md ("Images") has both ways step by step. Add the torch extra for nprocPerNode > 1,
 # which runs torchrun, and for gangrun.torch.
-FROM python:3.11-slim AS build
+# BASE is any image with Python 3.11+ whose `python3 -m venv` works; hack/build-images.sh builds one from
+# Debian packages (no registry needed) and passes it with --build-arg BASE=...
+ARG BASE=python:3.11-slim
+FROM ${BASE} AS build
+# Optional, for a build behind a proxy or a mirror: pip's CA bundle and index (unset: pip's defaults).
+ARG PIP_CERT
+ARG PIP_INDEX_URL
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# The dependencies first, in a layer of their own (installed with a stand-in package), so that a change
+# to the source reuses it. "python-dateutil<3" steers pip: the newest kubernetes client wants
+# python-dateutil>=3 while every aiobotocore (the s3 extra) wants <3, and pip otherwise backtracks
+# through years of s3fs releases.
+RUN python3 -m venv /opt/gangrun \
+ && /opt/gangrun/bin/pip install --no-cache-dir --quiet --upgrade pip \
+ && mkdir -p src/gangrun && touch src/gangrun/__init__.py \
+ && /opt/gangrun/bin/pip install --no-cache-dir ".[kubernetes,s3]" "python-dateutil<3" \
+ && /opt/gangrun/bin/pip uninstall --yes gangrun && rm -rf src build
 COPY src ./src
-RUN pip wheel --no-cache-dir --no-deps -w /dist . \
- && pip install --no-cache-dir --prefix=/install "$(ls /dist/gangrun-*.whl)[kubernetes,s3]"
+RUN /opt/gangrun/bin/pip wheel --no-cache-dir --no-deps -w /dist . \
+ && /opt/gangrun/bin/pip install --no-cache-dir --no-deps "$(ls /dist/gangrun-*.whl)" \
+ && find /opt/gangrun -name __pycache__ -prune -exec rm -rf {} +
 
-FROM python:3.11-slim
-COPY --from=build /install /usr/local
+FROM ${BASE}
+COPY --from=build /opt/gangrun /opt/gangrun
+ENV PATH=/opt/gangrun/bin:$PATH
 # A fixed non-root user matching deploy/deployment.yaml's runAsUser. The default checkpoint root
 # (spec.checkpoint.uri unset) is writable by it; it lasts as long as the pod unless a volume is mounted there.
 RUN useradd --uid 65532 --create-home --shell /usr/sbin/nologin gangrun \

@@ -618,6 +618,7 @@ class ControlPlane:
     workdir: Path | None = None
     keep_workdir: bool = False
     tier: str | None = None
+    kwok_nodes: int = NODE_COUNT  # fake nodes made at tier B (0: only real nodes take pods)
     components: list[Component] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
     _start_error: BaseException | None = field(default=None, repr=False)
@@ -908,6 +909,8 @@ class ControlPlane:
             "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--enable-priority-and-fairness=false",
             "--endpoint-reconciler-type=none",
+            # A real node's name (realnode.py) is not in any DNS: reach its kubelet (logs) by address.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--v=1",
         ])
         (d / "admin.kubeconfig").write_text(yaml.safe_dump(_kubeconfig(
@@ -1006,11 +1009,12 @@ class ControlPlane:
         (d / "kwok.yaml").write_text(yaml.safe_dump_all(docs))
         self._spawn("kwok", [
             str(self.binaries.path("kwok")), f"--kubeconfig={kc}", f"--config={d / 'kwok.yaml'}",
-            "--manage-all-nodes=true", "--cidr=10.244.0.0/16",
+            # Only the fake nodes: a real node (realnode.py) has a kubelet of its own.
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--cidr=10.244.0.0/16",
         ], env={"HOME": str(home)})
 
     def _create_nodes(self) -> None:
-        for i in range(NODE_COUNT):
+        for i in range(self.kwok_nodes):
             res = {"cpu": str(NODE_CPU), "memory": f"{NODE_MEMORY_GI}Gi", "pods": "110"}
             self.kube.apply({
                 "apiVersion": "v1", "kind": "Node",
@@ -1020,7 +1024,7 @@ class ControlPlane:
                 "status": {"capacity": res, "allocatable": res},
             })
         kwok = next(c for c in self.components if c.name == "kwok")
-        for i in range(NODE_COUNT):
+        for i in range(self.kwok_nodes):
             self._wait(f"node kwok-node-{i} Ready", lambda i=i: has_condition(
                 self.kube.get("Node", f"kwok-node-{i}"), "Ready"), 90, kwok)
 

@@ -1,0 +1,250 @@
+"""A one-node Kubernetes cluster on this machine, for people: ``./dev cluster up`` / ``./dev cluster down``.
+
+``up`` starts a supervisor process in the background that brings up the control plane (etcd,
+kube-apiserver, controller-manager, scheduler, JobSet, Kueue; no fake nodes), the real node
+(containerd, kubelet, CoreDNS; realnode.py), the Kueue objects below and the gangrun controller
+in-cluster from the image (incluster.py); ``up`` returns once all of it is ready and prints how to
+use it. ``down`` stops the supervisor and removes whatever is left on the host (also after a failed
+or killed ``up``). The contract, in ``$GANGRUN_CLUSTER_HOME`` (default ``~/.gangrun/cluster``):
+
+* ``kubeconfig``: an admin kubeconfig (``gangrun --backend kubernetes --kubeconfig <it>``);
+* ``data/``: a folder the pods see at the same path through a ``hostPath`` volume;
+* LocalQueue ``default`` in namespace ``default`` on a ClusterQueue whose quota is the node's
+  allocatable CPU and memory; WorkloadPriorityClasses ``low`` 100, ``normal`` 1000, ``high`` 10000;
+* the image ``localhost/gangrun:dev``.
+
+Usage: ``python tests/e2e/cluster.py up|down|status``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import controlplane
+import incluster
+import realnode
+
+PRIORITY_CLASSES = {"low": 100, "normal": 1000, "high": 10000}
+
+
+def home() -> Path:
+    return Path(os.environ.get("GANGRUN_CLUSTER_HOME") or Path.home() / ".gangrun" / "cluster").resolve()
+
+
+def _pid(h: Path) -> int | None:
+    try:
+        pid = int((h / "supervisor.pid").read_text())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def usage(h: Path, figures: dict) -> str:
+    kc = h / "kubeconfig"
+    took = ", ".join(f"{k} {v:.1f} s" for k, v in figures.items())
+    return f"""The gangrun cluster is up ({took}).
+
+  kubeconfig     {kc}
+  image          {realnode.IMAGE}
+  queue          LocalQueue 'default' in namespace 'default'; priority classes low, normal, high
+  shared folder  {h / 'data'} (mount it with a hostPath volume at the same path)
+  logs           {h / 'logs'}
+
+Run the example (2 workers training, checkpoints in the shared folder), then preempt it with a task of
+higher priority from another terminal (docs/kubernetes.md, "A cluster on your machine"):
+
+  export GANGRUN_BACKEND=kubernetes KUBECONFIG={kc}
+  gangrun run {h / 'examples' / 'train.yaml'}
+  gangrun run {h / 'examples' / 'urgent.yaml'}
+  gangrun get; gangrun describe train
+
+kubectl, if you have one:  KUBECONFIG={kc} kubectl get nodes,pods -A
+Stop it and clean the host: ./dev cluster down
+"""
+
+
+def example_manifests(h: Path, allocatable_cpu: str) -> dict[str, dict]:
+    """The shipped training example sized to fill the node (train) and to preempt it (urgent)."""
+    from gangrun._core.units import parse_quantity
+
+    half = max(int(parse_quantity(allocatable_cpu) * 1000) // 2 - 100, 100)  # room for the controller's 100m
+    data = str(h / "data")
+    template = {"spec": {"containers": [{"name": "worker", "volumeMounts": [{"name": "data", "mountPath": data}]}],
+                         "volumes": [{"name": "data", "hostPath": {"path": data, "type": "Directory"}}]}}
+
+    def task(name: str, nodes: int, priority: str, steps: int) -> dict:
+        return {"apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": name},
+                "spec": {"nodes": nodes, "command": ["python", "-m", "gangrun.examples.train"],
+                         "image": realnode.IMAGE, "env": {"STEPS": str(steps), "SAVE_EVERY": "5", "STEP_SECONDS": "0.5"},
+                         "resources": {"cpu": f"{half}m", "memory": "256Mi"}, "priorityClass": priority,
+                         "terminationGracePeriod": "20s",
+                         "failurePolicy": {"maxRestarts": 1, "resumeAfterPreemption": True},
+                         "checkpoint": {"uri": f"file://{data}"}, "podTemplate": template}}
+    return {"train": task("train", 2, "low", 200), "urgent": task("urgent", 1, "high", 20)}
+
+
+def up(timeout: float = 900.0) -> int:
+    h = home()
+    if _pid(h) and (h / "ready.json").exists():
+        print(usage(h, json.loads((h / "ready.json").read_text())))
+        return 0
+    down(quiet=True)
+    (h / "logs").mkdir(parents=True, exist_ok=True)
+    (h / "data").mkdir(parents=True, exist_ok=True)
+    os.chmod(h / "data", 0o1777)  # the image's user (65532) writes checkpoints there
+    with open(h / "logs" / "cluster.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, __file__, "serve"], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    (h / "supervisor.pid").write_text(str(proc.pid))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (h / "ready.json").exists():
+            print(usage(h, json.loads((h / "ready.json").read_text())))
+            return 0
+        if proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    tail = (h / "logs" / "cluster.log").read_text(errors="replace").splitlines()[-30:]
+    print("dev cluster up failed; last lines of " + str(h / "logs" / "cluster.log") + ":\n" + "\n".join(tail),
+          file=sys.stderr)
+    down(quiet=True)
+    return 1
+
+
+def down(quiet: bool = False) -> int:
+    h = home()
+    pid = _pid(h)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+    # Whatever a killed supervisor left: its process group, the node's changes to the host.
+    if pid:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+    realnode.clean_leftovers()
+    for name in ("supervisor.pid", "ready.json", "kubeconfig"):
+        with contextlib.suppress(FileNotFoundError):
+            (h / name).unlink()
+    import shutil
+
+    for d in ("control-plane", "node"):
+        shutil.rmtree(h / d, ignore_errors=True)
+    if not quiet:
+        print(f"dev cluster: down; the host is clean ({h / 'data'} is kept)")
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return realnode._state(pid) != "Z"
+
+
+def status() -> int:
+    h = home()
+    if _pid(h) and (h / "ready.json").exists():
+        print(f"up: {h / 'kubeconfig'}")
+        return 0
+    print("down")
+    return 1
+
+
+def serve() -> None:
+    """The supervisor: bring everything up, write ready.json, and stop it all on SIGTERM."""
+    h = home()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    figures: dict[str, float] = {}
+    t0 = time.monotonic()
+    binaries = controlplane.locate_binaries()
+    missing = realnode.missing_pieces(binaries)
+    if missing:
+        raise realnode.NodeSetupError("missing: " + "; ".join(missing))
+    t = time.monotonic()
+    images = realnode.image_archives()
+    figures["images"] = time.monotonic() - t
+    cp = controlplane.ControlPlane(binaries, workdir=h / "control-plane", keep_workdir=False, kwok_nodes=0)
+    node = realnode.RealNode(binaries, h / "control-plane" / "admin.kubeconfig", h / "node", images,
+                             exclusive=False)
+    try:
+        t = time.monotonic()
+        (h / "control-plane").mkdir(parents=True, exist_ok=True)
+        cp.ensure("C")
+        figures["control plane"] = time.monotonic() - t
+        t = time.monotonic()
+        node.start()
+        figures["node"] = time.monotonic() - t
+        t = time.monotonic()
+        queues(cp.kube)
+        (h / "examples").mkdir(exist_ok=True)
+        cpu = cp.kube.get("Node", realnode.NODE_NAME)["status"]["allocatable"]["cpu"]
+        for name, doc in example_manifests(h, cpu).items():
+            (h / "examples" / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        incluster.deploy(cp.kube, cp.api_url, on_real_node=False)
+        figures["controller"] = time.monotonic() - t
+        figures["total"] = time.monotonic() - t0
+        kc = h / "kubeconfig"
+        kc.write_text(cp.kubeconfig.read_text())
+        os.chmod(kc, 0o600)
+        (h / "ready.json").write_text(json.dumps(figures))
+        print("ready: " + json.dumps(figures), flush=True)
+        while not stop.wait(2):
+            cp.check_alive()
+            node.check_alive()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            (h / "ready.json").unlink()
+        node.stop()
+        cp.stop()
+
+
+def queues(kube: controlplane.Kube) -> None:
+    """The ClusterQueue's quota is the node's allocatable CPU and memory; the priority classes of the contract."""
+    alloc = kube.get("Node", realnode.NODE_NAME)["status"]["allocatable"]
+    kube.patch("ClusterQueue", controlplane.CLUSTER_QUEUE, None, {"spec": {"resourceGroups": [{
+        "coveredResources": ["cpu", "memory"],
+        "flavors": [{"name": controlplane.RESOURCE_FLAVOR, "resources": [
+            {"name": "cpu", "nominalQuota": alloc["cpu"]}, {"name": "memory", "nominalQuota": alloc["memory"]}]}],
+    }]}})
+    for name, value in PRIORITY_CLASSES.items():
+        kube.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                    "metadata": {"name": name}, "value": value, "description": f"gangrun cluster: {name}"})
+
+
+def main(argv: list[str]) -> int:
+    cmd = argv[0] if argv else ""
+    if cmd == "up":
+        return up()
+    if cmd == "down":
+        return down()
+    if cmd == "status":
+        return status()
+    if cmd == "serve":
+        serve()
+        return 0
+    print("usage: cluster.py up|down|status", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
