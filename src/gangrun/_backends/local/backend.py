@@ -64,7 +64,7 @@ class LocalBackend:
             if self._locked():
                 time.sleep(0.2)
             elif start:
-                self._start()
+                self._start_once()
             else:
                 raise error
             try:
@@ -107,6 +107,21 @@ class LocalBackend:
             return int(self.paths.pidfile.read_text())
         except (OSError, ValueError):
             return None
+
+    def _start_once(self) -> None:
+        """Start a daemon unless another client just did: clients that find none at once (after a crash)
+        take turns on the start lock, and each looks again before starting. Two daemons started at once
+        would wait on the home's lock, and the second would take over when the first is stopped."""
+        self.paths.ensure()
+        with open(self.paths.start_lock, "a") as turn:
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            if self._locked():
+                return
+            try:
+                protocol.call(self.paths.socket, "ping", timeout=5.0)
+                return
+            except DaemonUnavailable:
+                self._start()
 
     def _start(self) -> None:
         """Start the daemon detached from this process (own session, output to daemon.log) and wait for it."""

@@ -71,6 +71,11 @@ class Paths:
         return self.home / "daemon.lock"
 
     @property
+    def start_lock(self) -> Path:
+        """Held by the one client starting a daemon; the others wait on it instead of starting their own."""
+        return self.home / "start.lock"
+
+    @property
     def pidfile(self) -> Path:
         return self.home / "daemon.pid"
 
