@@ -37,18 +37,6 @@ def largest_size(*, least: int, most: int, fits: Callable[[int], bool]) -> int |
     return lo
 
 
-def grow_to(*, current: int, full: int, fits_more: Callable[[int], bool], resized_at: datetime | None,
-            cooldown: timedelta, now: datetime) -> int | None:
-    """The size a gang running on `current` of `full` nodes grows to now, or None.
-
-    `fits_more(k)`: whether k more nodes fit in the free quota that no pending gang of equal or higher
-    priority needs. A gang grows at most once per `cooldown` since its last change of size."""
-    if current >= full or not cooldown_over(resized_at, cooldown, now):
-        return None
-    more = largest_size(least=1, most=full - current, fits=fits_more)
-    return None if more is None else current + more
-
-
 def cooldown_over(resized_at: datetime | None, cooldown: timedelta, now: datetime) -> bool:
     return resized_at is None or now >= resized_at + cooldown
 
