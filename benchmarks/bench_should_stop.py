@@ -61,6 +61,9 @@ def _rank(rank: int, world: int, port: int, calls: int, out: Any) -> None:
         bare.append(time.perf_counter_ns() - t)
     if rank == 0:
         out.put((_percentiles(stop), _percentiles(bare)))
+    # Both ranks done before either tears down: rank 0 hosts the rendezvous store, and a rank still
+    # talking to it while rank 0 exits can abort (std::terminate in the store's thread).
+    dist.barrier()
     dist.destroy_process_group()
 
 

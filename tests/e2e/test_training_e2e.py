@@ -175,7 +175,8 @@ def test_a_pod_template_with_a_volume_a_secret_env_tolerations_and_a_service_acc
         env_ = {e["name"]: e for e in worker["env"]}
         assert env_["KEY_COPY"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "AWS_ACCESS_KEY_ID"}
         assert env_["AWS_REGION"]["value"] == "eu-west-1"
-        assert env_["GANGRUN_CHECKPOINT_PATH"]["value"] == "file:///ckpt/train/attempt-1"
+        uid = pod["metadata"]["labels"]["gangrun.dev/task-uid"]  # the task's identity keys its checkpoints
+        assert env_["GANGRUN_CHECKPOINT_PATH"]["value"] == f"file:///ckpt/train/{uid}/attempt-1"
         assert worker["command"][:4] == ["python", "-m", "gangrun.launch", "--"]
 
 

@@ -15,7 +15,7 @@ T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 def task(grace: str) -> LocalTask:
     doc = {"apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": "train"},
            "spec": {"nodes": 1, "command": ["true"], "terminationGracePeriod": grace}}
-    return LocalTask(name="train", seq=1, doc={"manifest": doc}, spec=parse_manifest(doc), state=TaskState.new(now=T0))
+    return LocalTask(name="train", uid="u1", seq=1, doc={"manifest": doc}, spec=parse_manifest(doc), state=TaskState.new(now=T0))
 
 
 def final_save(seconds: float) -> Event:

@@ -120,9 +120,10 @@ def big_log(tmp_path: Path, gangrun) -> tuple[Path, str]:
                                     "metadata": {"name": "big"},
                                     "spec": {"nodes": 1, "command": ["true"],
                                              "resources": {"cpu": "1", "memory": "100Mi"}}}))
-    assert json.loads(gangrun("run", str(manifest), "-o", "json").stdout)["phase"] == "Succeeded"
+    done = json.loads(gangrun("run", str(manifest), "-o", "json").stdout)
+    assert done["phase"] == "Succeeded"
     home = tmp_path / "home"
-    log = home / "logs" / "big" / "attempt-1" / "restart-0" / "rank-0.log"
+    log = _log(home, "big")
     assert log.exists()
     line = b"x" * 99 + b"\n"
     block = line * (8 * 2**20 // len(line))
@@ -131,6 +132,12 @@ def big_log(tmp_path: Path, gangrun) -> tuple[Path, str]:
             f.write(block)
         f.write(b"the last line\n")
     return home, "big"
+
+
+def _log(home: Path, name: str) -> Path:
+    """Rank 0's log of attempt 1 (logs are kept per task identity: logs/<name>/<id>/...)."""
+    (log,) = (home / "logs" / name).glob("*/attempt-1/restart-0/rank-0.log")
+    return log
 
 
 def _hwm(pid: int | str = "self") -> int:
@@ -159,7 +166,7 @@ def _measured(env: dict[str, str], *args: str, out: Path) -> int:
 @pytest.mark.slow
 def test_logs_of_200_mb_stay_under_64_mib(big_log, env, tmp_path):
     home, name = big_log
-    size = (home / "logs" / name / "attempt-1" / "restart-0" / "rank-0.log").stat().st_size
+    size = _log(home, name).stat().st_size
     baseline = _measured(env, "get", name, out=tmp_path / "get.out")
     peak = _measured(env, "logs", name, out=tmp_path / "logs.out")
     assert (tmp_path / "logs.out").stat().st_size == size

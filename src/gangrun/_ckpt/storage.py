@@ -378,26 +378,29 @@ class FsspecStorage(Storage):
 
 
 def open_storage(uri: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, str]:
-    """The storage for `uri` and `uri` as that storage spells paths (no scheme for local paths).
+    """The storage for `uri` and `uri` as that storage spells paths (no scheme for local paths)."""
+    fs, path = filesystem(uri, storage_options)
+    if isinstance(fs, LocalFileSystem):
+        return LocalStorage(), path
+    return FsspecStorage(fs), path
 
-    A protocol fsspec knows (s3, gs, ...) gets fsspec's own implementation of it (s3fs for s3), even
-    when another library registered a different one in its place: the Flyte SDK does, for s3 with
-    obstore, whose options differ, and a worker that imports it would otherwise fail to save."""
+
+def filesystem(uri: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem of `uri`, and its path there. A protocol fsspec knows (s3, gs, ...) gets
+    fsspec's own implementation of it (s3fs for s3), even when another library registered a different
+    one in its place: the Flyte SDK does, for s3 with obstore, whose options differ, and a worker that
+    imports it would otherwise fail to save."""
     protocol = fsspec.core.split_protocol(uri)[0]
     known = known_implementations.get(protocol or "")
     if known is None:
         fs, path = fsspec.core.url_to_fs(uri, **(storage_options or {}))
-    else:
-        module, _, name = known["class"].rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module), name)
-        except ImportError:
-            raise ImportError(f"{known.get('err') or f'install {module} to use {protocol}://'} ({uri})") from None
-        fs = cls(**{**cls._get_kwargs_from_urls(uri), **(storage_options or {})})
-        path = cls._strip_protocol(uri)
-    if isinstance(fs, LocalFileSystem):
-        return LocalStorage(), path
-    return FsspecStorage(fs), path
+        return fs, path
+    module, _, name = known["class"].rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except ImportError:
+        raise ImportError(f"{known.get('err') or f'install {module} to use {protocol}://'} ({uri})") from None
+    return cls(**{**cls._get_kwargs_from_urls(uri), **(storage_options or {})}), cls._strip_protocol(uri)
 
 
 def remove_checkpoints(uri: str, storage_options: dict[str, Any] | None = None) -> None:

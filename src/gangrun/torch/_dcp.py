@@ -11,12 +11,15 @@ and checksum in gangrun's manifest.
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader, FsspecWriter
+from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader, FsspecWriter, _FileSystem
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import StorageReader, WriteResult
 from torch.futures import Future
 
+from gangrun._ckpt.storage import filesystem
 from gangrun.torch._target import Target
 
 METADATA = ".metadata"  # written by DCP's coordinator once every rank's writes succeeded
@@ -37,10 +40,25 @@ class LocalWriter(FileSystemWriter):
         return fut
 
 
+class _StoreFileSystem(_FileSystem):
+    """DCP's fsspec file system, resolved as gangrun resolves its stores (`storage.filesystem`): s3fs
+    for s3 even when another library (the Flyte SDK) registered its own implementation for s3."""
+
+    def init_path(self, path: Any, **kwargs: Any) -> Any:
+        self.fs, _ = filesystem(str(path), kwargs)
+        return path
+
+
 class StoreWriter(FsspecWriter):
     """DCP's writer on an fsspec store (``s3://`` ...); `written` as for LocalWriter."""
 
     written: tuple[str, ...] = ()
+
+    def __init__(self, path: str, **kwargs: Any) -> None:
+        options = {k: v for k, v in kwargs.items() if k not in _WRITER_OPTIONS}
+        FileSystemWriter.__init__(self, path, **{k: v for k, v in kwargs.items() if k in _WRITER_OPTIONS})
+        self.fs = _StoreFileSystem()  # type: ignore[assignment]  # DCP's own FsspecWriter/Reader do the same
+        self.path = self.fs.init_path(path, **options)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         fut = super().write_data(plan, planner)
@@ -56,8 +74,21 @@ def writer(target: Target, data_path: str) -> LocalWriter | StoreWriter:
     return StoreWriter(target.uri_for_path(data_path), sync_files=True, **(target.storage_options or {}))
 
 
+class StoreReader(FsspecReader):
+    """DCP's reader on an fsspec store, resolved as the writer's."""
+
+    def __init__(self, path: str, **kwargs: Any) -> None:
+        FileSystemReader.__init__(self, path)
+        self.fs = _StoreFileSystem()  # type: ignore[assignment]  # DCP's own FsspecWriter/Reader do the same
+        self.path = self.fs.init_path(path, **kwargs)
+
+
+_WRITER_OPTIONS = ("single_file_per_rank", "sync_files", "thread_count", "per_thread_copy_ahead",
+                   "cache_staged_state_dict", "overwrite", "_extensions", "serialization_format")
+
+
 def reader(target: Target, data_path: str) -> StorageReader:
     if target.local:
         return FileSystemReader(data_path)
-    return FsspecReader(target.uri_for_path(data_path), **(target.storage_options or {}))
+    return StoreReader(target.uri_for_path(data_path), **(target.storage_options or {}))
 
