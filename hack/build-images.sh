@@ -68,6 +68,11 @@ debian_mirror() {
 
 if [ "$(id -u)" != 0 ]; then echo "error: building images with buildah and debootstrap needs root" >&2; exit 1; fi
 need_packages
+# buildah's CNI networking creates a bridge the first time a build step joins a network; nothing here
+# needs it (the build runs with --network host), and a build must leave the host as it found it.
+if ! ip link show cni-podman0 >/dev/null 2>&1; then
+  trap 'ip link delete cni-podman0 2>/dev/null || true' EXIT
+fi
 mkdir -p "$OUT" "$CACHE/debs"
 exec 9>"$CACHE/.lock"
 command -v flock >/dev/null && flock 9
