@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +36,20 @@ TIER_FIXTURES = {"control_plane_tier_a", "control_plane_tier_b", "control_plane_
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def real_node_images(binaries: controlplane.Binaries) -> list[Path]:
+    """The image archives a real node imports; skips the test (fails it with CI=true) when a piece the
+    node needs is missing here."""
+    import realnode
+
+    missing = realnode.missing_pieces(binaries)
+    if missing:
+        msg = "the real node cannot start here; missing: " + "; ".join(missing)
+        if _in_ci():
+            pytest.fail(f"CI=true and {msg}", pytrace=False)
+        pytest.skip(msg)
+    return realnode.image_archives()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

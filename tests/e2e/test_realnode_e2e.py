@@ -31,7 +31,7 @@ from controlplane import ControlPlane, Kube, has_condition
 from test_controller_e2e import ATTEMPT_LABEL, TASK_LABEL, task_path, wait_status
 from test_training_e2e import PodRecorder
 
-from conftest import _in_ci
+from conftest import real_node_images
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
@@ -56,13 +56,7 @@ class RealCluster:
 @pytest.fixture(scope="module")  # one real node at a time: test_realnode_host.py starts its own
 def real_cluster(control_plane_tier_c: ControlPlane) -> Iterator[RealCluster]:
     cp = control_plane_tier_c
-    missing = realnode.missing_pieces(cp.binaries)
-    if missing:
-        msg = "the real node cannot start here; missing: " + "; ".join(missing)
-        if _in_ci():
-            pytest.fail(f"CI=true and {msg}", pytrace=False)
-        pytest.skip(msg)
-    images = realnode.image_archives()
+    images = real_node_images(cp.binaries)
     node = realnode.RealNode(cp.binaries, cp.kubeconfig, Path(tempfile.mkdtemp(prefix="gangrun-node-")), images,
                              keep_workdir=bool(os.environ.get("GANGRUN_E2E_KEEP")))
     node.start()

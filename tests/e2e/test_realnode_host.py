@@ -20,7 +20,7 @@ import pytest
 import realnode
 from controlplane import ControlPlane
 
-from conftest import _in_ci
+from conftest import real_node_images
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 HERE = Path(__file__).resolve().parent
@@ -29,13 +29,7 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def node_parts(control_plane_tier_c: ControlPlane) -> tuple[ControlPlane, list[Path]]:
     cp = control_plane_tier_c
-    missing = realnode.missing_pieces(cp.binaries)
-    if missing:
-        msg = "the real node cannot start here; missing: " + "; ".join(missing)
-        if _in_ci():
-            pytest.fail(f"CI=true and {msg}", pytrace=False)
-        pytest.skip(msg)
-    return cp, realnode.image_archives()
+    return cp, real_node_images(cp.binaries)
 
 
 def run_a_pod(cp: ControlPlane, name: str) -> None:
