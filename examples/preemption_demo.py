@@ -101,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
             if "starting at step" in line or "loaded checkpoint" in line or line.startswith("done"):
                 print("  " + line)
         acct = v["accounting"]
+        causes = ", ".join(f"{n} {cause}" for cause, n in acct["preemptionsByCause"].items()) or "none"
         print(f"\naccounting: queued {acct['queuedSeconds']:.1f}s, waited for re-admission "
-              f"{acct['waitingForReadmissionSeconds']:.1f}s, preemptions {acct['preemptionsByCause']}, "
-              f"work lost {acct['workLostSeconds']:.2f}s, goodput {acct['goodput']:.0%}")
+              f"{acct['waitingForReadmissionSeconds']:.1f}s, restoring {acct['restoringSeconds']:.1f}s, "
+              f"preemptions: {causes}, work lost {acct['workLostSeconds']:.2f}s, goodput {acct['goodput']:.0%}")
         print(f"\ndemo finished in {time.monotonic() - started:.1f}s")
         ok = v["phase"] == "Succeeded" and v["attempt"] == 1
     except BaseException:

@@ -32,10 +32,10 @@ def test_the_demo_installs_only_the_package_and_the_tests_add_the_extras(tmp_pat
     python.write_text(RECORDER)
     python.chmod(0o755)
 
-    assert _dev(venv, "demo") == ["-m pip install --quiet --upgrade pip", "-m pip install --quiet -e ."]
+    assert _dev(venv, "demo") == ["-m pip install --quiet --upgrade pip", "-m pip install --quiet -c constraints.txt -e ."]
     assert _dev(venv, "demo") == []  # set up already
     assert _dev(venv, "bench") == ["-m pip install --quiet --upgrade pip",
-                                   "-m pip install --quiet -e .[test,kubernetes,torch,flyte]"]
+                                   "-m pip install --quiet -c constraints.txt -e .[test,kubernetes,torch,flyte]"]
     assert _dev(venv, "bench") == []
     assert _dev(venv, "demo") == []  # the full install serves the demo too
 
@@ -48,3 +48,21 @@ def test_a_full_install_first_serves_the_demo_without_installing_again(tmp_path)
     python.chmod(0o755)
     assert len(_dev(venv, "bench")) == 2
     assert _dev(venv, "demo") == []
+
+
+def test_constraints_pin_every_dependency_that_pyproject_names():
+    """`./dev setup` installs with `-c constraints.txt`: a dependency added to pyproject.toml without
+    `./dev lock` would be resolved by pip unpinned, and the cold install slow and unrepeatable again."""
+    import re
+    import tomllib
+
+    root = DEV.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *(r for reqs in project["optional-dependencies"].values() for r in reqs)]
+
+    def name(req: str) -> str:
+        return re.split(r"[\[<>=!~; ]", req, maxsplit=1)[0].lower().replace("_", "-")
+
+    pinned = {name(line) for line in (root / "constraints.txt").read_text().splitlines()
+              if line and not line.startswith("#")}
+    assert {name(r) for r in wanted} - pinned == set()
