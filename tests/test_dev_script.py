@@ -12,6 +12,9 @@ import subprocess
 from pathlib import Path
 
 DEV = Path(__file__).resolve().parents[1] / "dev"
+# The installer `./dev` puts into the virtualenv first, at the version it pins.
+UV = "-m pip install --quiet " + next(line.split("=", 1)[1].split()[0] for line in DEV.read_text().splitlines()
+                                     if line.startswith("UV="))
 RECORDER = """#!/bin/sh
 echo "$*" >> "$(dirname "$0")/../calls"
 """
@@ -22,7 +25,8 @@ def _dev(venv: Path, *args: str) -> list[str]:
     calls.unlink(missing_ok=True)
     subprocess.run(["bash", str(DEV), *args], check=True, timeout=60, capture_output=True,
                    env={**os.environ, "GANGRUN_VENV": str(venv)})
-    return [c for c in calls.read_text().splitlines() if "pip install" in c] if calls.exists() else []
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return [c.replace(str(venv), "{venv}") for c in lines if "pip install" in c]
 
 
 def test_the_demo_installs_only_the_package_and_the_tests_add_the_extras(tmp_path):
@@ -32,10 +36,10 @@ def test_the_demo_installs_only_the_package_and_the_tests_add_the_extras(tmp_pat
     python.write_text(RECORDER)
     python.chmod(0o755)
 
-    assert _dev(venv, "demo") == ["-m pip install --quiet --upgrade pip", "-m pip install --quiet -c constraints.txt -e ."]
+    assert _dev(venv, "demo") == [UV, "-m uv pip install --quiet --python {venv}/bin/python -c constraints.txt -e ."]
     assert _dev(venv, "demo") == []  # set up already
-    assert _dev(venv, "bench") == ["-m pip install --quiet --upgrade pip",
-                                   "-m pip install --quiet -c constraints.txt -e .[test,kubernetes,torch,flyte]"]
+    assert _dev(venv, "bench") == [UV, "-m uv pip install --quiet --python {venv}/bin/python -c constraints.txt "
+                                       "-e .[test,kubernetes,torch,flyte]"]
     assert _dev(venv, "bench") == []
     assert _dev(venv, "demo") == []  # the full install serves the demo too
 
