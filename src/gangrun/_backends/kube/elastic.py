@@ -165,6 +165,15 @@ def resize(spec: TaskSpec, sz: Sizing, state: TaskState, gang: Gang | None, *, w
                        jobset=render(spec, new, owner_uid=owner_uid), grow=r.grow)
 
 
+def grow_at(spec: TaskSpec, sz: Sizing, state: TaskState, *, now: datetime) -> datetime | None:
+    """When a gang running small may next grow, if its cooldown has not passed yet: the controller looks
+    again then (no change of the ClusterQueue may come to wake it)."""
+    if not spec.elastic or not sz.nodes or sz.nodes >= spec.nodes or sz.resized_at is None or state.phase.terminal:
+        return None
+    at = sz.resized_at + spec.resize_cooldown
+    return at if at > now else None
+
+
 def render(spec: TaskSpec, sz: Sizing, *, owner_uid: str | None) -> dict[str, Any]:
     """The JobSet of the attempt's current generation, at its size."""
     return render_jobset(spec, attempt=sz.attempt, owner_uid=owner_uid, nodes=sz.nodes or None,

@@ -214,9 +214,9 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     status = _status_patch(task, state, now=now, ledger=ledger, extra=extra)
     if status is None:
         actions = [a for a in actions if not isinstance(a, RecordEvent)]
-    wake = decisions[-1].wake_at
-    if wake is not None:
-        actions.append(RequeueAt(wake))
+    for wake in (decisions[-1].wake_at, elastic.grow_at(spec, sz, state, now=now)):
+        if wake is not None:
+            actions.append(RequeueAt(wake))
     return status, actions
 
 
