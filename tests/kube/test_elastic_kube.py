@@ -18,6 +18,7 @@ from kube_builders import PREEMPTION_MESSAGE, at, jobset_obj, pod_obj, task_obj,
 from gangrun._backends.kube import elastic, quota
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.elastic import Sizing
+from gangrun._backends.kube.queues import contended
 from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.reconcile import (
     AnnotatePods,
@@ -91,6 +92,25 @@ def test_a_malformed_cluster_queue_reads_as_nothing_free_never_an_exception() ->
     cq["status"]["flavorsReservation"] = "none"
     cap = quota.capacity(cq)
     assert cap is not None and not cap.fits(CPU, 1)
+
+
+def waiting(priority: int, *, job: str = "other", reserved: bool = False) -> dict:
+    wl = workload_obj(job).admitted() if reserved else workload_obj(job).pending("insufficient unused quota")
+    return wl.set("spec.priority", priority).obj()
+
+
+@pytest.mark.parametrize(("case", "pending", "workloads", "want"), [
+    ("nobody waits", 0, [], False),
+    ("a lower priority waits", 1, [waiting(50)], False),
+    ("an equal priority waits", 1, [waiting(100)], True),
+    ("a higher priority waits", 1, [waiting(1000)], True),
+    ("an admitted one holds quota, waits for nothing", 0, [waiting(1000, reserved=True)], False),
+    ("the gang's own Workload waits (its grow)", 1, [waiting(100, job="mine")], False),
+    ("the queue counts one the controller cannot see", 2, [waiting(50)], True),
+])
+def test_a_gang_grows_only_into_quota_no_equal_or_higher_priority_workload_waits_for(
+        case: str, pending: int, workloads: list[dict], want: bool) -> None:
+    assert contended(cluster_queue(pending=pending), workloads, own_jobs={"mine"}, priority=100) is want, case
 
 
 # -- the size of an attempt's first JobSet ---------------------------------------------------------------

@@ -54,12 +54,20 @@ class Queues:
         cq = self.cluster.get(("", name)) if name else None
         if cq is None:
             return None
-        waiting = [w for w in workloads if _pending(w) and adapter.workload_job_uid(w) not in own_jobs
-                   and self.cluster_queue_of(_namespace(w), _queue(w)) == name]
-        unseen = _int((cq.get("status") or {}).get("pendingWorkloads")) > len(waiting)
-        contended = unseen or any(priority is None or _int((w.get("spec") or {}).get("priority")) >= priority
-                                  for w in waiting)
-        return quota.capacity(cq, contended=contended)
+        mine = [w for w in workloads if self.cluster_queue_of(_namespace(w), _queue(w)) == name]
+        return quota.capacity(cq, contended=contended(cq, mine, own_jobs=own_jobs, priority=priority))
+
+
+def contended(cq: dict[str, Any], workloads: Iterable[dict[str, Any]], *, own_jobs: set[str],
+              priority: int | None) -> bool:
+    """Whether a pending workload of ClusterQueue `cq` (`workloads`: those seen in it), not the gang's own,
+    needs quota before the gang may grow: one of equal or higher priority (any, when the gang's is not
+    known), or one the controller cannot see (`status.pendingWorkloads` counts more than it sees)."""
+    waiting = [w for w in workloads if _pending(w)]
+    if _int((cq.get("status") or {}).get("pendingWorkloads")) > len(waiting):
+        return True
+    return any(priority is None or _int((w.get("spec") or {}).get("priority")) >= priority
+               for w in waiting if adapter.workload_job_uid(w) not in own_jobs)
 
 
 def priority_of(workload: dict[str, Any] | None) -> int | None:
