@@ -289,6 +289,12 @@ def test_an_elastic_gang_starts_small_when_only_part_of_it_fits() -> None:
     assert size(body) == (2, "2") and task.status["elastic"]["nodes"] == 2
     again = created(task.step(None, None, t=1, capacity=free(16)))  # repeated until seen: sized once
     assert size(again) == (2, "2")
+    js = gang(body, "js-1").admitted().jobs(ready=1, active=1).obj()
+    actions = task.step(js, workload_obj("js-1").admitted().obj(), [pod_obj("train-1", i) for i in range(2)], t=2,
+                        capacity=free(0))
+    (admitted,) = [a.event for a in actions if isinstance(a, RecordEvent) and a.event.type is EventType.ADMITTED]
+    assert admitted.data == {"nodes": 2, "of": 4} and admitted.message.endswith("on 2 of 4 nodes (what fits now)")
+    assert task.status["accounting"]["size"] == 0.5 and task.status["runningNodes"] == 2
 
 
 def running_status(sz: Sizing) -> dict:

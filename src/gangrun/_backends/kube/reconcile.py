@@ -288,6 +288,8 @@ def _admitted(ledger: Accounting, before: TaskState, obs: Observation, *, now: d
     reserved = find_condition(obs.workload.conditions, kueue.QUOTA_RESERVED) if obs.workload is not None else None
     how = f" ({reserved.message})" if reserved is not None and reserved.is_true and reserved.message else ""
     data = {"nodes": size[0], "of": size[1]} if size is not None and size[0] else {}
+    if data and size is not None and size[0] < size[1]:
+        how += f" on {size[0]} of {size[1]} nodes (what fits now)"
     return [RecordEvent(Event(time=now, type=EventType.ADMITTED, attempt=before.attempt, data=data,
                               message=f"gang of attempt {before.attempt} admitted by Kueue{how}"))]
 
