@@ -18,8 +18,8 @@ from kube_fake import FakeApi
 from gangrun._backends.kube import client
 from gangrun._errors import ApiError
 
-RESOURCES = {r.plural: r for r in (client.TASKS, client.JOBSETS, client.WORKLOADS, client.LOCAL_QUEUES, client.PODS,
-                                   client.EVENTS, client.LEASES)}
+RESOURCES = {r.plural: r for r in (client.TASKS, client.JOBSETS, client.WORKLOADS, client.LOCAL_QUEUES,
+                                   client.CLUSTER_QUEUES, client.PODS, client.EVENTS, client.LEASES)}
 TOKEN = "test-token"
 
 

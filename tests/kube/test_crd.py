@@ -96,7 +96,7 @@ def test_every_spec_field_of_the_schema_is_one_the_parser_knows() -> None:
     fields = set(_schema()["properties"]["spec"]["properties"])
     assert fields == {"nodes", "nprocPerNode", "command", "workingDir", "env", "image", "resources", "retries",
                       "maxSystemRetries", "maxRuntime", "failurePolicy", "queue", "priorityClass", "checkpoint",
-                      "terminationGracePeriod", "podTemplate", "shmSize", "gpuResource"}
+                      "terminationGracePeriod", "podTemplate", "shmSize", "gpuResource", "minNodes", "resizeCooldown"}
 
 
 def test_deploy_examples_are_valid() -> None:

@@ -161,10 +161,36 @@ def test_render_refuses_a_spec_without_image_naming_the_field() -> None:
         render_jobset(task_spec(image=""))
 
 
-def test_render_refuses_an_elastic_gang_which_only_the_local_backend_runs() -> None:
-    with pytest.raises(SpecError, match=r"^spec\.minNodes: elastic gangs run on the local backend only"):
-        render_jobset(task_spec(nodes=4, minNodes=2))
-    render_jobset(task_spec(nodes=4, minNodes=4))  # equal to nodes: not elastic
+def _values(js: dict) -> dict[str, str]:
+    return {k: e["value"] for k, e in _env(js).items() if "value" in e}
+
+
+def test_an_elastic_gang_renders_at_the_size_it_was_given_and_its_workers_see_that_size() -> None:
+    spec = task_spec(nodes=4, minNodes=2, nprocPerNode=2)
+    full, small = render_jobset(spec), render_jobset(spec, nodes=2, generation=1)
+    assert (_job(full)["parallelism"], _values(full)["NNODES"], _values(full)["WORLD_SIZE"]) == (4, "4", "8")
+    assert (_job(small)["parallelism"], _job(small)["completions"]) == (2, 2)
+    assert (_values(small)["NNODES"], _values(small)["WORLD_SIZE"]) == ("2", "4")
+    assert small["metadata"]["name"] == "train-1-r1" and _values(small)["GANGRUN_GANG"] == "train-1-r1"
+    assert _values(small)["GANGRUN_CHECKPOINT_PATH"] == _values(full)["GANGRUN_CHECKPOINT_PATH"]  # one attempt, one path
+
+
+@pytest.mark.parametrize("nodes", [1, 5])
+def test_an_elastic_gang_is_never_rendered_outside_min_nodes_to_nodes(nodes: int) -> None:
+    with pytest.raises(SpecError, match=r"^nodes: must be between spec\.minNodes \(2\) and spec\.nodes \(4\)"):
+        render_jobset(task_spec(nodes=4, minNodes=2), nodes=nodes)
+
+
+def test_a_replacement_jobset_keeps_the_restarts_its_predecessors_used() -> None:
+    js = render_jobset(task_spec(failurePolicy={"maxRestarts": 3}), generation=2, restarts_used=2)
+    assert js["spec"]["failurePolicy"]["maxRestarts"] == 1
+
+
+def test_the_names_of_an_attempt_s_replacement_jobsets_are_distinct_and_bounded() -> None:
+    assert [jobset_name("train", 1, g) for g in range(3)] == ["train-1", "train-1-r1", "train-1-r2"]
+    long = "t" * 60
+    names = {jobset_name(long, 1, g) for g in range(50)} | {jobset_name(long, a) for a in range(2, 51)}
+    assert len(names) == 99 and all(len(n) <= NAME_MAX for n in names)
 
 
 def test_render_refuses_attempt_zero() -> None:

@@ -37,6 +37,14 @@ def largest_size(*, least: int, most: int, fits: Callable[[int], bool]) -> int |
     return lo
 
 
+def start_size(*, least: int, most: int, fits: Callable[[int], bool]) -> int:
+    """The size a gang asks for when it (re)starts: `most` when that fits, or when no smaller size down to
+    `least` does (then it waits, or preempts, as Kueue decides); otherwise the largest that fits."""
+    if fits(most):
+        return most
+    return largest_size(least=least, most=most - 1, fits=fits) or most
+
+
 def cooldown_over(resized_at: datetime | None, cooldown: timedelta, now: datetime) -> bool:
     return resized_at is None or now >= resized_at + cooldown
 

@@ -114,6 +114,7 @@ def is_deactivation_reason(reason: str) -> bool:
 KIND = "Workload"
 WORKLOAD_PRIORITY_CLASSES = "workloadpriorityclasses"
 LOCAL_QUEUES = "localqueues"
+CLUSTER_QUEUES = "clusterqueues"  # cluster-scoped
 
 # Kueue's on-demand visibility API (feature VisibilityOnDemand, an aggregated API served by Kueue):
 # GET /apis/<group>/<version>/namespaces/<ns>/localqueues/<lq>/pendingworkloads lists the pending

@@ -29,8 +29,8 @@ class Gang:
     then retries nothing, so a failure is never retried twice). Preemption, node loss and the
     gang's own restarts never use them. `resources` are per node (``{"cpu": "1", "memory": "1Gi"}``);
     None takes the task environment's `flyte.Resources`, else gangrun's default. `min_nodes` is the
-    manifest's `spec.minNodes`: below `nodes` the gang is elastic (docs/elastic.md; the local backend
-    runs it, the Kubernetes backend refuses it). `options` are any other
+    manifest's `spec.minNodes`: below `nodes` the gang is elastic (docs/elastic.md; on either
+    backend). `options` are any other
     `gangrun.ClusteredTask` keyword (`termination_grace_period`, `max_runtime`, `checkpoint_uri`,
     `env`, `image`, `max_system_retries`, ...).
     """

@@ -178,6 +178,14 @@ def expected_workers(obj: Any, default: int = 1) -> int:
     return max(_int(rj.get("replicas"), 1), 0) * parallelism if rj else default
 
 
+def of_jobset(pods: Iterable[Any], js: Any) -> list[dict[str, Any]]:
+    """The pods of JobSet `js` by JobSet's name label (all of them when `js` is unknown; a pod naming no
+    JobSet counts as its): an elastic gang's earlier JobSets of the same attempt have pods going."""
+    name = _str(_get(js, "metadata", "name"))
+    pods = [p for p in pods if isinstance(p, dict)]
+    return pods if not name else [p for p in pods if labels(p).get(jobset.JOBSET_NAME_KEY, name) == name]
+
+
 def current_round(pods: Iterable[Any], restarts: int) -> list[dict[str, Any]]:
     """Pods of the current whole-gang restart round (pods without the label are kept, as Flyte does)."""
     out = []

@@ -265,7 +265,9 @@ class KubeBackend:
         state = load_state(task, now=created)
         extra = {"backend": self.name, "namespace": md.get("namespace", self._namespace),
                  "queue": spec.get("queue", "default"), "priorityClass": spec.get("priorityClass", ""),
-                 "nodes": spec.get("nodes"), "nprocPerNode": spec.get("nprocPerNode", 1),
+                 "nodes": spec.get("nodes"), "minNodes": spec.get("minNodes", spec.get("nodes")),
+                 "runningNodes": (task.get("status") or {}).get("runningNodes", 0),
+                 "nprocPerNode": spec.get("nprocPerNode", 1),
                  "jobSet": (task.get("status") or {}).get("jobSet", ""), **self._pending(task, state),
                  "uid": md.get("uid", ""),
                  "resumeFrom": c.get("resumeFrom") or None if isinstance(c := spec.get("checkpoint"), dict) else None,

@@ -41,11 +41,13 @@ from datetime import datetime
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.kube import adapter, boost, crd, events, indexes
+from gangrun._backends.kube import adapter, boost, crd, elastic, events, indexes
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
 from gangrun._backends.kube.metrics import Metrics
+from gangrun._backends.kube.queues import Queues, priority_of
+from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.reconcile import (
     AnnotatePods,
     CreateJobSet,
@@ -56,7 +58,6 @@ from gangrun._backends.kube.reconcile import (
     load_state,
     reconcile,
 )
-from gangrun._backends.kube.render import jobset_name
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
 from gangrun._core.actions import RecordEvent, RequeueAt
@@ -107,7 +108,8 @@ class Controller:
                              on_change=self._pod_changed, indexers=indexes.POD_INDEXERS)
         self.workloads = Informer(api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
                                   indexers=indexes.WORKLOAD_INDEXERS)
-        self.informers = (self.tasks, self.jobsets, self.pods, self.workloads)
+        self.queues = Queues(api, namespace=namespace, on_change=self._queue_changed)
+        self.informers = (self.tasks, self.jobsets, self.pods, self.workloads, *self.queues.informers)
         self._hinted = False
         self._notices = ThreadPoolExecutor(max_workers=NOTICE_FANOUT, thread_name_prefix="stop-notice")
         self._tomb_lock = threading.Lock()
@@ -130,6 +132,11 @@ class Controller:
                 self._tombstones.setdefault((key_of(obj)[0], task), {})[key_of(obj)[1]] = obj
         self._owned_changed(obj)
 
+    def _queue_changed(self, _obj: dict[str, Any]) -> None:
+        """Quota freed or taken: every elastic gang may now fit at another size."""
+        for t in self.tasks.items(_elastic):
+            self.queue.add(key_of(t))
+
     def _workload_changed(self, obj: dict[str, Any]) -> None:
         uid = adapter.workload_job_uid(obj)
         if not uid:
@@ -148,7 +155,7 @@ class Controller:
         now = self.clock()
         state = load_state(task, now=now)  # the attempt and gangSeen exactly as reconcile reads them
         uid = str((task.get("metadata") or {}).get("uid") or "")
-        current = jobset_name(name, state.attempt)
+        current = elastic.current_jobset(task, state.attempt)
         js = self.jobsets.get((namespace, current))
         if js is None and state.gang_seen:
             js = self._live_jobset(namespace, current)
@@ -162,7 +169,8 @@ class Controller:
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
                 if adapter.attempt_of(p) == state.attempt and adapter.belongs_to(p, uid)]
         lookup = self._workloads_for(js)
-        new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned)
+        capacity = self._capacity(task, owned, lookup) if _elastic(task) else None
+        new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity)
         # Alongside the status write, not after it: a notice is no part of the task's state (writing it
         # twice is harmless), and for a stop Kueue starts every millisecond counts against its suspend.
         notices = self._annotate(namespace, actions)
@@ -197,6 +205,14 @@ class Controller:
                 self.queue.add_after(key, max((action.at - now).total_seconds(), 0.0))
         if self.boost is not None:
             self._keep_boost(key, task, lookup, now)
+
+    def _capacity(self, task: dict[str, Any], owned: list[dict[str, Any]], lookup: WorkloadLookup) -> Capacity | None:
+        """The free quota of an elastic task's ClusterQueue (`queues.py`)."""
+        namespace = key_of(task)[0]
+        mine = adapter.newest_workload(lookup.items) if lookup.read is WorkloadRead.FOUND else None
+        return self.queues.capacity(namespace, str((task.get("spec") or {}).get("queue") or "default"),
+                                    workloads=self.workloads.items(), own_jobs={adapter.job_uid(j) for j in owned},
+                                    priority=priority_of(mine))
 
     def _keep_boost(self, key: Key, task: dict[str, Any], lookup: WorkloadLookup, now: datetime) -> None:
         """Write the task's priority boost onto its Workload when it differs; come back when it would step up."""
@@ -376,6 +392,13 @@ class Controller:
         for t in workers_:
             t.join(timeout=10)
         self._notices.shutdown(wait=False)
+
+
+def _elastic(task: dict[str, Any]) -> bool:
+    """Whether a task's spec asks for an elastic gang (minNodes below nodes)."""
+    spec = s if isinstance(s := task.get("spec"), dict) else {}
+    least, nodes = spec.get("minNodes"), spec.get("nodes")
+    return isinstance(least, int) and isinstance(nodes, int) and least < nodes
 
 
 def _status_written(task: dict[str, Any]) -> bool:

@@ -68,6 +68,9 @@ def spec_schema() -> dict[str, Any]:
         "properties": {
             "nodes": _int(1, "gang size: pods, one per node", core_spec.NODES_MAX),
             "nprocPerNode": _int(1, "processes per node (torchrun when > 1)", core_spec.NPROC_MAX),
+            "minNodes": _int(1, "elastic gangs: the fewest nodes it may run on (default: nodes)", core_spec.NODES_MAX),
+            "resizeCooldown": _str("elastic gangs: grow back at most once per this long (default 5m)",
+                                   pattern=_DURATION),
             "command": {"type": "array", "minItems": 1, "maxItems": core_spec.COMMAND_MAX, "items": {"type": "string"},
                         "description": "the worker's argv, no shell"},
             "workingDir": _str("working directory inside the container (absolute) or '.'"),
@@ -205,7 +208,10 @@ def status_schema() -> dict[str, Any]:
             "accounting": {**record, "properties": accounting_properties,
                            "description": "time queued, gang up, restoring, work lost per stop, last checkpoint, "
                                           "save durations; badput by cause as of the newest event"},
-            "jobSet": _str("the JobSet of the current attempt"),
+            "jobSet": _str("the JobSet of the current attempt (an elastic gang's latest, once resized)"),
+            "runningNodes": {"type": "integer", "description": "the nodes the gang runs on now (0 when it is not up)"},
+            "elastic": {**record, "description": "an elastic gang's current JobSet in the attempt: its generation, "
+                                                 "size, last resize and the restarts of the JobSets it replaced"},
             "observedGeneration": {"type": "integer"},
             "conditions": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
                            "items": {"type": "object", "required": ["type", "status"], "properties": {

@@ -32,16 +32,19 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from gangrun._backends.kube import adapter, crd
+from gangrun._backends.kube import adapter, crd, elastic
 from gangrun._backends.kube.adapter import WorkloadLookup
-from gangrun._backends.kube.render import check_renderable, jobset_name, render_jobset
+from gangrun._backends.kube.elastic import Sizing
+from gangrun._backends.kube.quota import Capacity
+from gangrun._backends.kube.render import check_renderable, jobset_name
 from gangrun._checkpoint_report import Commit
+from gangrun._core import elastic as sizes
 from gangrun._core import grace, kueue
 from gangrun._core.accounting import Accounting
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.conditions import Condition, find_condition, set_condition
 from gangrun._core.engine import ActionKind, Decision, cancel, decide
-from gangrun._core.observation import Gang, Observation
+from gangrun._core.observation import Gang, Observation, WorkloadRead
 from gangrun._core.phases import Phase
 from gangrun._core.policy import GANG_EVICTED
 from gangrun._core.spec import TaskSpec, parse_manifest
@@ -123,9 +126,10 @@ def load_accounting(task: dict[str, Any]) -> Accounting:
 
 
 def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: WorkloadLookup,
-              pods: Iterable[dict[str, Any]] = (), *, now: datetime,
-              owned_jobsets: Sequence[dict[str, Any]] = ()) -> tuple[dict[str, Any] | None, list[Action]]:
-    """Decide one step for `task`. `jobset` is the JobSet of the current attempt if it exists.
+              pods: Iterable[dict[str, Any]] = (), *, now: datetime, owned_jobsets: Sequence[dict[str, Any]] = (),
+              capacity: Capacity | None = None) -> tuple[dict[str, Any] | None, list[Action]]:
+    """Decide one step for `task`. `jobset` is the current JobSet of the current attempt if it exists
+    (`elastic.current_jobset`); `capacity`: its ClusterQueue's free quota, which sizes an elastic gang.
 
     Returns the new `.status` (None when nothing changed) and the actions to take after writing it.
     """
@@ -145,12 +149,22 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
 
     pods = list(pods)
     obs = Observation()
-    if (meta.get("annotations") or {}).get(crd.CANCEL_ANNOTATION) and not before.phase.terminal:
+    sz = elastic.load(task, before.attempt)
+    cancelled = bool((meta.get("annotations") or {}).get(crd.CANCEL_ANNOTATION)) and not before.phase.terminal
+    if jobset is not None and adapter.attempt_of(jobset) != before.attempt:
+        jobset = None  # a JobSet of another attempt says nothing about this one
+    if not sz.created:
+        if jobset is None and not cancelled and not before.phase.terminal:
+            # A resize named this JobSet and the controller stopped before creating it: create it now.
+            return None, [CreateJobSet(elastic.render(spec, sz, owner_uid=meta.get("uid")))]
+        sz = replace(sz, created=True)
+    own = adapter.of_jobset(pods, jobset)  # the current JobSet's pods (an elastic gang's earlier JobSets' are going)
+    if cancelled:
         decisions = [cancel(before, now=now, reason="cancelled by the user")]
     else:
-        if jobset is not None and adapter.attempt_of(jobset) != before.attempt:
-            jobset = None  # a JobSet of another attempt says nothing about this one
-        obs = adapter.observe(jobset, workloads, pods)
+        obs = elastic.observed(adapter.observe(jobset, workloads, own), sz)
+        if sz.growing and obs.gang is not None and not obs.gang.restarting:
+            sz = replace(sz, growing="")  # Kueue admitted the larger JobSet
         decisions = [decide(spec.policy(), before, obs, now=now)]
         if decisions[-1].action.kind is ActionKind.RETRY:
             # The next attempt's gang does not exist yet: decide again so its CREATE is in this reconcile.
@@ -168,19 +182,26 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     seen += _checkpoint_events(ledger, commits, now=now)
     seen += first_step_events(ledger, [t for a, t in adapter.first_steps(pods) if a in (None, before.attempt)],
                          attempt=before.attempt, now=now)
-    seen += _workers_running(ledger, before, adapter.workers_running_at(jobset, pods), now=now)
-    seen += _admitted(ledger, before, obs, now=now)
+    seen += _workers_running(ledger, before, adapter.workers_running_at(jobset, own), now=now)
+    seen += _admitted(ledger, before, obs, now=now, size=(sz.nodes, spec.nodes) if spec.elastic else None)
     decided: list[Action] = []
     state = before
     for i, d in enumerate(decisions):
         decided += [RecordEvent(e) for e in transition_events(state, d.state, d.action, now=now,
                                                                   resume_from=spec.resume_from)]
         if i == 0:
-            decided += _stop_notice(spec, d, obs.gang, pods, now=now)
-        decided += _carry_out(d, spec, owner_uid=meta.get("uid"))
+            decided += _stop_notice(spec, d, obs.gang, own, now=now)
+        if d.action.kind is ActionKind.CREATE_GANG and not (sz.attempt == d.action.attempt and sz.nodes):
+            sz = Sizing(attempt=d.action.attempt, nodes=elastic.start_size(spec, capacity))  # sized once
+        decided += _carry_out(d, spec, sz, owner_uid=meta.get("uid"))
         state = d.state
-    decided += _garbage(owned_jobsets, state, name, already={a.name for a in decided if isinstance(a, DeleteJobSet)})
-    if _status_patch(task, state, now=now, ledger=ledger) is None:
+    if decisions[-1].action.kind is ActionKind.NONE and not cancelled:
+        sz, more = _resize(spec, sz, state, obs, jobset, workloads, own, capacity, now=now, owner_uid=meta.get("uid"))
+        decided += more
+    decided += _garbage(owned_jobsets, state, name, already={a.name for a in decided if isinstance(a, DeleteJobSet)},
+                        current=jobset_name(name, state.attempt, sz.generation if sz.attempt == state.attempt else 0))
+    extra = elastic.status(spec, sz, state, obs.gang)
+    if _status_patch(task, state, now=now, ledger=ledger, extra=extra) is None:
         decided = [a for a in decided if not isinstance(a, RecordEvent)]
     actions = seen + decided
     for a in actions:  # the accounting is the timeline folded, event by event, as on the local backend
@@ -190,12 +211,12 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     if warning:
         actions.append(RecordEvent(Event(time=now, type=EventType.GRACE_TOO_SHORT, attempt=state.attempt,
                                          message=warning)))
-    status = _status_patch(task, state, now=now, ledger=ledger)
+    status = _status_patch(task, state, now=now, ledger=ledger, extra=extra)
     if status is None:
         actions = [a for a in actions if not isinstance(a, RecordEvent)]
-    wake = decisions[-1].wake_at
-    if wake is not None:
-        actions.append(RequeueAt(wake))
+    for wake in (decisions[-1].wake_at, elastic.grow_at(spec, sz, state, now=now)):
+        if wake is not None:
+            actions.append(RequeueAt(wake))
     return status, actions
 
 
@@ -257,14 +278,19 @@ def _workers_running(ledger: Accounting, before: TaskState, running: datetime | 
                               message=f"every worker of attempt {before.attempt} running again"))]
 
 
-def _admitted(ledger: Accounting, before: TaskState, obs: Observation, *, now: datetime) -> list[Action]:
-    """An Admitted event the first time the attempt's gang is seen unsuspended: its queued time ends."""
+def _admitted(ledger: Accounting, before: TaskState, obs: Observation, *, now: datetime,
+              size: tuple[int, int] | None = None) -> list[Action]:
+    """An Admitted event the first time the attempt's gang is seen unsuspended: its queued time ends.
+    `size`: an elastic gang's (nodes, of), which the accounting counts node-seconds by."""
     gang = obs.gang
     if ledger.queued_since is None or gang is None or gang.suspended or before.phase.terminal:
         return []
     reserved = find_condition(obs.workload.conditions, kueue.QUOTA_RESERVED) if obs.workload is not None else None
     how = f" ({reserved.message})" if reserved is not None and reserved.is_true and reserved.message else ""
-    return [RecordEvent(Event(time=now, type=EventType.ADMITTED, attempt=before.attempt,
+    data = {"nodes": size[0], "of": size[1]} if size is not None and size[0] else {}
+    if data and size is not None and size[0] < size[1]:
+        how += f" on {size[0]} of {size[1]} nodes (what fits now)"
+    return [RecordEvent(Event(time=now, type=EventType.ADMITTED, attempt=before.attempt, data=data,
                               message=f"gang of attempt {before.attempt} admitted by Kueue{how}"))]
 
 
@@ -297,9 +323,11 @@ def _stop_notice(spec: TaskSpec, d: Decision, gang: Gang | None, pods: Sequence[
                  *, now: datetime) -> list[Action]:
     """Annotate the live worker pods of the attempt with the notice of the stop, once per cause."""
     stop = stop_cause(spec, d, gang, now=now)
-    if stop is None:
-        return []
-    cause, message, deadline = stop
+    return _notice(*stop, pods) if stop is not None else []
+
+
+def _notice(cause: str, message: str, deadline: datetime, pods: Sequence[dict[str, Any]]) -> list[Action]:
+    """The notice of a stop for `cause` on each live worker pod that does not carry it yet."""
     notice = json.dumps({"cause": cause, "message": message, "deadline": round(deadline.timestamp(), 3)},
                         sort_keys=True)
     names = []
@@ -318,17 +346,33 @@ def _stop_notice(spec: TaskSpec, d: Decision, gang: Gang | None, pods: Sequence[
     return [AnnotatePods(names=tuple(sorted(names)), notice=notice)] if names else []
 
 
-def _carry_out(d: Decision, spec: TaskSpec, *, owner_uid: str | None) -> list[Action]:
+def _carry_out(d: Decision, spec: TaskSpec, sz: Sizing, *, owner_uid: str | None) -> list[Action]:
     kind, attempt = d.action.kind, d.action.attempt
     if kind is ActionKind.CREATE_GANG:
-        return [CreateJobSet(render_jobset(spec, attempt=attempt, owner_uid=owner_uid))]
+        return [CreateJobSet(elastic.render(spec, sz, owner_uid=owner_uid))]
     if kind in (ActionKind.RETRY, ActionKind.FAIL, ActionKind.ABORT):
-        return [DeleteJobSet(jobset_name(spec.name, attempt))]
+        return [DeleteJobSet(jobset_name(spec.name, attempt, sz.generation if sz.attempt == attempt else 0))]
     return []  # NONE, or SUCCEED: the gang stays for its logs
 
 
-def _garbage(owned: Sequence[dict[str, Any]], state: TaskState, task: str, *, already: set[str]) -> list[Action]:
-    """Owned JobSets that are not the current attempt's (all of them once the task failed or aborted)."""
+def _resize(spec: TaskSpec, sz: Sizing, state: TaskState, obs: Observation, js: dict[str, Any] | None,
+            workloads: WorkloadLookup, pods: Sequence[dict[str, Any]], capacity: Capacity | None, *,
+            now: datetime, owner_uid: str | None) -> tuple[Sizing, list[Action]]:
+    """An elastic gang's change of size (`elastic.resize`): a running gang gets the stop notice (cause
+    Resize) first, then its JobSet is replaced by one of the new size, in the same attempt."""
+    workload = adapter.newest_workload(workloads.items) if workloads.read is WorkloadRead.FOUND else None
+    r = elastic.resize(spec, sz, state, obs.gang if js is not None else None, workload=workload, capacity=capacity,
+                       now=now, owner_uid=owner_uid)
+    if r is None:
+        return sz, []
+    out: list[Action] = _notice(sizes.RESIZE, r.event.message, now + spec.termination_grace, pods) if r.grow else []
+    return r.sizing, [*out, RecordEvent(r.event), DeleteJobSet(r.replaced), CreateJobSet(r.jobset)]
+
+
+def _garbage(owned: Sequence[dict[str, Any]], state: TaskState, task: str, *, already: set[str],
+             current: str) -> list[Action]:
+    """Owned JobSets that are not the current attempt's current one (all of them once the task failed or
+    aborted)."""
     keep_current = state.phase not in (Phase.FAILED, Phase.ABORTED)
     out: list[Action] = []
     for js in owned:
@@ -337,7 +381,7 @@ def _garbage(owned: Sequence[dict[str, Any]], state: TaskState, task: str, *, al
             continue
         if adapter.labels(js).get(crd.TASK_LABEL) != task:
             continue
-        if keep_current and adapter.attempt_of(js) == state.attempt:
+        if keep_current and adapter.attempt_of(js) == state.attempt and md.get("name") == current:
             continue
         out.append(DeleteJobSet(md["name"]))
         already.add(md["name"])
@@ -397,12 +441,14 @@ def _conditions(state: TaskState, old: Any, *, now: datetime, extra: Sequence[Co
              "lastTransitionTime": adapter.format_time(c.last_transition or now)} for c in conds]
 
 
-def _status_patch(task: dict[str, Any], state: TaskState, *, now: datetime,
-                  ledger: Accounting | None = None) -> dict[str, Any] | None:
+def _status_patch(task: dict[str, Any], state: TaskState, *, now: datetime, ledger: Accounting | None = None,
+                  extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
     old = s if isinstance(s := task.get("status"), dict) else {}
     name = (task.get("metadata") or {}).get("name", "")
     ledger = ledger if ledger is not None else load_accounting(task)
-    new = {**state.for_storage(), "jobSet": jobset_name(name, state.attempt) if name else "",
+    extra = extra or {}
+    generation = ((extra.get("elastic") or {}).get("generation") or 0)
+    new = {**state.for_storage(), **extra, "jobSet": jobset_name(name, state.attempt, generation) if name else "",
            "accounting": ledger.for_storage(),
            "observedGeneration": (task.get("metadata") or {}).get("generation", 0),
            "conditions": _conditions(state, old.get("conditions"), now=now,

@@ -46,13 +46,18 @@ DEFAULT_CHECKPOINT_ROOT = "file:///var/lib/gangrun/checkpoints"  # mount shared 
 LAUNCHER = ("python", "-m", "gangrun.launch", "--")
 
 
-def jobset_name(task: str, attempt: int) -> str:
-    """`<task>-<attempt>`, or a truncated task name plus a hash when that exceeds 41 characters."""
-    name = f"{task}-{attempt}"
+def jobset_name(task: str, attempt: int, generation: int = 0) -> str:
+    """`<task>-<attempt>`, or a truncated task name plus a hash when that exceeds 41 characters.
+
+    `generation` > 0: the JobSet that replaced an elastic gang's earlier one inside the same attempt (a
+    resize, `elastic.py`), `<task>-<attempt>-r<generation>`; no name of another task or attempt ends in
+    `-r<digits>`, so these never collide with them."""
+    tail = f"-r{generation}" if generation else ""
+    name = f"{task}-{attempt}{tail}"
     if len(name) <= NAME_MAX:
         return name
-    digest = hashlib.sha256(f"{task}\n{attempt}".encode()).hexdigest()[:6]
-    suffix = f"-{digest}-{attempt}"
+    digest = hashlib.sha256(f"{task}\n{attempt}{tail}".encode()).hexdigest()[:6]
+    suffix = f"-{digest}-{attempt}{tail}"
     return task[: NAME_MAX - len(suffix)].rstrip("-") + suffix
 
 
@@ -82,20 +87,27 @@ def check_renderable(spec: TaskSpec) -> None:
     """Raise SpecError, naming the field, for what a valid manifest may hold but no JobSet can carry."""
     if not spec.image:
         raise SpecError("spec.image", "is required on the kubernetes backend: an image with gangrun installed")
-    if spec.elastic:
-        raise SpecError("spec.minNodes", "elastic gangs run on the local backend only in this version; on "
-                        "kubernetes leave it out or equal to spec.nodes (docs/elastic.md)")
     if len(spec.priority_class) > crd.LABEL_VALUE_MAX:
         raise SpecError("spec.priorityClass", f"must be at most {crd.LABEL_VALUE_MAX} characters on the kubernetes "
                         "backend: it is a label of the JobSet")
 
 
-def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = None) -> dict[str, Any]:
-    """The JobSet that attempt `attempt` of `spec` creates. Pure: no cluster, no clock."""
+def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = None, nodes: int | None = None,
+                  generation: int = 0, restarts_used: int = 0) -> dict[str, Any]:
+    """The JobSet that attempt `attempt` of `spec` creates. Pure: no cluster, no clock.
+
+    An elastic gang's JobSet may run on `nodes` < spec.nodes (its workers' NNODES and WORLD_SIZE say so);
+    `generation` numbers the JobSets that replace one another inside an attempt when it is resized, and
+    `restarts_used` is what the earlier ones already used of failurePolicy.maxRestarts."""
     if attempt < 1:
         raise SpecError("attempt", f"must be >= 1, got {attempt}")
     check_renderable(spec)
-    name = jobset_name(spec.name, attempt)
+    if nodes is not None:
+        if not spec.least_nodes <= nodes <= spec.nodes:
+            raise SpecError("nodes", f"must be between spec.minNodes ({spec.least_nodes}) and spec.nodes "
+                                     f"({spec.nodes}), got {nodes}")
+        spec = spec.at_size(nodes)
+    name = jobset_name(spec.name, attempt, generation)
     own = {crd.TASK_LABEL: spec.name, crd.ATTEMPT_LABEL: str(attempt)}
     if owner_uid:
         own[crd.TASK_UID_LABEL] = owner_uid
@@ -124,7 +136,7 @@ def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = N
         "podReplacementPolicy": "Failed",
         "template": template,
     }
-    failure_policy: dict[str, Any] = {"maxRestarts": spec.failure_policy.max_restarts,
+    failure_policy: dict[str, Any] = {"maxRestarts": max(spec.failure_policy.max_restarts - restarts_used, 0),
                                       "restartStrategy": jobset.RESTART_STRATEGY_RECREATE}
     if spec.failure_policy.restart_on_disruption:
         # A pod with DisruptionTarget fails its Job with reason PodFailurePolicy, which JobSet restarts
