@@ -177,17 +177,15 @@ def one_round(rc: Any, rec: Record, procs: Processes, i: int) -> dict[str, list[
 
     kube, ns = rc.kube, rc.ns
     gang, urgent = f"gang-{i}", f"urgent-{i}"
-    body = train_task(rc, gang, steps=40)
-    body["spec"]["env"].update({"SAVE_EVERY": "1", "STEP_SECONDS": "0.1"})  # a save is a step the SDK sees
+    body = train_task(rc, gang, steps=40, step_seconds=0.1)
+    body["spec"]["env"]["SAVE_EVERY"] = "1"  # a save is a step the SDK sees
     c0 = time.time()
     submit(rc, body)
     first = kube.wait_running_pods(ns, f"{TASK_LABEL}={gang}", 2, timeout=180)
     rank0 = next(p for p in first if p["metadata"]["annotations"][INDEX] == "0")
     LogFollower(rc, rank0["metadata"]["name"]).wait(r"step 10: loss")
     p0 = time.time()
-    pre = train_task(rc, urgent, nodes=1, priority="high", steps=10)
-    pre["spec"]["env"]["STEP_SECONDS"] = "0.1"
-    submit(rc, pre)
+    submit(rc, train_task(rc, urgent, nodes=1, priority="high", steps=10, step_seconds=0.1))
     wait_phase(rc, urgent, "Succeeded")
     again = new_running_pods(rc, gang, 1, {p["metadata"]["uid"] for p in first})
     loaded = [LogFollower(rc, p["metadata"]["name"], timestamps=True) for p in again]

@@ -49,7 +49,7 @@ class RealCluster:
 
 
 @contextlib.contextmanager
-def real_cluster(cp: ControlPlane, images: list[Path], *, cpu: str = "1", memory: str = "4Gi") -> Iterator[RealCluster]:
+def real_cluster(cp: ControlPlane, images: list[Path], *, cpu: str = "1", memory: str = "8Gi") -> Iterator[RealCluster]:
     """The real node started beside `cp` (tier C), its queue and the controller in-cluster; all
     removed again on exit. The quota is `cpu` (two half-CPU workers fill it) and `memory`."""
     node = realnode.RealNode(cp.binaries, cp.kubeconfig, Path(tempfile.mkdtemp(prefix="gangrun-node-")), images,
@@ -78,7 +78,7 @@ def real_cluster(cp: ControlPlane, images: list[Path], *, cpu: str = "1", memory
 
 
 def train_task(rc: RealCluster, name: str, *, nodes: int = 2, priority: str = "low", steps: int = 60,
-               resume: bool = True, retries: int = 0, max_restarts: int = 0) -> dict:
+               resume: bool = True, retries: int = 0, max_restarts: int = 0, step_seconds: float = 0.2) -> dict:
     """The shipped example in real containers, its checkpoints in a hostPath folder through podTemplate."""
     worker = {"name": "worker", "volumeMounts": [{"name": "data", "mountPath": str(rc.data)}]}
     template = {"spec": {"containers": [worker],
@@ -87,7 +87,7 @@ def train_task(rc: RealCluster, name: str, *, nodes: int = 2, priority: str = "l
     return {
         "apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": name, "namespace": rc.ns},
         "spec": {"nodes": nodes, "command": ["python", "-m", "gangrun.examples.train"], "image": realnode.IMAGE,
-                 "env": {"STEPS": str(steps), "SAVE_EVERY": "2", "STEP_SECONDS": "0.2"},
+                 "env": {"STEPS": str(steps), "SAVE_EVERY": "2", "STEP_SECONDS": str(step_seconds)},
                  "resources": {"cpu": "500m", "memory": "256Mi"}, "queue": QUEUE, "priorityClass": priority,
                  "retries": retries, "terminationGracePeriod": "20s",
                  "failurePolicy": {"maxRestarts": max_restarts, "resumeAfterPreemption": resume},

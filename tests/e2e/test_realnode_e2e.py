@@ -165,8 +165,8 @@ def test_without_resume_a_preempted_gang_of_real_workers_retries_as_a_new_attemp
     assert_resumed_from(starts, saved, "previous")
 
 
-def fail_and_resume(rc: RealCluster, name: str, end_worker: Callable[[dict, LogFollower], int], *, attempt: int, **policy: int
-                    ) -> tuple[int, dict[int, re.Match], dict, PodRecorder]:
+def fail_and_resume(rc: RealCluster, name: str, end_worker: Callable[[dict, LogFollower], int], *, attempt: int,
+                    **policy: int) -> tuple[int, dict[int, re.Match], dict, PodRecorder]:
     """Run `name` (2 real workers, 30 steps), and once rank 0 trained 10 steps end it with
     `end_worker(rank 0's pod, its log)`, which returns the step of the checkpoint the next run must load.
     Follows the gang to its next run in `attempt` and the task to Succeeded. Returns that step, the
@@ -174,7 +174,7 @@ def fail_and_resume(rc: RealCluster, name: str, end_worker: Callable[[dict, LogF
     rec = PodRecorder(rc.cp, rc.ns)
     try:
         t0 = time.monotonic()
-        submit(rc, train_task(rc, name, steps=30, **policy))
+        submit(rc, train_task(rc, name, steps=30, step_seconds=0.1, **policy))
         first = rc.kube.wait_running_pods(rc.ns, f"{TASK_LABEL}={name}", 2, timeout=TIMEOUT)
         rank0 = next(p for p in first if rank_of(p) == 0)
         log = LogFollower(rc, rank0["metadata"]["name"])
@@ -251,7 +251,7 @@ def test_the_gloo_ddp_example_trains_in_two_real_pods_with_torch_from_the_host(r
     example = REPO_ROOT / "examples" / "ddp"
     body = train_task(rc, "ddp")
     spec = body["spec"]
-    spec.update(command=["python", str(example / "train.py")], resources={"cpu": "500m", "memory": "1Gi"},
+    spec.update(command=["python", str(example / "train.py")], resources={"cpu": "500m", "memory": "2Gi"},
                 env={"STEPS": "20", "SAVE_EVERY": "5", "STEP_SECONDS": "0.05", "OMP_NUM_THREADS": "1",
                      "PYTHONPATH": site})
     pod = spec["podTemplate"]["spec"]
