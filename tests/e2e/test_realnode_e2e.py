@@ -6,7 +6,9 @@ controller deployed in-cluster from that image with deploy/'s manifests (inclust
 one namespace of its own. The tasks run the shipped training example
 (``python -m gangrun.examples.train``) with their checkpoints on a hostPath volume given through
 ``podTemplate``, in a ClusterQueue sized for two half-CPU workers, so that a one-worker task of
-higher priority makes Kueue preempt the gang.
+higher priority makes Kueue preempt the gang; rank 0's training process is also SIGKILLed from the
+host and its pod evicted through the Eviction API; the gloo DDP example runs with the host's torch.
+The cluster and the task helpers are in realnode_tasks.py.
 
 These tests need root and Debian's containerd, runc, CNI plugins, buildah and debootstrap (``./dev
 test`` installs them); without them they skip, and with ``CI=true`` they fail.
