@@ -75,7 +75,9 @@ def wait_for_dns(host: str, *, timeout: float, resolve: Callable[[str], object] 
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
     """Return once `host` resolves; raise TimeoutError naming it after `timeout` seconds."""
     deadline = clock() + timeout
-    delay = 0.25
+    # A new pod's name resolves a fraction of a second after its address is known: look often at first
+    # (a resume waits on this), less often the longer it takes.
+    delay = 0.05
     while True:
         try:
             resolve(host)
@@ -85,7 +87,7 @@ def wait_for_dns(host: str, *, timeout: float, resolve: Callable[[str], object] 
                 raise TimeoutError(f"rank-0 host {host} did not resolve within {timeout:.0f}s ({e}); "
                                    f"is the JobSet's headless Service there (network.enableDNSHostnames)?") from None
         sleep(delay)
-        delay = min(delay * 2, 5.0)
+        delay = min(delay * 1.5, 2.0)
 
 
 def _run_forwarding(argv: list[str], env: dict[str, str]) -> tuple[int, bool]:

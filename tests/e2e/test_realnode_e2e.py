@@ -6,7 +6,9 @@ controller deployed in-cluster from that image with deploy/'s manifests (inclust
 one namespace of its own. The tasks run the shipped training example
 (``python -m gangrun.examples.train``) with their checkpoints on a hostPath volume given through
 ``podTemplate``, in a ClusterQueue sized for two half-CPU workers, so that a one-worker task of
-higher priority makes Kueue preempt the gang.
+higher priority makes Kueue preempt the gang; rank 0's training process is also SIGKILLed from the
+host and its pod evicted through the Eviction API; the gloo DDP example runs with the host's torch.
+The cluster and the task helpers are in realnode_tasks.py.
 
 These tests need root and Debian's containerd, runc, CNI plugins, buildah and debootstrap (``./dev
 test`` installs them); without them they skip, and with ``CI=true`` they fail.
@@ -14,146 +16,49 @@ test`` installs them); without them they skip, and with ``CI=true`` they fail.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import incluster
 import pytest
-import realnode
-from controlplane import ControlPlane, Kube, has_condition
-from test_controller_e2e import ATTEMPT_LABEL, TASK_LABEL, task_path, wait_status
+from controlplane import REPO_ROOT, ControlPlane
+from realnode_tasks import (
+    TIMEOUT,
+    LogFollower,
+    RealCluster,
+    cleanup_task,
+    committed_steps,
+    evict,
+    kill_training_process,
+    new_running_pods,
+    real_cluster,
+    starts_by_rank,
+    submit,
+    train_task,
+    wait_phase,
+    worker_exits,
+)
+from test_controller_e2e import TASK_LABEL
 from test_training_e2e import PodRecorder
 
 from conftest import real_node_images
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
-QUEUE = "real"
-CLUSTER_QUEUE = "real-node"
-TIMEOUT = 180.0
 TIMINGS: dict[str, float] = {}  # measured along the way, printed by the last test
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-@dataclass
-class RealCluster:
-    cp: ControlPlane
-    node: realnode.RealNode
-    ns: str
-    data: Path       # a host folder the pods see at the same path
-
-    @property
-    def kube(self) -> Kube:
-        return self.cp.kube
-
-
-@pytest.fixture(scope="module")  # one real node at a time: test_realnode_host.py starts its own
-def real_cluster(control_plane_tier_c: ControlPlane) -> Iterator[RealCluster]:
+@pytest.fixture(scope="module", name="real_cluster")  # one real node at a time: test_realnode_host.py starts its own
+def real_cluster_fixture(control_plane_tier_c: ControlPlane) -> Iterator[RealCluster]:
     cp = control_plane_tier_c
-    images = real_node_images(cp.binaries)
-    node = realnode.RealNode(cp.binaries, cp.kubeconfig, Path(tempfile.mkdtemp(prefix="gangrun-node-")), images,
-                             keep_workdir=bool(os.environ.get("GANGRUN_E2E_KEEP")))
-    node.start()
-    data = Path(tempfile.mkdtemp(prefix="gangrun-data-"))
-    data.chmod(0o1777)  # the image's user (65532) writes the checkpoints
-    try:
-        ns = cp.make_namespace("realnode")
-        kube = cp.kube
-        kube.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE},
-                    "spec": {"namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
-                             "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
-                                 "name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": "1"},
-                                                                         {"name": "memory", "nominalQuota": "1Gi"}]}]}]}})
-        kube.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-                    "metadata": {"name": QUEUE, "namespace": ns}, "spec": {"clusterQueue": CLUSTER_QUEUE}})
-        kube.wait_for("LocalQueue real Active", lambda: has_condition(kube.get("LocalQueue", QUEUE, ns), "Active"))
-        incluster.deploy(kube, cp.api_url, namespace=ns)
-        yield RealCluster(cp, node, ns, data)
-    finally:
-        with contextlib.suppress(Exception):
-            incluster.remove(cp.kube)
-        node.stop()
-        import shutil
-
-        shutil.rmtree(data, ignore_errors=True)
+    with real_cluster(cp, real_node_images(cp.binaries)) as rc:
+        yield rc
 
 
-def train_task(rc: RealCluster, name: str, *, nodes: int = 2, priority: str = "low", steps: int = 60,
-               resume: bool = True, retries: int = 0, max_restarts: int = 0) -> dict:
-    """The shipped example in real containers, its checkpoints in a hostPath folder through podTemplate."""
-    worker = {"name": "worker", "volumeMounts": [{"name": "data", "mountPath": str(rc.data)}]}
-    template = {"spec": {"containers": [worker],
-                         "volumes": [{"name": "data", "hostPath": {"path": str(rc.data), "type": "Directory"}}],
-                         **realnode.placement()}}
-    return {
-        "apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": name, "namespace": rc.ns},
-        "spec": {"nodes": nodes, "command": ["python", "-m", "gangrun.examples.train"], "image": realnode.IMAGE,
-                 "env": {"STEPS": str(steps), "SAVE_EVERY": "2", "STEP_SECONDS": "0.2"},
-                 "resources": {"cpu": "500m", "memory": "256Mi"}, "queue": QUEUE, "priorityClass": priority,
-                 "retries": retries, "terminationGracePeriod": "20s",
-                 "failurePolicy": {"maxRestarts": max_restarts, "resumeAfterPreemption": resume},
-                 "checkpoint": {"uri": f"file://{rc.data}"}, "podTemplate": template},
-    }
-
-
-def submit(rc: RealCluster, body: dict) -> None:
-    rc.kube.request("POST", task_path(rc.ns), body=body)
-
-
-class LogFollower:
-    """A worker's output, followed from the API server on a thread and kept after its pod is gone."""
-
-    def __init__(self, rc: RealCluster, pod: str) -> None:
-        self.text = ""
-        self._rc, self._pod = rc, pod
-        threading.Thread(target=self._run, daemon=True, name=f"log-{pod}").start()
-
-    def _run(self) -> None:
-        from kubernetes import client
-
-        api = client.CoreV1Api(self._rc.kube.api_client)
-        resp = api.read_namespaced_pod_log(self._pod, self._rc.ns, container="worker", follow=True,
-                                           _preload_content=False)
-        for chunk in resp.stream(1024):
-            self.text += chunk.decode(errors="replace")
-
-    def wait(self, pattern: str, timeout: float = TIMEOUT) -> re.Match:
-        return self._rc.kube.wait_for(f"{pattern!r} in the log of {self._pod}", lambda: re.search(pattern, self.text),
-                                      timeout=timeout, interval=0.3)
-
-
-def running_pods(rc: RealCluster, task: str, attempt: int) -> list[dict]:
-    return rc.kube.running_pods(rc.ns, f"{TASK_LABEL}={task},{ATTEMPT_LABEL}={attempt}")
-
-
-def worker_exits(rec: PodRecorder, uids: set[str]) -> dict[str, dict]:
-    """The worker container's terminated state of each pod in `uids`, as the watch saw it last."""
-    out: dict[str, dict] = {}
-    for _rv, name, pod in rec.changes:
-        if pod["metadata"]["uid"] not in uids:
-            continue
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            if cs["name"] == "worker" and "terminated" in (cs.get("state") or {}):
-                out[name] = cs["state"]["terminated"]
-    return out
-
-
-def cleanup_task(rc: RealCluster, name: str) -> None:
-    with contextlib.suppress(Exception):
-        rc.kube.request("DELETE", task_path(rc.ns, name))
-
-
-def wait_phase(rc: RealCluster, name: str, phase: str, timeout: float = TIMEOUT) -> dict:
-    try:
-        return wait_status(rc.kube, rc.ns, name, lambda s: s.get("phase") == phase, phase, timeout=timeout)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\ncontroller:\n{incluster.logs(rc.kube)[-4000:]}") from None
+def rank_of(pod: dict) -> int:
+    return int(pod["metadata"]["annotations"][COMPLETION_INDEX])
 
 
 # ------------------------------------------------------------------------------- tests
@@ -221,11 +126,7 @@ def preempt_and_finish(rc: RealCluster, name: str, *, resume: bool) -> tuple[dic
         wait_phase(rc, urgent, "Succeeded")
         attempt = 1 if resume else 2
         t2 = time.monotonic()
-        again = kube.wait_for(f"attempt {attempt} running again", lambda: (
-            p if len(p := [x for x in running_pods(rc, name, attempt) if x["metadata"]["uid"] not in first_uids]) == 2
-            else None), timeout=TIMEOUT)
-        starts = {int(m.group(1)): m for p in again if (m := LogFollower(rc, p["metadata"]["name"]).wait(
-            r"rank (\d+)/2 attempt \d+ restart \d+: starting at step (\d+) \((.*)\)"))}
+        starts = starts_by_rank(rc, new_running_pods(rc, name, attempt, first_uids))
         TIMINGS[f"{name}: preemptor done -> workers loaded the checkpoint"] = time.monotonic() - t2
         return saved, starts, wait_phase(rc, name, "Succeeded")
     finally:
@@ -241,8 +142,8 @@ def assert_resumed_from(starts: dict[int, re.Match], saved: dict[int, int], sour
     starts older than the stop's save."""
     lines = {r: m.group(0) for r, m in starts.items()}
     assert set(starts) == {0, 1}, lines
-    assert int(starts[0].group(2)) == saved[0] and starts[0].group(3) == source, (lines, saved)
-    assert int(starts[1].group(2)) >= saved[0] and starts[1].group(3) in {source, "own"}, (lines, saved)
+    assert int(starts[0]["step"]) == saved[0] and starts[0]["source"] == source, (lines, saved)
+    assert int(starts[1]["step"]) >= saved[0] and starts[1]["source"] in {source, "own"}, (lines, saved)
 
 
 def test_a_preempted_gang_of_real_workers_saves_in_its_grace_period_keeps_attempt_1_and_resumes(
@@ -264,6 +165,112 @@ def test_without_resume_a_preempted_gang_of_real_workers_retries_as_a_new_attemp
     saved, starts, s = preempt_and_finish(real_cluster, "fresh", resume=False)
     assert s["attempt"] == 2 and s["userRetriesUsed"] == 1
     assert_resumed_from(starts, saved, "previous")
+
+
+def fail_and_resume(rc: RealCluster, name: str, end_worker: Callable[[dict, LogFollower], int], *, attempt: int,
+                    **policy: int) -> tuple[int, dict[int, re.Match], dict, PodRecorder]:
+    """Run `name` (2 real workers, 30 steps), and once rank 0 trained 10 steps end it with
+    `end_worker(rank 0's pod, its log)`, which returns the step of the checkpoint the next run must load.
+    Follows the gang to its next run in `attempt` and the task to Succeeded. Returns that step, the
+    next run's `starting at step` lines by rank, the final status and the pods' recorded changes."""
+    rec = PodRecorder(rc.cp, rc.ns)
+    try:
+        t0 = time.monotonic()
+        submit(rc, train_task(rc, name, steps=30, step_seconds=0.1, **policy))
+        first = rc.kube.wait_running_pods(rc.ns, f"{TASK_LABEL}={name}", 2, timeout=TIMEOUT)
+        rank0 = next(p for p in first if rank_of(p) == 0)
+        log = LogFollower(rc, rank0["metadata"]["name"])
+        log.wait(r"step 10: loss")
+        t1 = time.monotonic()
+        expected = end_worker(rank0, log)
+        starts = starts_by_rank(rc, new_running_pods(rc, name, attempt, {p["metadata"]["uid"] for p in first}))
+        TIMINGS[f"{name}: worker ended -> the next run loaded its checkpoint"] = time.monotonic() - t1
+        s = wait_phase(rc, name, "Succeeded")
+        TIMINGS[f"{name}: created -> Succeeded"] = time.monotonic() - t0
+        return expected, starts, s, rec
+    finally:
+        rec.stop()
+        cleanup_task(rc, name)
+
+
+@pytest.mark.parametrize(("max_restarts", "retries"), [(1, 0), (0, 1)], ids=["restart", "retry"])
+def test_a_worker_killed_from_the_host_restarts_or_retries_as_the_policy_says_and_resumes_from_its_newest_checkpoint(
+        real_cluster: RealCluster, max_restarts: int, retries: int) -> None:
+    """Rank 0's training process (the example, under the launcher) is SIGKILLed from the host, as a
+    crash or the OOM killer would end it: its container exits 137. With maxRestarts 1 the gang restarts
+    inside attempt 1 (JobSet restart 1, no retry used) and rank 0 loads its own attempt's newest
+    checkpoint; with maxRestarts 0 and a retry left, attempt 2 loads attempt 1's newest."""
+    rc = real_cluster
+    name = f"killed-{max_restarts}{retries}"
+    killed: dict[str, str] = {}
+
+    def kill(pod: dict, _log: LogFollower) -> int:
+        killed["uid"] = pod["metadata"]["uid"]
+        kill_training_process(killed["uid"])
+        steps = committed_steps(rc, name, 1)  # frozen now: rank 0, the only writer, is dead
+        assert steps, "no checkpoint committed before the kill"
+        return steps[max(steps)]
+
+    attempt = 1 if max_restarts else 2
+    newest, starts, s, rec = fail_and_resume(rc, name, kill, attempt=attempt, max_restarts=max_restarts,
+                                             retries=retries)
+    assert worker_exits(rec, {killed["uid"]}).popitem()[1]["exitCode"] == 137
+    assert {(m["rank"], m["attempt"], m["restart"]) for m in starts.values()} == {
+        ("0", str(attempt), str(max_restarts)), ("1", str(attempt), str(max_restarts))}
+    assert_resumed_from(starts, {0: newest}, "own" if max_restarts else "previous")
+    assert (s["attempt"], s["userRetriesUsed"], s.get("restartAttempt", 0)) == (attempt, retries, max_restarts), s
+    assert not s.get("disruptionRestarts"), s
+
+
+def test_a_worker_evicted_through_the_eviction_api_restarts_the_gang_without_charging_a_budget_and_resumes(
+        real_cluster: RealCluster) -> None:
+    """Rank 0's pod is evicted (POST pods/<name>/eviction, policy/v1, as kubectl drain does): it gets
+    DisruptionTarget, saves at its SIGTERM and exits; JobSet restarts the gang without counting it, so a
+    task with maxRestarts 0 and no retries goes on in attempt 1 and the restarted rank 0 loads the step
+    saved at the eviction."""
+    rc = real_cluster
+
+    def evict_it(pod: dict, log: LogFollower) -> int:
+        evict(rc, pod["metadata"]["name"])
+        return int(log.wait(r"stop requested \(.*\): saved step (\d+)").group(1))
+
+    saved, starts, s, rec = fail_and_resume(rc, "evicted", evict_it, attempt=1)
+    disrupted = [c for _rv, _n, p in rec.changes for c in (p.get("status") or {}).get("conditions") or []
+                 if c["type"] == "DisruptionTarget" and c["status"] == "True"]
+    assert disrupted and disrupted[0]["reason"] == "EvictionByEvictionAPI", disrupted
+    assert {(m["attempt"], m["restart"]) for m in starts.values()} == {("1", "1")}
+    assert_resumed_from(starts, {0: saved}, "own")
+    assert (s["attempt"], s["userRetriesUsed"], s["systemRetriesUsed"], s["disruptionRestarts"]) == (1, 0, 0, 1), s
+
+
+def test_the_gloo_ddp_example_trains_in_two_real_pods_with_torch_from_the_host(real_cluster: RealCluster) -> None:
+    """examples/ddp/train.py (DDP over gloo, sharded checkpoints through gangrun.torch) in 2 real pods.
+    The image has no torch (PyPI's is a multi-GB CUDA build): this host's torch is mounted read-only
+    through a hostPath volume and put on PYTHONPATH (the image's Python has the same minor version)."""
+    torch = pytest.importorskip("torch")
+    rc = real_cluster
+    site = str(Path(torch.__file__).resolve().parents[1])
+    example = REPO_ROOT / "examples" / "ddp"
+    body = train_task(rc, "ddp")
+    spec = body["spec"]
+    spec.update(command=["python", str(example / "train.py")], resources={"cpu": "500m", "memory": "2Gi"},
+                env={"STEPS": "20", "SAVE_EVERY": "5", "STEP_SECONDS": "0.05", "OMP_NUM_THREADS": "1",
+                     "PYTHONPATH": site})
+    pod = spec["podTemplate"]["spec"]
+    for name, path in (("torch", site), ("example", str(example))):
+        pod["volumes"].append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
+        pod["containers"][0]["volumeMounts"].append({"name": name, "mountPath": path, "readOnly": True})
+    try:
+        submit(rc, body)
+        rank0 = next(p for p in rc.kube.wait_running_pods(rc.ns, f"{TASK_LABEL}=ddp", 2, timeout=TIMEOUT)
+                     if rank_of(p) == 0)
+        log = LogFollower(rc, rank0["metadata"]["name"])
+        s = wait_phase(rc, "ddp", "Succeeded")
+        assert s["attempt"] == 1
+        log.wait(r"step 20 saved", timeout=10)
+        assert "starting fresh: 2 ranks, DDP" in log.text, log.text
+    finally:
+        cleanup_task(rc, "ddp")
 
 
 def test_zz_report_the_real_node_timings(real_cluster: RealCluster) -> None:

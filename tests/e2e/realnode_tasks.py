@@ -1,0 +1,218 @@
+"""Tasks on the real node: the cluster around it, the shipped example as a ClusteredTask, following
+its workers (their logs through the API server, their processes on this host) and ending them the
+ways a worker ends in production (SIGKILL from the host, the Eviction API).
+
+Shared by tests/e2e/test_realnode_*.py and benchmarks/bench_realnode.py. The cluster: a real node
+beside the control plane (tier C), the images built here, a ClusterQueue sized for two half-CPU
+workers (so that a one-worker task of higher priority makes Kueue preempt a gang), and the gangrun
+controller deployed in-cluster from the image (incluster.py), watching one namespace of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import incluster
+import realnode
+from controlplane import ControlPlane, Kube, has_condition
+from test_controller_e2e import ATTEMPT_LABEL, TASK_LABEL, task_path, wait_status
+from test_training_e2e import PodRecorder
+
+QUEUE = "real"
+CLUSTER_QUEUE = "real-node"
+TIMEOUT = 180.0
+# The example's line when it starts: rank, attempt, restart, the step it loaded and from where.
+STARTING = (r"rank (?P<rank>\d+)/2 attempt (?P<attempt>\d+) restart (?P<restart>\d+): "
+            r"starting at step (?P<step>\d+) \((?P<source>.*)\)")
+
+
+@dataclass
+class RealCluster:
+    cp: ControlPlane
+    node: realnode.RealNode
+    ns: str
+    data: Path       # a host folder the pods see at the same path
+
+    @property
+    def kube(self) -> Kube:
+        return self.cp.kube
+
+
+@contextlib.contextmanager
+def real_cluster(cp: ControlPlane, images: list[Path], *, cpu: str = "1", memory: str = "8Gi") -> Iterator[RealCluster]:
+    """The real node started beside `cp` (tier C), its queue and the controller in-cluster; all
+    removed again on exit. The quota is `cpu` (two half-CPU workers fill it) and `memory`."""
+    node = realnode.RealNode(cp.binaries, cp.kubeconfig, Path(tempfile.mkdtemp(prefix="gangrun-node-")), images,
+                             keep_workdir=bool(os.environ.get("GANGRUN_E2E_KEEP")))
+    node.start()
+    data = Path(tempfile.mkdtemp(prefix="gangrun-data-"))
+    data.chmod(0o1777)  # the image's user (65532) writes the checkpoints
+    try:
+        ns = cp.make_namespace("realnode")
+        kube = cp.kube
+        kube.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE},
+                    "spec": {"namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
+                             "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
+                                 "name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": cpu},
+                                                                         {"name": "memory", "nominalQuota": memory}]}]}]}})
+        kube.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                    "metadata": {"name": QUEUE, "namespace": ns}, "spec": {"clusterQueue": CLUSTER_QUEUE}})
+        kube.wait_for("LocalQueue real Active", lambda: has_condition(kube.get("LocalQueue", QUEUE, ns), "Active"))
+        incluster.deploy(kube, cp.api_url, namespace=ns)
+        yield RealCluster(cp, node, ns, data)
+    finally:
+        with contextlib.suppress(Exception):
+            incluster.remove(cp.kube)
+        node.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def train_task(rc: RealCluster, name: str, *, nodes: int = 2, priority: str = "low", steps: int = 60,
+               resume: bool = True, retries: int = 0, max_restarts: int = 0, step_seconds: float = 0.2) -> dict:
+    """The shipped example in real containers, its checkpoints in a hostPath folder through podTemplate."""
+    worker = {"name": "worker", "volumeMounts": [{"name": "data", "mountPath": str(rc.data)}]}
+    template = {"spec": {"containers": [worker],
+                         "volumes": [{"name": "data", "hostPath": {"path": str(rc.data), "type": "Directory"}}],
+                         **realnode.placement()}}
+    return {
+        "apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": name, "namespace": rc.ns},
+        "spec": {"nodes": nodes, "command": ["python", "-m", "gangrun.examples.train"], "image": realnode.IMAGE,
+                 "env": {"STEPS": str(steps), "SAVE_EVERY": "2", "STEP_SECONDS": str(step_seconds)},
+                 "resources": {"cpu": "500m", "memory": "256Mi"}, "queue": QUEUE, "priorityClass": priority,
+                 "retries": retries, "terminationGracePeriod": "20s",
+                 "failurePolicy": {"maxRestarts": max_restarts, "resumeAfterPreemption": resume},
+                 "checkpoint": {"uri": f"file://{rc.data}"}, "podTemplate": template},
+    }
+
+
+def submit(rc: RealCluster, body: dict) -> None:
+    rc.kube.request("POST", task_path(rc.ns), body=body)
+
+
+class LogFollower:
+    """A worker's output, followed from the API server on a thread and kept after its pod is gone.
+    With `timestamps`, each line starts with the time the container runtime received it (RFC 3339)."""
+
+    def __init__(self, rc: RealCluster, pod: str, *, timestamps: bool = False) -> None:
+        self.text = ""
+        self._rc, self._pod, self._timestamps = rc, pod, timestamps
+        threading.Thread(target=self._run, daemon=True, name=f"log-{pod}").start()
+
+    def _run(self) -> None:
+        from kubernetes import client
+
+        api = client.CoreV1Api(self._rc.kube.api_client)
+        resp = api.read_namespaced_pod_log(self._pod, self._rc.ns, container="worker", follow=True,
+                                           timestamps=self._timestamps, _preload_content=False)
+        for chunk in resp.stream(1024):
+            self.text += chunk.decode(errors="replace")
+
+    def wait(self, pattern: str, timeout: float = TIMEOUT) -> re.Match:
+        return self._rc.kube.wait_for(f"{pattern!r} in the log of {self._pod}", lambda: re.search(pattern, self.text),
+                                      timeout=timeout, interval=0.3)
+
+
+def running_pods(rc: RealCluster, task: str, attempt: int) -> list[dict]:
+    return rc.kube.running_pods(rc.ns, f"{TASK_LABEL}={task},{ATTEMPT_LABEL}={attempt}")
+
+
+def new_running_pods(rc: RealCluster, task: str, attempt: int, old: set[str], count: int = 2) -> list[dict]:
+    """Wait for `count` Running pods of the task's `attempt` whose uids are not in `old`."""
+    return rc.kube.wait_for(f"attempt {attempt} of {task} running again", lambda: (
+        p if len(p := [x for x in running_pods(rc, task, attempt) if x["metadata"]["uid"] not in old]) == count
+        else None), timeout=TIMEOUT)
+
+
+def worker_exits(rec: PodRecorder, uids: set[str]) -> dict[str, dict]:
+    """The worker container's terminated state of each pod in `uids`, as the watch saw it last."""
+    out: dict[str, dict] = {}
+    for _rv, name, pod in rec.changes:
+        if pod["metadata"]["uid"] not in uids:
+            continue
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if cs["name"] == "worker" and "terminated" in (cs.get("state") or {}):
+                out[name] = cs["state"]["terminated"]
+    return out
+
+
+def cleanup_task(rc: RealCluster, name: str) -> None:
+    with contextlib.suppress(Exception):
+        rc.kube.request("DELETE", task_path(rc.ns, name))
+
+
+def wait_phase(rc: RealCluster, name: str, phase: str, timeout: float = TIMEOUT) -> dict:
+    try:
+        return wait_status(rc.kube, rc.ns, name, lambda s: s.get("phase") == phase, phase, timeout=timeout)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\ncontroller:\n{incluster.logs(rc.kube)[-4000:]}") from None
+
+
+def starts_by_rank(rc: RealCluster, pods: list[dict]) -> dict[int, re.Match]:
+    """The `starting at step` line of each of `pods`' workers, by rank."""
+    return {int(m["rank"]): m for p in pods
+            if (m := LogFollower(rc, p["metadata"]["name"]).wait(STARTING))}
+
+
+# ------------------------------------------------------------------------------- on the host
+
+
+def pod_processes(pod_uid: str) -> dict[int, list[str]]:
+    """The host's processes in the pod's cgroups (the kubelet's cgroupfs driver names them
+    `pod<uid>`): pid -> command line."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if f"pod{pod_uid}" in (d / "cgroup").read_text():
+                out[int(d.name)] = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    return out
+
+
+def training_process(pod_uid: str) -> int | None:
+    """The pid of the pod's training process (the example under the launcher), or None."""
+    for pid, argv in pod_processes(pod_uid).items():
+        if "gangrun.examples.train" in argv and "gangrun.launch" not in argv:
+            return pid
+    return None
+
+
+def kill_training_process(pod_uid: str) -> int:
+    """SIGKILL the pod's training process from the host, as a crash or the OOM killer would, and wait
+    until it is dead (a zombie or gone). Returns its pid."""
+    pid = training_process(pod_uid)
+    assert pid is not None, f"no training process in pod {pod_uid}: {pod_processes(pod_uid)}"
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists() and realnode._state(pid) != "Z":
+        time.sleep(0.02)
+    return pid
+
+
+def evict(rc: RealCluster, pod: str) -> None:
+    """Evict `pod` through the Eviction API (policy/v1), as `kubectl drain` does."""
+    rc.kube.request("POST", f"/api/v1/namespaces/{rc.ns}/pods/{pod}/eviction",
+                    body={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": rc.ns}})
+
+
+def committed_steps(rc: RealCluster, task: str, attempt: int) -> dict[int, int]:
+    """The committed checkpoints of the task's attempt in the hostPath folder (`<name>/<uid>/attempt-N`):
+    seq -> step."""
+    import json
+
+    out = {}
+    for manifest in (rc.data / task).glob(f"*/attempt-{attempt}/ckpt-*/manifest.json"):
+        m = re.fullmatch(r"ckpt-(\d+)", manifest.parent.name)
+        if m:
+            out[int(m.group(1))] = int(json.loads(manifest.read_text())["step"])
+    return out
