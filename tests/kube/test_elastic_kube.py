@@ -267,6 +267,9 @@ def test_an_elastic_gang_starts_on_what_fits_shrinks_when_preempted_and_grows_ba
     assert kinds == ["AnnotatePods", "DeleteJobSet", "CreateJobSet"]
     third = created(actions)
     assert size(third) == (4, "4") and third["metadata"]["name"] == "train-1-r2"
+    # The status written with the decision says the gang is growing, and runs on no nodes until the
+    # larger JobSet is up (not "running" on 4 while the 2 stop).
+    assert task.status["reason"].startswith("growing the gang from 2 to 4") and task.status["runningNodes"] == 0
 
     # While Kueue has not admitted the larger JobSet the gang is restarting, not suspended or evicted.
     pending = workload_obj("js-3").pending("insufficient unused quota").obj()

@@ -209,9 +209,10 @@ def observed(obs: Observation, sz: Sizing) -> Observation:
 
 
 def running_nodes(sz: Sizing, spec: TaskSpec, state: TaskState, gang: Gang | None) -> int:
-    """The nodes the gang runs on now: its size while it is up, else 0."""
+    """The nodes the gang runs on now: its size while it is up, else 0 (also while it stops to grow, until
+    the larger JobSet is up)."""
     if gang is None or gang.suspended or gang.restarting or state.eviction is not None or not state.started \
-            or state.phase.terminal:
+            or state.phase.terminal or sz.growing:
         return 0
     return sz.nodes or spec.nodes
 

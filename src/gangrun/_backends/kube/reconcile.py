@@ -198,6 +198,8 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     if decisions[-1].action.kind is ActionKind.NONE and not cancelled:
         sz, more = _resize(spec, sz, state, obs, jobset, workloads, own, capacity, now=now, owner_uid=meta.get("uid"))
         decided += more
+        if more and sz.growing:  # the gang stops to restart larger: say so now, not at the next reconcile
+            state = state.with_info(state.info.advance(state.phase, sz.growing))
     decided += _garbage(owned_jobsets, state, name, already={a.name for a in decided if isinstance(a, DeleteJobSet)},
                         current=jobset_name(name, state.attempt, sz.generation if sz.attempt == state.attempt else 0))
     extra = elastic.status(spec, sz, state, obs.gang)
