@@ -77,7 +77,9 @@ def test_ui_serves_the_page_and_the_tasks_until_stopped(gangrun, env, tmp_path) 
         assert [t["name"] for t in tasks["tasks"]] == ["shown"]
     finally:
         ui.send_signal(signal.SIGINT)
-        assert ui.wait(timeout=10) == 130
+        # It exits in about 0.1 s alone; in the full suite on a loaded 2-core machine it twice took
+        # longer than 10 s (cause not found yet): a hang still fails here, a slow exit does not.
+        assert ui.wait(timeout=60) == 130
 
 
 def test_ui_refuses_a_port_it_cannot_have(gangrun) -> None:
