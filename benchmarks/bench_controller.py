@@ -44,10 +44,13 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -247,34 +250,70 @@ def writes_between(tl: Timeline, probe: dict[str, Any] | None, start: float, end
         return sum(1 for t in tl.task_events if start <= t <= end)
 
 
-def breakdown(tl: Timeline, probe: dict[str, Any]) -> dict[str, list[float]]:
-    """Per evicted task, the eviction's path split into stages, from the probe's sync and write records.
+def eviction_write(writes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The write that recorded the eviction: the task's first with an eviction in it."""
+    return next((w for w in writes if w["evictions"] >= 1), None)
 
-    The write that recorded the eviction is the task's first status PATCH with an eviction in it; its
-    sync is the one that was running when it was sent.
-    """
-    writes: dict[str, dict[str, Any]] = {}
+
+def readmission_write(writes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The write that said running again: the first after the eviction's with no open eviction."""
+    evicted = eviction_write(writes)
+    return None if evicted is None else next(
+        (w for w in writes if w["t0"] > evicted["t0"] and not w.get("evicted") and w["reason"].startswith("running (")),
+        None)
+
+
+def breakdown(tl: Timeline, probe: dict[str, Any], start: str, end: str,
+              which: Callable[[list[dict[str, Any]]], dict[str, Any] | None]) -> dict[str, list[float]]:
+    """Per task, the way from mark `start` to mark `end` (a status seen) split into stages, from the
+    probe's records: the write is the one `which` picks from the task's writes in order, its sync the
+    one that was running when it was sent."""
+    writes: dict[str, list[dict[str, Any]]] = {}
     for w in sorted(probe["writes"], key=lambda w: w["t0"]):
-        if w["evictions"] >= 1:
-            writes.setdefault(w["key"][1], w)
+        writes.setdefault(w["key"][1], []).append(w)
     syncs: dict[str, list[dict[str, Any]]] = {}
     for sy in probe["syncs"]:
         syncs.setdefault(sy["key"][1], []).append(sy)
-    out: dict[str, list[float]] = {k: [] for k in ("controller_watch", "queue_wait", "reconcile", "api_write",
-                                                   "write_to_watch")}
+    out: dict[str, list[float]] = {k: [] for k in STAGES}
     for task, d in tl.t.items():
-        w = writes.get(task)
-        if w is None or "wl_evicted" not in d or "st_evicted" not in d:
+        w = which(writes.get(task, []))
+        if w is None or start not in d or end not in d:
             continue
         sy = next((x for x in syncs.get(task, []) if x["taken"] <= w["t0"] <= x["done"]), None)
         if sy is None:
             continue
-        out["controller_watch"].append(sy["queued"] - d["wl_evicted"])
+        out["controller_watch"].append(sy["queued"] - d[start])
         out["queue_wait"].append(sy["taken"] - sy["queued"])
         out["reconcile"].append(w["t0"] - sy["taken"])
         out["api_write"].append(w["t1"] - w["t0"])
-        out["write_to_watch"].append(d["st_evicted"] - w["t1"])
+        out["write_to_watch"].append(d[end] - w["t1"])
     return out
+
+
+STAGES = {"controller_watch": "the event reaches the controller's queue",
+          "queue_wait": "queued -> taken by a worker (queue wait)",
+          "reconcile": "taken -> status PATCH sent (reads + reconcile)",
+          "api_write": "status PATCH round-trip (API write)",
+          "write_to_watch": "PATCH answered -> status event seen"}
+
+
+def print_breakdown(title: str, stages: dict[str, list[float]]) -> None:
+    print(f"  {title} (per task; the stages add up to it):")
+    for k, label in STAGES.items():
+        xs = stages[k]
+        mean = f"mean {sum(xs) / len(xs) * 1000:7.1f} ms   " if xs else ""
+        print(f"    {label:<48} {mean}{fmt(xs)}")
+
+
+def write_kinds(probe: dict[str, Any], start: float, end: float, top: int = 8) -> list[tuple[str, int]]:
+    """The round's status writes grouped by what they changed (the reason's words, digits dropped, and
+    the fields): which stages cost a write."""
+    kinds: Counter[str] = Counter()
+    for w in probe["writes"]:
+        if start <= w["t0"] <= end:
+            reason = re.sub(r"[0-9.]+", "#", w["reason"].split(";")[-1].split(":")[0].strip())[:48]
+            kinds[f"{reason} | {','.join(w.get('changed', []))}"] += 1
+    return kinds.most_common(top)
 
 
 def main() -> int:
@@ -410,18 +449,16 @@ def main() -> int:
         print(f"  status writes in the round: {round_writes} for {n} tasks ({round_writes / n:.2f} a task, target <= 3)")
         print(f"  (substrate) Workload readmitted   -> JobSet unsuspended:    {fmt(wl_js)}")
         stages: dict[str, list[float]] = {}
+        readmit_stages: dict[str, list[float]] = {}
         if probe is not None:
-            stages = breakdown(tl, probe)
-            print("  where the eviction time goes (per task; stages add up to the eviction figure):")
-            labels = {"controller_watch": "Workload event reaches the controller's queue",
-                      "queue_wait": "queued -> taken by a worker (queue wait)",
-                      "reconcile": "taken -> status PATCH sent (reads + reconcile)",
-                      "api_write": "status PATCH round-trip (API write)",
-                      "write_to_watch": "PATCH answered -> status event seen"}
-            for k, label in labels.items():
-                xs = stages[k]
-                mean = f"mean {sum(xs) / len(xs) * 1000:7.1f} ms   " if xs else ""
-                print(f"    {label:<48} {mean}{fmt(xs)}")
+            stages = breakdown(tl, probe, "wl_evicted", "st_evicted", eviction_write)
+            print_breakdown("where the eviction time goes: Workload Evicted seen -> status evicted", stages)
+            readmit_stages = breakdown(tl, probe, "js_resumed", "st_readmitted", readmission_write)
+            print_breakdown("where the readmission time goes: JobSet unsuspended seen -> status running",
+                            readmit_stages)
+            print("  the round's status writes by what they changed (reason | fields):")
+            for kind, k in write_kinds(probe, wall0, round_end):
+                print(f"    {k:6d}  {kind}")
             print(f"  over the controller's life (submission included): syncs {len(probe['syncs'])}, "
                   f"status writes {len(probe['writes'])}")
         print(f"  controller CPU in the preempt+readmit round: {cpu1 - cpu0:.2f} s over {wall1 - wall0:.1f} s wall;"
@@ -449,6 +486,8 @@ def main() -> int:
                 "controller_rss_mib": round(rss / 2**20, 1)}
             for k, xs in stages.items():
                 figures[f"{k}_p50_ms"], figures[f"{k}_p99_ms"] = ms(xs, 50), ms(xs, 99)
+            for k, xs in readmit_stages.items():
+                figures[f"readmit_{k}_p50_ms"], figures[f"readmit_{k}_p99_ms"] = ms(xs, 50), ms(xs, 99)
             print(json.dumps(figures))
     return 0
 

@@ -56,6 +56,7 @@ class TimedApi:
 
     def __init__(self, api: KubeApi, writes: list[dict[str, Any]]) -> None:
         self._api, self._writes = api, writes
+        self._last: dict[tuple[str | None, str], dict[str, Any]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._api, name)
@@ -66,10 +67,29 @@ class TimedApi:
         out = self._api.patch(res, namespace, name, patch, subresource=subresource)
         if res is TASKS and subresource == "status":
             status = patch.get("status") or {}
+            last = self._last.get((namespace, name), {})
+            self._last[(namespace, name)] = status
             self._writes.append({"key": [namespace, name], "t0": started, "t1": time.monotonic(),
                                  "evictions": len(status.get("evictions") or []),
-                                 "reason": str(status.get("reason") or "")})
+                                 "evicted": bool(status.get("eviction")), "reason": str(status.get("reason") or ""), "changed": changed(last, status)})
         return out
+
+
+def changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The status fields a write changed (`accounting.x` for the accounting's), to tell writes apart."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if a == b:
+            continue
+        if k in ("accounting", "elastic") and isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{k}.{x}" for x in sorted(set(a) | set(b)) if a.get(x) != b.get(x)]
+        elif k == "conditions" and isinstance(a, list) and isinstance(b, list):
+            before = {c.get("type"): c.get("status") for c in a}
+            out += [f"conditions.{c.get('type')}" for c in b if before.get(c.get("type")) != c.get("status")]
+        else:
+            out.append(k)
+    return out
 
 
 class ProbeController(Controller):

@@ -73,6 +73,17 @@ def test_s5_preempted_gang_waits_for_readmission_and_returns_to_running():
     assert done.state.user_retries_used == done.state.system_retries_used == 0
 
 
+def test_s5_a_preempted_gang_waits_from_the_eviction_not_from_its_jobsets_suspension():
+    evicted = decide(RESUME, running(), observed(make_gang().ready().obj(), make_workload().preemption().obj()),
+                     now=at(10))
+    assert (evicted.state.phase, evicted.state.info.reason, evicted.action.kind) == (Phase.RUNNING, WAITING,
+                                                                                     ActionKind.NONE)
+    assert evicted.state.waiting and evicted.state.eviction is not None
+    suspended = decide(RESUME, evicted.state, observed(make_gang().suspended().obj(), make_workload().preemption().obj()),
+                       now=at(200))
+    assert suspended.state == evicted.state  # Kueue's suspension, minutes later at scale, changes nothing
+
+
 def test_s5_only_preempted_waits():
     d = decide(RESUME, running(), observed(make_gang().suspended().obj(),
                                           make_workload().admitted().evicted(kueue.EVICTED_BY_PODS_READY_TIMEOUT, "t").obj()),

@@ -163,7 +163,7 @@ def jobset_obj(spec: TaskSpec | None = None, *, attempt: int = 1, uid: str = "js
 
 def pod_obj(jobset_name: str, index: int, *, task: str = "train", attempt: int = 1, restart: int = 0,
             phase: str = "Running", ready: bool = True, node: str | None = "node-1",
-            namespace: str = "ml") -> dict[str, Any]:
+            namespace: str = "ml", started_at: datetime | None = None) -> dict[str, Any]:
     name = f"{jobset_name}-workers-0-{index}-abcde"
     labels = {crd.TASK_LABEL: task, crd.ATTEMPT_LABEL: str(attempt), jobset.JOBSET_NAME_KEY: jobset_name,
               jobset.REPLICATED_JOB_NAME_KEY: "workers", jobset.RESTART_ATTEMPT_KEY: str(restart),
@@ -183,6 +183,8 @@ def pod_obj(jobset_name: str, index: int, *, task: str = "train", attempt: int =
         pod["status"]["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                             "message": "0/3 nodes are available: 3 Insufficient cpu."})
     pod["status"]["conditions"].append({"type": "Ready", "status": "True" if ready else "False"})
+    if started_at is not None:
+        pod["status"]["containerStatuses"] = [{"name": "worker", "state": {"running": {"startedAt": ts(started_at)}}}]
     return pod
 
 

@@ -48,11 +48,27 @@ def test_the_breakdown_splits_an_eviction_into_stages_that_add_up() -> None:
     probe = {"syncs": [{"key": ["ns", "t"], "queued": 10.05, "taken": 10.15, "done": 10.45}],
              "writes": [{"key": ["ns", "t"], "t0": 10.2, "t1": 10.4, "evictions": 1, "reason": ""},
                         {"key": ["ns", "t"], "t0": 9.0, "t1": 9.1, "evictions": 0, "reason": ""}]}
-    stages = bench_controller.breakdown(tl, probe)
+    stages = bench_controller.breakdown(tl, probe, "wl_evicted", "st_evicted", bench_controller.eviction_write)
     got = {k: round(v[0], 3) for k, v in stages.items()}
     assert got == {"controller_watch": 0.05, "queue_wait": 0.1, "reconcile": 0.05, "api_write": 0.2,
                    "write_to_watch": 0.1}
     assert round(sum(got.values()), 3) == 0.5  # the eviction figure, 10.0 -> 10.5
+
+
+def test_the_readmission_breakdown_takes_the_first_running_write_after_the_eviction() -> None:
+    tl = bench_controller.Timeline()
+    tl.mark("t", "js_resumed", 20.0)
+    tl.mark("t", "st_readmitted", 20.4)
+    w = {"key": ["ns", "t"], "evictions": 1}
+    probe = {"syncs": [{"key": ["ns", "t"], "queued": 20.01, "taken": 20.02, "done": 20.3}],
+             "writes": [{**w, "t0": 5.0, "t1": 5.2, "evicted": True, "reason": "running (restart attempt 0)"},
+                        {**w, "t0": 9.0, "t1": 9.3, "evicted": True, "reason": "Preempted; waiting for re-admission"},
+                        {**w, "t0": 20.05, "t1": 20.25, "evicted": False, "reason": "running (restart attempt 0)"},
+                        {**w, "t0": 22.0, "t1": 22.1, "evicted": False, "reason": "running (restart attempt 0)"}]}
+    stages = bench_controller.breakdown(tl, probe, "js_resumed", "st_readmitted", bench_controller.readmission_write)
+    got = {k: round(v[0], 3) for k, v in stages.items()}
+    assert got == {"controller_watch": 0.01, "queue_wait": 0.01, "reconcile": 0.03, "api_write": 0.2,
+                   "write_to_watch": 0.15}
 
 
 def test_the_round_counts_the_status_writes_between_its_start_and_end_only() -> None:

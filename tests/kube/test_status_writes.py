@@ -104,8 +104,10 @@ def jobset_ready(c: Cluster, ready: int) -> None:
 
 
 def pods(c: Cluster, phase: str, *, node: str | None = "node-1", ready: bool = False) -> None:
+    """The workers in `phase`; running ones carry their container's startedAt, as the kubelet writes it."""
+    started = c.clock() if phase == "Running" else None
     for i in range(2):
-        c.api.put(PODS, pod_obj("train-1", i, phase=phase, node=node, ready=ready))
+        c.api.put(PODS, pod_obj("train-1", i, phase=phase, node=node, ready=ready, started_at=started))
 
 
 def pods_gone(c: Cluster) -> None:
@@ -125,8 +127,23 @@ def test_a_preempt_and_readmit_round_writes_at_most_three_statuses_even_when_eve
         c.settle()  # every change reconciled on its own: nothing coalesces
         c.clock.advance(1)
     assert c.status()["reason"] == "running (restart attempt 0)" and c.status()["attempt"] == 1
-    assert len(api.writes) <= 3, api.writes
-    assert api.writes[-1] == ("Running", "running (restart attempt 0)")
+    assert [reason.rsplit(";", 1)[-1].strip() for _, reason in api.writes] == [
+        "waiting for re-admission",  # the eviction: the JobSet's suspension later changes nothing
+        "running (restart attempt 0)",  # the JobSet unsuspended
+        "running (restart attempt 0)"]  # its workers running again: up from their containers' start
+    assert c.status()["accounting"]["upSince"] == c.status()["accounting"]["workersRunningAt"]
+
+
+def test_s5_an_evicted_gang_waits_for_readmission_before_kueue_suspends_its_jobset() -> None:
+    c, api = running_task()
+    evict(c)  # the old workers still run: Kueue suspends the JobSet next, minutes later at scale
+    c.settle()
+    s = c.status()
+    assert s["reason"].endswith("waiting for re-admission") and s["waitingForReadmission"]
+    assert s["eviction"]["reason"] == "Preempted" and "workersRunningAt" not in s["accounting"]
+    suspend(c)
+    c.settle()
+    assert len(api.writes) == 1, api.writes
 
 
 def test_the_status_says_running_once_kueue_unsuspends_the_jobset_not_once_the_jobset_controller_reports_it() -> None:
@@ -167,19 +184,18 @@ def test_a_burst_of_changes_is_written_as_one_status() -> None:
     worker = threading.Thread(target=c.ctl.process_one, kwargs={"timeout": 5})
     worker.start()
     assert api.in_flight.wait(5)  # the eviction's write is on its way to the API server
-    for step in (suspend, pods_gone, requeue):  # Kueue and JobSet go on meanwhile
+    for step in (suspend, pods_gone, requeue, readmit, unsuspend):  # Kueue and JobSet go on meanwhile
         step(c)
         for inf in c.ctl.informers:
             inf.relist()  # each change queues the task's key again
     api.hold.set()
     worker.join(5)
     api.hold = None
-    assert len(c.ctl.queue) == 1  # the three changes wait as one sync
+    assert len(c.ctl.queue) == 1  # the five changes wait as one sync
     while c.ctl.process_one(timeout=0):
         pass
     assert len(api.writes) == 2, api.writes  # the eviction, then the newest state once
-    assert api.writes[-1][1].endswith("waiting for re-admission")
-    assert c.status()["reason"].endswith("waiting for re-admission") and c.status()["waitingForReadmission"]
+    assert api.writes[-1][1] == "running (restart attempt 0)"
 
 
 def test_the_status_writes_of_many_tasks_are_in_flight_at_once() -> None:

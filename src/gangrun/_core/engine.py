@@ -222,6 +222,11 @@ def _after_start(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now
         return _taken_back(policy, state, gang, ev, now)
     if state.eviction is not None and ev.kind in NO_EVICTION:
         state = state.with_readmitted(at=now)
+    if state.eviction is not None and ev.waits_for_readmission and policy.resume_after_preemption:
+        # S5: Kueue has taken the gang back and queued its Workload again; the JobSet is suspended
+        # next (minutes later when Kueue evicts a thousand gangs at once). It waits from now, and the
+        # suspension then changes nothing: one status, not two.
+        return _report(state.with_waiting(), Phase.RUNNING, f"{ev.summary()}; {WAITING_FOR_READMISSION}")
     if state.eviction is None:  # B4: failures inside an eviction window are not the application's
         fatal = _fatal(policy, state, gang, now)
         if fatal is not None:

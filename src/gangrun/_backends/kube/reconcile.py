@@ -273,6 +273,8 @@ def _workers_running(ledger: Accounting, before: TaskState, running: datetime | 
     """After a readmission: the gang is up again from when its last worker's container started."""
     if running is None or ledger.up_since is not None or running == ledger.workers_running_at:
         return []
+    if ledger.last_up is not None and running <= ledger.last_up.end:
+        return []  # the workers that were stopped, still running while Kueue suspends the JobSet
     if not ledger.awaiting_workers and before.eviction is None:
         return []  # not back from an eviction: GangStarted and GangRestarted say when it is up
     return [RecordEvent(Event(time=now, type=EventType.WORKERS_RUNNING, attempt=before.attempt,
