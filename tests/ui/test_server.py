@@ -80,6 +80,20 @@ def test_ui_on_every_address_prints_a_reachable_address_and_warns(tmp_path):
     assert "every task and its logs" in warning
 
 
+def test_gangrun_ui_allow_host_adds_a_name_the_page_answers(tmp_path):
+    proc = _ui(tmp_path / "home", "--allow-host", "gpu-box.lan", "--allow-host", "tunnel.example")
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split()[2]
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        assert _get(url + "api/tasks", host=f"gpu-box.lan:{port}")[0] == 200
+        assert _get(url + "api/tasks", host="tunnel.example")[0] == 200
+        assert _get(url + "api/tasks", host=f"attacker.example:{port}")[0] == 421
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 def test_ui_listens_on_the_ipv6_loopback(tmp_path):
     server = start(LocalBackend(tmp_path / "home"), host="::1")
     try:
