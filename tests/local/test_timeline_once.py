@@ -22,7 +22,7 @@ def test_no_event_flood_while_a_failed_gangs_last_worker_takes_its_grace_period(
     second = wait_for(backend, "train", lambda v: v["attempt"] == 2 and v["gang"]["attempt"] == 2, what="attempt 2's gang")
     backend.cancel("train")
     wait_for(backend, "train", lambda v: v["phase"] == "Aborted" and not any(
-        w["running"] for w in v["gang"]["workers"]), what="cancelled")
+        w["running"] for w in v["gang"]["workers"]), what="cancelled", after_end=True)
     events = backend.events("train")
     created = Counter(e.attempt for e in events if e.type.value == "GangCreated")
     assert created == {1: 1, 2: 1}, [(e.type.value, e.attempt, e.message) for e in events]

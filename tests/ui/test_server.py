@@ -80,6 +80,20 @@ def test_ui_on_every_address_prints_a_reachable_address_and_warns(tmp_path):
     assert "every task and its logs" in warning
 
 
+def test_gangrun_ui_allow_host_adds_a_name_the_page_answers(tmp_path):
+    proc = _ui(tmp_path / "home", "--allow-host", "gpu-box.lan", "--allow-host", "tunnel.example")
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split()[2]
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        assert _get(url + "api/tasks", host=f"gpu-box.lan:{port}")[0] == 200
+        assert _get(url + "api/tasks", host="tunnel.example")[0] == 200
+        assert _get(url + "api/tasks", host=f"attacker.example:{port}")[0] == 421
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 def test_ui_listens_on_the_ipv6_loopback(tmp_path):
     server = start(LocalBackend(tmp_path / "home"), host="::1")
     try:
@@ -197,6 +211,34 @@ def test_logs_of_200_mb_stay_under_64_mib(big_log, env, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+LOG_LINES = ("import sys, time\n"
+             "import gangrun\n"
+             "run = gangrun.attach(sys.argv[1], home=sys.argv[2])\n"
+             "started = time.monotonic()\n"
+             "lines = run.log_lines()\n"
+             "first = next(lines)\n"
+             "print('first', time.monotonic() - started, first == 'x' * 99, flush=True)\n"
+             "count = 1 + sum(1 for _ in lines)\n"
+             "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+             "print('all', count, hwm, flush=True)\n")
+
+
+@pytest.mark.slow
+def test_log_lines_of_a_200_mb_log_gives_its_first_line_at_once_and_stays_under_64_mib(big_log, env):
+    home, name = big_log
+    lines_in_log = _log(home, name).read_bytes().count(b"\n")
+    baseline = _measured(env, "get", name, out=home.parent / "get.out")  # a Python with gangrun imported
+    r = subprocess.run([sys.executable, "-c", LOG_LINES, name, str(home)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    first, every = (line.split() for line in r.stdout.splitlines())
+    took, peak = float(first[1]), int(every[2]) * 1024
+    print(f"run.log_lines(): first line {took:.3f}s, peak {peak / 2**20:.0f} MiB, baseline {baseline / 2**20:.0f} MiB")
+    assert first[2] == "True" and int(every[1]) == lines_in_log
+    assert took < 1.0, f"the first of {LOG_MB} MB of lines took {took:.1f}s"
+    assert peak - baseline < LIMIT, f"run.log_lines(): {peak / 2**20:.0f} MiB, baseline {baseline / 2**20:.0f} MiB"
 
 
 def test_api_tasks_answers_while_4_log_requests_are_in_flight(big_log, env):
