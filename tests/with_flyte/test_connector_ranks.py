@@ -4,8 +4,8 @@ the ClusteredTask the connector builds from Flyte's task template and create req
 runtime on every rank, and rank 0 writes the task's outputs. The e2e test runs the connector against a
 cluster whose kwok nodes run no containers; this is the same command and environment, run.
 
-The object store is a folder here (Flyte's storage takes local paths); the pods' image and service
-account do not apply on the local backend.
+The object store is a folder here (Flyte's storage takes local paths); the pods' image does not apply on
+the local backend, nor would a service account (the request names none here).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def test_every_rank_runs_flytes_entrypoint_with_a_flyte_pods_environment_and_ran
     inputs = asyncio.run(convert_from_native_to_inputs(task.native_interface, greeting="hi"))
     asyncio.run(upload_inputs(inputs, str(prefix / "inputs.pb")))
     doc = clustered_task_doc(connector_calls.template(task, str(prefix)),
-                             connector_calls.execution_metadata(str(run_base)), None)
+                             connector_calls.execution_metadata(str(run_base), service_account=""), None)
     # The image's PATH and packages: this interpreter's `python` and `a0`, gangrun and the task's module.
     monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SRC), str(TESTS)]))
