@@ -60,7 +60,8 @@ def phase(name: str):
 def test_the_connector_runs_a_flyte_gang_task_on_the_cluster_through_preemption_to_success(kube_env) -> None:  # noqa: F811
     cp, ns, ctl = kube_env
     connection = {"kubeconfig": str(cp.kubeconfig), "namespace": ns}
-    meta = connector_calls.create(train, connection, epochs=3)
+    # no service account: the control plane has none but its own
+    meta = connector_calls.create(train, connection, connector_calls.execution_metadata(service_account=""), epochs=3)
     assert meta.name.startswith("e2e-train-") and meta.namespace == ns
 
     run = gangrun.attach(meta.name, "kubernetes", kubeconfig=str(cp.kubeconfig), namespace=ns)
@@ -68,6 +69,7 @@ def test_the_connector_runs_a_flyte_gang_task_on_the_cluster_through_preemption_
     doc = cp.kube.request("GET", f"/apis/gangrun.dev/v1alpha1/namespaces/{ns}/clusteredtasks/{meta.name}")["spec"]
     assert doc["command"][:5] == ["python", "-m", "gangrun.flyte._worker", "flyte", "a0"]
     assert (doc["image"], doc["nodes"], doc["retries"]) == ("example.invalid/trainer:1", 2, 1)
+    assert (doc["env"]["_U_RUN_BASE"], doc["env"]["FLYTE_INTERNAL_EXECUTION_PROJECT"]) == ("s3://bucket/run", "p")
     assert status["retriesLeft"] == 1
 
     until(meta, connection, lambda r: r.phase == TaskExecution.RUNNING and "running (" in r.message, "RUNNING", ctl)

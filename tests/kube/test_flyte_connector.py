@@ -40,7 +40,7 @@ def connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def test_create_submits_the_flyte_tasks_gang_get_maps_its_phase_and_delete_requests_a_cancel(connection) -> None:
     api, conn = connection
-    meta = connector_calls.create(gang_tasks.flaky, conn)
+    meta = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata(USER_VAR="1"))
     assert meta.name.startswith("gangtest-flaky-") and meta.namespace == "ml"
     obj = api.obj(TASKS, "ml", meta.name)
     assert obj is not None
@@ -48,6 +48,13 @@ def test_create_submits_the_flyte_tasks_gang_get_maps_its_phase_and_delete_reque
     assert spec["command"][:5] == ["python", "-m", "gangrun.flyte._worker", "flyte", "a0"]
     assert (spec["nodes"], spec["retries"], spec["failurePolicy"]["resumeAfterPreemption"]) == (2, 1, True)
     assert spec["image"]  # the task environment's image, from Flyte's container
+    # what Flyte's entrypoint needs to start, as on a pod Flyte makes: from the request, not the template
+    env = spec["env"]
+    assert (env["_U_RUN_BASE"], env["ACTION_NAME"], env["RUN_NAME"], env["_U_ORG_NAME"]) == (
+        "s3://bucket/run", "a0", "r1", "o")
+    assert (env["FLYTE_INTERNAL_EXECUTION_PROJECT"], env["FLYTE_INTERNAL_EXECUTION_DOMAIN"], env["USER_VAR"]) == (
+        "p", "d", "1")
+    assert spec["podTemplate"]["spec"]["serviceAccountName"] == "flyte-runner"
 
     resource = connector_calls.get(meta, conn)
     assert resource.phase == TaskExecution.QUEUED  # no controller has written a status yet

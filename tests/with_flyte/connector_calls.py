@@ -16,6 +16,7 @@ from flyteidl2.connector.connector_pb2 import (
     DeleteTaskRequest,
     GetTaskRequest,
     TaskCategory,
+    TaskExecutionMetadata,
 )
 from flyteidl2.core import tasks_pb2
 from flyteidl2.core.security_pb2 import Connection
@@ -27,11 +28,12 @@ HERE = Path(__file__).resolve().parent
 CATEGORY = TaskCategory(name="gangrun", version=0)
 
 
-def template(task: Any) -> tasks_pb2.TaskTemplate:
-    """The task template Flyte ships to a connector for `task` (its container args rendered by the platform)."""
+def template(task: Any, prefix: str = "s3://bucket/run") -> tasks_pb2.TaskTemplate:
+    """The task template Flyte ships to a connector for `task` (its container args rendered by the platform,
+    the inputs and outputs under `prefix`)."""
     sctx = SerializationContext(version="v1", project="p", domain="d", root_dir=HERE.parent)
     tt = get_proto_task(task, sctx)
-    rendered = [a.replace("{{.input}}", "s3://bucket/run/inputs.pb").replace("{{.outputPrefix}}", "s3://bucket/run")
+    rendered = [a.replace("{{.input}}", f"{prefix}/inputs.pb").replace("{{.outputPrefix}}", prefix)
                 for a in tt.container.args]
     del tt.container.args[:]
     tt.container.args.extend(rendered)
@@ -60,10 +62,26 @@ def _call(method: str, request: Any) -> Any:
     return response
 
 
-def create(task: Any, connection: dict[str, str], **inputs: Any) -> GangMeta:
+def execution_metadata(run_base: str = "s3://bucket/run", service_account: str = "flyte-runner",
+                       **env: str) -> TaskExecutionMetadata:
+    """What Flyte's connector plugin sends with a create: the task execution's identifier, the environment
+    Flyte's executor gives the action (its name, run, org and run base) plus `env`, the service account."""
+    return TaskExecutionMetadata(
+        task_execution_id={"task_id": {"project": "p", "domain": "d", "name": "gangtest.train", "version": "v1"},
+                           "node_execution_id": {"node_id": "a0", "execution_id": {
+                               "project": "p", "domain": "d", "name": "r1", "org": "o"}},
+                           "retry_attempt": 0},
+        environment_variables={"ACTION_NAME": "a0", "RUN_NAME": "r1", "_U_ORG_NAME": "o", "_U_RUN_BASE": run_base,
+                               **env},
+        k8s_service_account=service_account)
+
+
+def create(task: Any, connection: dict[str, str], metadata: TaskExecutionMetadata | None = None,
+           **inputs: Any) -> GangMeta:
     proto_inputs = asyncio.run(convert_from_native_to_inputs(task.native_interface, **inputs)).proto_inputs
     response = _call("CreateTask", CreateTaskRequest(template=template(task), inputs=proto_inputs,
                                                      output_prefix="s3://bucket/run",
+                                                     task_execution_metadata=metadata,
                                                      connection=Connection(configs=connection)))
     return GangMeta.decode(response.resource_meta)
 

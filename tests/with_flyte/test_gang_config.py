@@ -22,7 +22,7 @@ from gangrun import SpecError  # noqa: E402
 from gangrun.flyte import Gang, GangTask  # noqa: E402
 from gangrun.flyte._call import rank_args  # noqa: E402
 from gangrun.flyte._gang import gang_name_prefix, resources_of  # noqa: E402
-from gangrun.flyte._remote import PHASES, flyte_phase, manifest_doc  # noqa: E402
+from gangrun.flyte._remote import PHASES, execution_env, flyte_phase, manifest_doc  # noqa: E402
 from gangrun.flyte._task import CUSTOM_KEY  # noqa: E402
 
 
@@ -142,6 +142,43 @@ def test_the_connector_manifest_is_the_custom_one_with_flytes_arguments_image_an
     for custom in ({"other": 1}, {CUSTOM_KEY: "{not json"}, {CUSTOM_KEY: doc}):
         with pytest.raises(SpecError, match="carries its manifest as JSON text under"):
             manifest_doc(custom, CUSTOM_KEY, args=[], image="", namespace=None)
+
+
+def test_the_connector_gives_every_rank_a_flyte_pods_environment_the_manifests_own_env_winning() -> None:
+    doc = Gang(nodes=2, options={"env": {"A": "own"}}).manifest(name_prefix="t", command=["w"]).to_dict()
+    flyte_env = {"_U_RUN_BASE": "s3://b/r", "ACTION_NAME": "a0", "A": "flyte", "RANK": "7", "WORLD_SIZE": "9"}
+    out = manifest_doc({CUSTOM_KEY: json.dumps(doc)}, CUSTOM_KEY, args=[], image="", namespace=None, env=flyte_env)
+    # gangrun sets RANK and WORLD_SIZE for every worker: Flyte's values for them are left out
+    assert out["spec"]["env"] == {"_U_RUN_BASE": "s3://b/r", "ACTION_NAME": "a0", "A": "own"}
+    assert gangrun.ClusteredTask.from_dict(out).spec.env["_U_RUN_BASE"] == "s3://b/r"
+
+
+def test_the_connector_runs_the_pods_as_flytes_service_account_unless_the_pod_template_names_one() -> None:
+    plain = Gang(nodes=2).manifest(name_prefix="t", command=["w"]).to_dict()
+    out = manifest_doc({CUSTOM_KEY: json.dumps(plain)}, CUSTOM_KEY, args=[], image="", namespace=None,
+                       service_account="flyte-runner")
+    assert out["spec"]["podTemplate"] == {"spec": {"serviceAccountName": "flyte-runner"}}
+    own = Gang(nodes=2, options={"pod_template": {"spec": {"serviceAccountName": "trainer"}}}).manifest(
+        name_prefix="t", command=["w"]).to_dict()
+    out = manifest_doc({CUSTOM_KEY: json.dumps(own)}, CUSTOM_KEY, args=[], image="", namespace=None,
+                       service_account="flyte-runner")
+    assert out["spec"]["podTemplate"]["spec"]["serviceAccountName"] == "trainer"
+    none = manifest_doc({CUSTOM_KEY: json.dumps(plain)}, CUSTOM_KEY, args=[], image="", namespace=None)
+    assert "podTemplate" not in none["spec"]
+
+
+@pytest.mark.parametrize(("execution", "task", "expected"), [
+    ({}, {}, {}),
+    ({"project": "p", "domain": "d", "name": "r1", "org": "o"}, {"project": "p", "domain": "d", "name": "env.t",
+                                                                 "version": "v1"},
+     {"FLYTE_INTERNAL_EXECUTION_ID": "r1", "FLYTE_INTERNAL_EXECUTION_PROJECT": "p",
+      "FLYTE_INTERNAL_EXECUTION_DOMAIN": "d", "FLYTE_INTERNAL_TASK_PROJECT": "p", "FLYTE_INTERNAL_TASK_DOMAIN": "d",
+      "FLYTE_INTERNAL_TASK_NAME": "env.t", "FLYTE_INTERNAL_TASK_VERSION": "v1", "FLYTE_ATTEMPT_NUMBER": "2"}),
+    ({"project": "p", "domain": ""}, {}, {"FLYTE_INTERNAL_EXECUTION_PROJECT": "p", "FLYTE_ATTEMPT_NUMBER": "2"}),
+])
+def test_a_task_executions_identifier_names_the_project_and_domain_flytes_entrypoint_reads(
+        execution: dict[str, str], task: dict[str, str], expected: dict[str, str]) -> None:
+    assert execution_env(execution=execution, task=task, attempt=2) == expected
 
 
 def test_a_task_environment_with_a_gang_makes_gang_tasks_whose_flyte_retries_move_to_the_gang() -> None:

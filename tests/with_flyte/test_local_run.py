@@ -145,3 +145,16 @@ def test_ctrl_c_on_a_script_waiting_for_a_local_flyte_run_cancels_the_gang(home:
     assert f"[gangrun] {gang['name']}: cancelled, its Flyte call ended with the process" in out
     final = the_gang(home, lambda v: v["phase"] != "Running", "the gang to end")
     assert (final["phase"], final["reason"]) == ("Aborted", "cancelled by the user")
+
+
+def test_flyte_run_local_on_the_command_line_runs_the_task_as_a_gang(home: Path, tmp_path: Path) -> None:
+    flyte_cli = Path(sys.executable).parent / "flyte"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS)]), "NO_COLOR": "1"}
+    r = subprocess.run([str(flyte_cli), "run", "--local", "--raw-data-path", str(tmp_path / "raw"),
+                        "with_flyte/gang_tasks.py", "hello", "--greeting", "hi"],
+                       env=env, cwd=TESTS, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "[rank 1]  hi from rank 1 of 2 (attempt 1)" in r.stdout, r.stdout[-3000:]
+    assert "hi from rank 0 of 2 (attempt 1)" in r.stdout.split("Local Success", 1)[-1]  # the run's output
+    gang = the_gang(home)
+    assert gang["name"].startswith("gangtest-hello-") and gang["phase"] == "Succeeded"

@@ -1,7 +1,8 @@
 """The `gangrun` Flyte connector: a Flyte deployment runs `GangTask`s as ClusteredTasks on its cluster.
 
-    create → submit the task template's gang (its manifest, Flyte's container image and entrypoint) to
-             the Kubernetes backend, where gangrun's controller runs it;
+    create → submit the task template's gang (its manifest, Flyte's container image and entrypoint, the
+             environment and service account Flyte gives the task's pods) to the Kubernetes backend,
+             where gangrun's controller runs it;
     get    → the gang's status, its phase mapped onto Flyte's (`gangrun.flyte._remote.PHASES`) and its
              reason as the message;
     delete → cancel the gang (idempotent: a gang that ended or is gone is left as it is).
@@ -25,10 +26,10 @@ from google.protobuf import json_format
 import gangrun
 from gangrun._api.run import TaskRun
 from gangrun._errors import UsageError
-from gangrun.flyte._remote import flyte_phase, manifest_doc
+from gangrun.flyte._remote import execution_env, flyte_phase, manifest_doc
 from gangrun.flyte._task import CUSTOM_KEY, TASK_TYPE
 
-__all__ = ["GangConnector", "GangMeta"]
+__all__ = ["GangConnector", "GangMeta", "clustered_task_doc"]
 
 CLUSTER_KEYS = ("kubeconfig", "context")
 INFO_KEYS = ("attempt", "userRetriesUsed", "systemRetriesUsed", "evictions")  # of the status, in custom_info
@@ -52,10 +53,7 @@ class GangConnector(AsyncConnector[GangMeta]):
                      inputs: dict[str, Any] | None = None, task_execution_metadata: Any = None,
                      **kwargs: Any) -> GangMeta:
         namespace = kwargs.get("namespace") or getattr(task_execution_metadata, "namespace", "") or None
-        doc = manifest_doc(json_format.MessageToDict(task_template.custom), CUSTOM_KEY,
-                           args=list(task_template.container.args), image=task_template.container.image,
-                           namespace=namespace)
-        task = gangrun.ClusteredTask.from_dict(doc)
+        task = gangrun.ClusteredTask.from_dict(clustered_task_doc(task_template, task_execution_metadata, namespace))
         run = await asyncio.to_thread(gangrun.submit, task, "kubernetes", namespace=namespace, **_cluster(kwargs))
         return GangMeta(name=run.name, namespace=namespace or "")
 
@@ -71,6 +69,26 @@ class GangConnector(AsyncConnector[GangMeta]):
             await asyncio.to_thread(lambda: _run(resource_meta, kwargs).cancel())
         except UsageError:  # already deleted: nothing left to stop
             pass
+
+
+def clustered_task_doc(task_template: tasks_pb2.TaskTemplate, task_execution_metadata: Any,
+                       namespace: str | None) -> dict[str, Any]:
+    """The ClusteredTask of one Flyte task execution: what a pod of it would run, on every rank. Its
+    environment is a pod's of Flyte's Kubernetes plugins, the later winning: the container's variables
+    (the task environment's `env_vars`), the execution's identifiers, the execution metadata's (the run's
+    and Flyte's runtime settings)."""
+    meta = task_execution_metadata
+    ids = meta.task_execution_id if meta is not None and meta.HasField("task_execution_id") else None
+    env = {e.key: e.value for e in task_template.container.env}
+    if ids is not None:
+        env.update(execution_env(execution=json_format.MessageToDict(ids.node_execution_id.execution_id),
+                                 task=json_format.MessageToDict(ids.task_id), attempt=ids.retry_attempt))
+    if meta is not None:
+        env.update(meta.environment_variables)
+    return manifest_doc(json_format.MessageToDict(task_template.custom), CUSTOM_KEY,
+                        args=list(task_template.container.args), image=task_template.container.image,
+                        namespace=namespace, env=env,
+                        service_account=meta.k8s_service_account if meta is not None else "")
 
 
 def _cluster(kwargs: dict[str, Any]) -> dict[str, Any]:
