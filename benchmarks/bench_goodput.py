@@ -1,7 +1,7 @@
 """Goodput under a preemption storm, with and without checkpoint-aware preemption, side by side.
 
     python benchmarks/bench_goodput.py [--quick] [--seed 7] [--rounds 3] [--json]
-    python benchmarks/bench_goodput.py --tier realnode [--resume on|off|both]   # bench_goodput_realnode.py
+    python benchmarks/bench_goodput.py --tier realnode [--resume on|off|both]   # goodput_realnode.py
 
 One seeded storm on the local backend (real daemons, real worker processes, real checkpoints),
 played four times at once, each in a control plane of its own:
@@ -235,15 +235,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="storms played and added up (default 3; --quick: 1)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--tier", choices=("local", "realnode"), default="local",
-                    help="realnode: the storm on the real Kubernetes node (bench_goodput_realnode.py)")
+                    help="realnode: the storm on the real Kubernetes node (goodput_realnode.py)")
     ap.add_argument("--resume", choices=("off", "on", "both"), default="both",
                     help="--tier realnode: the resumeAfterPreemption settings played (default both)")
     args = ap.parse_args()
     if args.tier == "realnode":
-        import bench_goodput_realnode
+        import goodput_realnode
 
         resume = {"off": (False,), "on": (True,), "both": (False, True)}[args.resume]
-        sys.exit(bench_goodput_realnode.main(args.seed, resume, args.json))
+        sys.exit(goodput_realnode.main(args.seed, resume, args.json))
     storm = QUICK if args.quick else FULL
     out = run(storm, args.seed, rounds=args.rounds or (1 if args.quick else 3))
     if args.json:

@@ -2,7 +2,7 @@
 gangrun's priority boost.
 
     python benchmarks/bench_goodput.py --tier realnode [--seed 7] [--resume on|off|both] [--json]
-    # as root, alone on the machine's real node: flock /tmp/gangrun-realnode.lock python ...
+    # as root; the real node is one per machine: one real-node test or benchmark at a time
 
 The control plane (tier C, Kueue's `PriorityBoost` gate on), the real node and the gangrun controller
 in-cluster from the image, as bench_realnode.py starts them. 3 `low` gangs of 1 worker (half a CPU
@@ -18,15 +18,17 @@ The figures are the ClusteredTasks' own `status.accounting`, read through the Ku
 `get` (the same view as `gangrun get -o json`), and printed as the local tier prints them.
 
 On Kubernetes the controller learns a gang's checkpoints from its workers' termination messages, when
-a worker exits (docs/kubernetes.md): while a gang runs, its work at risk counts from when it came up.
-Without root, the Kubernetes binaries or the node's packages this prints why and exits 0.
+a worker exits (docs/kubernetes.md): while a gang runs, its work at risk counts from when it came up,
+so the boost orders running gangs as Kueue's default does, and the storm shows what that costs
+(docs/local-backend.md has the figures). A run takes about 9 minutes for the four configurations
+(`--resume on`: about 5). Without root, the Kubernetes binaries or the node's packages this prints
+why and exits 0.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -148,7 +150,6 @@ def run(storm: Storm, seed: int, *, resume: tuple[bool, ...], timeout: float = 6
 
 
 def main(seed: int, resume: tuple[bool, ...], as_json: bool) -> int:
-    print(f"load average before the run: {load_average()} ({os.cpu_count()} cores)", file=sys.stderr)
     out = run(STORM, seed, resume=resume)
     if isinstance(out, str):
         print(f"skipped: {out}")
@@ -168,5 +169,6 @@ def main(seed: int, resume: tuple[bool, ...], as_json: bool) -> int:
         print(f"boost {'on' if c['boost'] else 'off'}, resume {'on' if c['resumeAfterPreemption'] else 'off'}: "
               + "; ".join(f"{g['name']} every {g['checkpointEvery']}: lost {g['workLostSeconds']} s at {g['stops']}"
                           for g in c["gangs"]))
-    print(f"load averages (before, after each configuration): {' | '.join(out['loadAverages'])}")
+    print(f"load averages ({os.cpu_count()} cores; before, then after each configuration): "
+          f"{' | '.join(out['loadAverages'])}")
     return 0
