@@ -1,6 +1,7 @@
 """Goodput under a preemption storm, with and without checkpoint-aware preemption, side by side.
 
     python benchmarks/bench_goodput.py [--quick] [--seed 7] [--rounds 3] [--json]
+    python benchmarks/bench_goodput.py --tier realnode [--resume on|off|both]   # goodput_realnode.py
 
 One seeded storm on the local backend (real daemons, real worker processes, real checkpoints),
 played four times at once, each in a control plane of its own:
@@ -91,6 +92,11 @@ def plan(storm: Storm, seed: int) -> tuple[list[int], list[float]]:
     return intervals, sorted(rng.uniform(lo, hi) for _ in range(storm.arrivals))
 
 
+def worker_env(storm: Storm, every: int) -> dict[str, str]:
+    """What WORKER reads: its checkpoint interval, the steps to train and how long a step takes."""
+    return {"EVERY": str(every), "STEPS": str(storm.steps), "STEP_SECONDS": str(storm.step_seconds)}
+
+
 def manifest(name: str, command: list[str], *, env: dict[str, str], priority: str, resume: bool) -> TaskSpec:
     return parse_manifest({
         "apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": name},
@@ -107,8 +113,8 @@ def play(storm: Storm, intervals: list[int], arrivals: list[float], *, boost: bo
     low = [f"low-{i}" for i in range(len(intervals))]
     try:
         for name, every in zip(low, intervals, strict=True):
-            env = {"EVERY": str(every), "STEPS": str(storm.steps), "STEP_SECONDS": str(storm.step_seconds)}
-            b.submit(manifest(name, [sys.executable, str(script)], env=env, priority="low", resume=resume))
+            b.submit(manifest(name, [sys.executable, str(script)], env=worker_env(storm, every), priority="low",
+                              resume=resume))
             time.sleep(0.3)  # admitted one after another: "most recently admitted" means something
         t0 = time.monotonic()
         for i, at in enumerate(arrivals):
@@ -190,11 +196,14 @@ def run(storm: Storm, seed: int, *, rounds: int = 1, timeout: float = 600.0) -> 
         if errors:
             raise errors[0]
     results = {c: figures(views[c], intervals_all) for c in CONFIGS}
-    out: dict[str, Any] = {"seed": seed, "rounds": played, "gangs": storm.gangs, "arrivals": storm.arrivals,
-                           "configs": []}
-    for boost, resume in CONFIGS:
-        out["configs"].append({"boost": boost, "resumeAfterPreemption": resume, **results[(boost, resume)]})
-    for resume in (False, True):
+    return compare(results, {"seed": seed, "rounds": played, "gangs": storm.gangs, "arrivals": storm.arrivals})
+
+
+def compare(results: dict[tuple[bool, bool], dict[str, Any]], out: dict[str, Any]) -> dict[str, Any]:
+    """`out` with each configuration's figures and, per resume setting, work lost with boosting on / off."""
+    out["configs"] = [{"boost": boost, "resumeAfterPreemption": resume, **results[(boost, resume)]}
+                      for boost, resume in CONFIGS if (boost, resume) in results]
+    for resume in sorted({r for _b, r in results}):
         off, on = results[(False, resume)]["workLostSeconds"], results[(True, resume)]["workLostSeconds"]
         out[f"lostRatioOnOff_resume{'On' if resume else 'Off'}"] = round(on / off, 3) if off else None
         out[f"targetMet_resume{'On' if resume else 'Off'}"] = on <= 0.5 * off
@@ -211,7 +220,7 @@ def table(out: dict[str, Any]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths, strict=True))]
     lines += ["  ".join(x.rjust(w) for x, w in zip(r, widths, strict=True)) for r in rows]
-    for resume in ("Off", "On"):
+    for resume in [r for r in ("Off", "On") if f"lostRatioOnOff_resume{r}" in out]:
         ratio = out[f"lostRatioOnOff_resume{resume}"]
         met = out[f"targetMet_resume{resume}"]
         lines.append(f"resumeAfterPreemption {resume.lower()}: work lost with boosting on / off = "
@@ -225,7 +234,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=None, help="storms played and added up (default 3; --quick: 1)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--tier", choices=("local", "realnode"), default="local",
+                    help="realnode: the storm on the real Kubernetes node (goodput_realnode.py)")
+    ap.add_argument("--resume", choices=("off", "on", "both"), default="both",
+                    help="--tier realnode: the resumeAfterPreemption settings played (default both)")
     args = ap.parse_args()
+    if args.tier == "realnode":
+        import goodput_realnode
+
+        resume = {"off": (False,), "on": (True,), "both": (False, True)}[args.resume]
+        sys.exit(goodput_realnode.main(args.seed, resume, args.json))
     storm = QUICK if args.quick else FULL
     out = run(storm, args.seed, rounds=args.rounds or (1 if args.quick else 3))
     if args.json:

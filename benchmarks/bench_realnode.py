@@ -319,29 +319,39 @@ def report(rounds: list[dict[str, list[tuple[str, str, float]]]]) -> dict[str, A
     return out
 
 
+def prerequisites() -> tuple[controlplane.Binaries, list[Path]] | str:
+    """The Kubernetes binaries and the images (built when missing) the real node needs; or why it cannot
+    start here (no root, no binaries, the node's Debian packages missing, the image build failing)."""
+    try:
+        binaries = controlplane.locate_binaries()
+    except controlplane.NotBuiltError as e:
+        return str(e)
+    missing = realnode.missing_pieces(binaries)
+    if missing:
+        return "the real node cannot start here; missing: " + "; ".join(missing)
+    try:
+        return binaries, realnode.image_archives()
+    except realnode.NodeSetupError as e:
+        return str(e)
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = ap.parse_args()
-    try:
-        binaries = controlplane.locate_binaries()
-    except controlplane.NotBuiltError as e:
-        print(f"skipped: {e}")
+    parts = prerequisites()
+    if isinstance(parts, str):
+        print(f"skipped: {parts}")
         return 0
-    missing = realnode.missing_pieces(binaries)
-    if missing:
-        print("skipped: the real node cannot start here; missing: " + "; ".join(missing))
-        return 0
-    try:
-        images = realnode.image_archives()
-    except realnode.NodeSetupError as e:
-        print(f"skipped: {e}")
-        return 0
+    binaries, images = parts
     from realnode_tasks import real_cluster
 
-    print(f"load average before the run: {' '.join(Path('/proc/loadavg').read_text().split()[:3])} "
-          f"({os.cpu_count()} cores)")
+    print(f"load average before the run: {load_average()} ({os.cpu_count()} cores)")
     t0 = time.monotonic()
     with controlplane.running("C", binaries) as cp, real_cluster(cp, images) as rc:
         print(f"control plane, real node and controller up in {time.monotonic() - t0:.1f} s")
@@ -358,7 +368,7 @@ def main() -> int:
                 w.stop()
             procs.stop()
     figures = report(rounds)
-    print(f"load average after the run: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    print(f"load average after the run: {load_average()}")
     if args.json:
         print(json.dumps(figures))
     return 0

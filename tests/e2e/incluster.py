@@ -27,19 +27,21 @@ TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def manifests(api_url: str, *, image: str = IMAGE, on_real_node: bool = True,
-              namespace: str | None = None) -> list[dict]:
+              namespace: str | None = None, args: tuple[str, ...] = ()) -> list[dict]:
     docs = [d for f in ("namespace.yaml", "crd.yaml", "rbac.yaml", "deployment.yaml")
             for d in yaml.safe_load_all((DEPLOY / f).read_text()) if d]
     out = []
     for doc in docs:
         if doc["kind"] == "Deployment" and doc["metadata"]["name"] == NAME:
-            doc = deployment(doc, api_url, image=image, on_real_node=on_real_node, namespace=namespace)
+            doc = deployment(doc, api_url, image=image, on_real_node=on_real_node, namespace=namespace, args=args)
         out.append(doc)
     return out
 
 
-def deployment(doc: dict, api_url: str, *, image: str, on_real_node: bool, namespace: str | None = None) -> dict:
-    """deploy/deployment.yaml adapted to this cluster; `namespace`: watch only that one (a test's)."""
+def deployment(doc: dict, api_url: str, *, image: str, on_real_node: bool, namespace: str | None = None,
+               args: tuple[str, ...] = ()) -> dict:
+    """deploy/deployment.yaml adapted to this cluster; `namespace`: watch only that one (a test's); `args`:
+    more controller flags (`--priority-boost`)."""
     doc = copy.deepcopy(doc)
     doc["spec"]["replicas"] = 1
     pod = doc["spec"]["template"]["spec"]
@@ -60,6 +62,7 @@ def deployment(doc: dict, api_url: str, *, image: str, on_real_node: bool, names
     c["args"] += [f"--metrics-port={metrics}", f"--health-port={health}"]
     if namespace:
         c["args"].append(f"--namespace={namespace}")
+    c["args"] += list(args)
     c["ports"] = [{"name": "metrics", "containerPort": metrics}, {"name": "health", "containerPort": health}]
     c.setdefault("env", []).extend({"name": k, "value": v} for k, v in api_server_env(api_url).items())
     c.setdefault("volumeMounts", []).append({"name": "sa-token", "mountPath": TOKEN_DIR, "readOnly": True})
@@ -67,9 +70,9 @@ def deployment(doc: dict, api_url: str, *, image: str, on_real_node: bool, names
 
 
 def deploy(kube: Kube, api_url: str, *, image: str = IMAGE, on_real_node: bool = True,
-           namespace: str | None = None, timeout: float = 120.0) -> None:
+           namespace: str | None = None, args: tuple[str, ...] = (), timeout: float = 120.0) -> None:
     """Apply deploy/ (adapted as above) and wait until the controller's pod is Ready."""
-    for doc in manifests(api_url, image=image, on_real_node=on_real_node, namespace=namespace):
+    for doc in manifests(api_url, image=image, on_real_node=on_real_node, namespace=namespace, args=args):
         kube.apply(doc)
         if doc["kind"] == "CustomResourceDefinition":
             name = doc["metadata"]["name"]
@@ -80,8 +83,13 @@ def deploy(kube: Kube, api_url: str, *, image: str = IMAGE, on_real_node: bool =
     ), timeout=timeout)
 
 
-def remove(kube: Kube) -> None:
+def remove(kube: Kube, *, wait: float = 0.0) -> None:
+    """Delete the Deployment; with `wait`, until its pods are gone too (at most that many seconds), so that
+    a deployment made next is the only controller."""
     kube.delete("Deployment", NAME, NAMESPACE)
+    if wait:
+        kube.wait_for(f"{NAMESPACE}/{NAME} pods gone", lambda: not kube.list(
+            "Pod", NAMESPACE, label_selector=f"app.kubernetes.io/name={NAME}"), timeout=wait)
 
 
 def logs(kube: Kube, tail: int = 200) -> str:

@@ -49,6 +49,12 @@ def test_the_in_cluster_controller_is_deploys_deployment_adapted_with_the_local_
     assert pod["nodeSelector"] == {"gangrun.dev/node": "real"}
 
 
+def test_the_in_cluster_controller_takes_extra_flags_such_as_priority_boost() -> None:
+    docs = incluster.manifests("https://127.0.0.1:6443", args=("--priority-boost", "--boost-steps=1,2"))
+    args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--priority-boost", "--boost-steps=1,2"] and "--leader-election" in args
+
+
 def test_the_clusters_example_manifests_are_valid_and_share_the_data_folder(tmp_path: Path) -> None:
     examples = cluster.example_manifests(tmp_path, "2")
     for doc in examples.values():
