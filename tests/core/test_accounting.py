@@ -160,6 +160,21 @@ def test_work_lost_counts_from_when_the_state_was_taken() -> None:
     assert [w.seconds for w in acct.work_lost] == [4.0]
 
 
+def test_a_checkpoint_reported_after_the_next_attempt_began_still_shrinks_the_ended_attempts_loss() -> None:
+    # resumeAfterPreemption off: preempted at 20, attempt 2 created at once and up at 25; attempt 1's
+    # worker reports (as it exits) a commit whose state was taken at 17.
+    acct = fold(*START, ev(20, E.PREEMPTED, reason="Preempted"), ev(20, E.GANG_CREATED, attempt=2),
+                ev(25, E.GANG_STARTED, attempt=2), ckpt(26, 18, taken=17))
+    assert [(w.attempt, w.seconds) for w in acct.work_lost] == [(1, 3.0)]  # 17..20, not 3..20
+
+
+def test_a_save_of_a_later_period_says_nothing_of_an_earlier_stop() -> None:
+    # Crashed at 10, restarted at 12 in the same attempt; its first save after that (taken at 14) is no
+    # state of the period that was lost.
+    acct = fold(*START, ev(10, E.WORKER_EXITED, code=137), ev(12, E.RESTARTED), ckpt(15, 15, taken=14))
+    assert [w.seconds for w in acct.work_lost] == [7.0]
+
+
 def test_up_time_after_readmission_starts_when_workers_run() -> None:
     acct = fold(*START, ev(16, E.PREEMPTED, reason="Preempted"), ev(16, E.WAITING), ev(30, E.READMITTED))
     assert acct.gang_up(now=at(33)) == 13.0  # not up again before its workers run

@@ -463,6 +463,36 @@ def test_a_pod_that_is_gone_before_a_sync_saw_it_still_counts_its_checkpoint_and
     assert not c.ctl._tombstones  # what the gone pod said is in the status now
 
 
+def test_a_retried_attempts_workers_report_their_newest_checkpoint_after_the_next_attempt_began() -> None:
+    """resumeAfterPreemption off: the preemption ends attempt 1 at once; its workers' termination
+    messages come as they exit, after attempt 2 exists. Their commit is what attempt 2 loads and
+    what the stop lost its work from, not the gang's start."""
+    c = Cluster()
+    c.submit(retries=1)
+    c.settle()
+    c.admit()
+    c.settle()  # up at T0
+    c.clock.advance(30)
+    c.preempt()  # the old pods are gone from the cache at once; their last word comes below
+    c.settle()
+    assert c.status()["attempt"] == 2
+    c.clock.advance(2)
+    pod = terminated(pod_obj("train-1", 0), code=143,
+                     message=commit_report(step=6, t=c.clock.now - timedelta(seconds=5),
+                                           taken=c.clock.now - timedelta(seconds=6)))
+    c.api.put(PODS, pod)
+    for inf in c.ctl.informers:
+        inf.relist()
+    c.api.remove(PODS, "ml", "train-1-workers-0-0-abcde")  # gone before a sync saw it
+    c.settle()
+    acct = c.status()["accounting"]
+    assert acct["lastCheckpoint"]["step"] == 6 and acct["lastCheckpoint"]["attempt"] == 1
+    (lost,) = acct["workLost"]
+    assert lost["attempt"] == 1  # its state was taken 26 s after the start and the stop came at 30 s:
+    assert (datetime.fromisoformat(lost["at"]) - datetime.fromisoformat(lost["since"])).total_seconds() == 4.0
+    assert not c.ctl._tombstones
+
+
 def test_an_event_the_api_server_rejects_is_an_error_and_fails_a_strict_sync(caplog: pytest.LogCaptureFixture) -> None:
     api = FakeApi()
     api.fail("create", EVENTS.plural, 422, times=100)

@@ -257,8 +257,11 @@ class Accounting:
             else:
                 acct = replace(acct, periodic_saves=(*acct.periodic_saves, float(seconds))[-SAVES_KEPT:])
         last = acct.work_lost[-1] if acct.work_lost else None
-        if acct.stopping and last is not None and last.attempt == mark.attempt and mark.taken > last.since:
-            # Taken while the gang was being stopped (the final save in the grace period): less was lost.
+        if last is not None and last.attempt == mark.attempt and mark.taken > last.since \
+                and (mark.taken <= last.at or acct.stopping):
+            # Reported after the stop (a worker's termination message): the state it holds was taken
+            # before the stop, or while the gang was being stopped (the final save in the grace
+            # period). Either way less was lost; a save of a later period says nothing of this stop.
             acct = replace(acct, work_lost=(*acct.work_lost[:-1], replace(last, since=min(mark.taken, last.at))))
         return acct
 

@@ -167,7 +167,7 @@ class Controller:
         live = self.pods.by_index(indexes.BY_TASK, key)
         names = {(p.get("metadata") or {}).get("name") for p in live}
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
-                if adapter.attempt_of(p) == state.attempt and adapter.belongs_to(p, uid)]
+                if adapter.attempt_of(p) in (state.attempt - 1, state.attempt) and adapter.belongs_to(p, uid)]
         lookup = self._workloads_for(js)
         capacity = self._capacity(task, owned, lookup) if _elastic(task) else None
         new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity)
@@ -421,8 +421,11 @@ def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
     after its pod went; a checkpoint once the accounting has it (or a newer one); a first step once
     it would change nothing.
     """
-    if adapter.attempt_of(pod) != status.get("attempt", 1) or status.get("phase") in TERMINAL_PHASES:
+    attempt, current = adapter.attempt_of(pod), status.get("attempt", 1)
+    if not isinstance(attempt, int) or attempt > current or status.get("phase") in TERMINAL_PHASES:
         return True
+    if attempt < current:  # an ended attempt's worker: only its newest checkpoint still matters
+        return _commits_told(pod, status)
     d = adapter.disruption({}, [pod])
     if d is not None and not any(isinstance(r, dict) and r.get("worker") == d.worker
                                  for r in status.get("disruptions") or []):
@@ -431,6 +434,10 @@ def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
     if steps and first_step_events(load_accounting({"status": status}), steps, attempt=status.get("attempt", 1),
                                    now=max(steps)):
         return False
+    return _commits_told(pod, status)
+
+
+def _commits_told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
     commits = adapter.checkpoints([pod])
     newest = adapter.parse_time(((status.get("accounting") or {}).get("lastCheckpoint") or {}).get("at"))
     return not commits or (newest is not None and all(c.at <= newest for c in commits))

@@ -178,7 +178,9 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
         seen.append(RecordEvent(Event(time=now, type=EventType.SUBMITTED, message=f"task {name} submitted",
                                       attempt=before.attempt)))
     ledger = load_accounting(task)
-    commits = [c for c in adapter.checkpoints(pods) if c.attempt == before.attempt]
+    # The ended attempt's commits too: a retry's workers report theirs as they exit, after the next
+    # attempt began, and that newest checkpoint is what the next attempt loads and what the stop lost from.
+    commits = [c for c in adapter.checkpoints(pods) if c.attempt in (before.attempt, before.attempt - 1)]
     seen += _checkpoint_events(ledger, commits, now=now)
     seen += first_step_events(ledger, [t for a, t in adapter.first_steps(pods) if a in (None, before.attempt)],
                          attempt=before.attempt, now=now)
