@@ -45,6 +45,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -323,6 +324,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=0.0, help="per phase, seconds (default: 600 + 2 per task)")
     ap.add_argument("--plain", action="store_true", help="run `gangrun controller` itself: no breakdown")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    ap.add_argument("--keep-probe", type=Path, help="copy the probe's records of every sync and write here")
     args = ap.parse_args()
     try:
         binaries = controlplane.locate_binaries()
@@ -425,6 +427,8 @@ def main() -> int:
         round_end = quiet(tl, 5.0, 120.0)  # any write still to come after "running" counts too
         cp.terminate(ctl, grace=60)
         probe = json.loads(probe_out.read_text()) if not args.plain else None
+        if probe is not None and args.keep_probe:
+            shutil.copyfile(probe_out, args.keep_probe)
 
         round_writes = writes_between(tl, probe, wall0, round_end)
         ev_wl = tl.deltas("wl_evicted", "st_evicted")
@@ -456,6 +460,11 @@ def main() -> int:
             readmit_stages = breakdown(tl, probe, "js_resumed", "st_readmitted", readmission_write)
             print_breakdown("where the readmission time goes: JobSet unsuspended seen -> status running",
                             readmit_stages)
+            round_syncs = [x for x in probe["syncs"] if wall0 <= x["taken"] <= round_end]
+            failed = Counter(x.get("error") for x in round_syncs if x.get("error"))
+            print(f"  syncs in the round: {len(round_syncs)}, failed {sum(failed.values())} "
+                  f"({', '.join(f'{k} {v}' for k, v in failed.most_common()) or 'none'}); a sync, taken -> done: "
+                  f"{fmt([x['done'] - x['taken'] for x in round_syncs])}")
             print("  the round's status writes by what they changed (reason | fields):")
             for kind, k in write_kinds(probe, wall0, round_end):
                 print(f"    {k:6d}  {kind}")

@@ -101,10 +101,15 @@ class ProbeController(Controller):
 
     def sync(self, key: Any) -> None:
         queued, taken = self._timed_queue.taken.pop(key, (time.monotonic(), time.monotonic()))
+        error = ""
         try:
             super().sync(key)
+        except Exception as e:
+            error = type(e).__name__  # the sync is retried after a backoff: its key waits that long
+            raise
         finally:
-            self._syncs.append({"key": list(key), "queued": queued, "taken": taken, "done": time.monotonic()})
+            self._syncs.append({"key": list(key), "queued": queued, "taken": taken, "done": time.monotonic(),
+                                "error": error})
 
 
 def main() -> int:
