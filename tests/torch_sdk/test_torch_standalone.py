@@ -47,13 +47,26 @@ def _python(cwd: Path) -> tuple[list[dict], str]:
                                       stderr=subprocess.PIPE, text=True)])  # fmt: skip
 
 
+def _records(out: str) -> list[dict]:
+    """The JSON records the ranks print, one per rank. The ranks of a node share torchrun's stdout, and
+    with PYTHONUNBUFFERED a print is two writes (the text, then its newline), so two ranks' records can
+    meet on one line: read each record where a line or the record before it ends."""
+    decoder, found = json.JSONDecoder(), []
+    for line in out.splitlines():
+        at = 0
+        while line.startswith("{", at):
+            record, at = decoder.raw_decode(line, at)
+            found.append(record)
+    return found
+
+
 def _collect(procs: list[subprocess.Popen[str]]) -> tuple[list[dict], str]:
     lines, errs = [], ""
     try:
         for p in procs:
             out, err = p.communicate(timeout=240)
             assert p.returncode == 0, f"exited {p.returncode}:\n{err[-4000:]}"
-            lines += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            lines += _records(out)
             errs += err
     finally:
         for p in procs:
