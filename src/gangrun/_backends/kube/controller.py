@@ -431,7 +431,7 @@ def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
                                  for r in status.get("disruptions") or []):
         return False
     steps = [t for _, t in adapter.first_steps([pod])]
-    if steps and first_step_events(load_accounting({"status": status}), steps, attempt=status.get("attempt", 1),
+    if steps and first_step_events(load_accounting({"status": status}), steps, attempt=current,
                                    now=max(steps)):
         return False
     return _commits_told(pod, status)
