@@ -46,38 +46,54 @@ class Commit:
     final: bool = False  # saved after the stop notice (in the grace period)
 
 
-def _lines(lines: Iterable[str], kind: str) -> list[dict[str, Any]]:
-    out = []
-    for line in lines:
+class Summary:
+    """The report of an events file, folded line by line: a worker's live report reads only the lines
+    written since it last looked, however long the run."""
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self._newest: dict[str, Any] | None = None
+        self._first_step: float | None = None
+
+    def add(self, line: str) -> None:
         try:
             doc = json.loads(line)
         except ValueError:
-            continue  # a line cut by a kill mid-write
-        if isinstance(doc, dict) and doc.get("type") == kind and _number(doc.get("time")):
-            out.append(doc)
-    return out
+            return  # a line cut by a kill mid-write
+        if not isinstance(doc, dict) or not _number(doc.get("time")):
+            return
+        if doc.get("type") == COMMITTED:
+            self.commits += 1
+            if self._newest is None or doc["time"] >= self._newest["time"]:
+                self._newest = doc
+        elif doc.get("type") == FIRST_STEP:  # the newest: a process that loaded twice stepped after its last load
+            self._first_step = max(self._first_step or doc["time"], doc["time"])
+
+    def text(self) -> str:
+        """The termination message; "" when nothing was reported."""
+        if not self.commits and self._first_step is None:
+            return ""
+        doc: dict[str, Any] = {"gangrun": VERSION, "commits": self.commits}
+        if self._first_step is not None:
+            doc["firstStep"] = self._first_step
+        keep: dict[str, Any] = {}
+        if self._newest is not None:
+            keep = {k: self._newest.get(k) for k in ("attempt", "rank", "seq", "step", "time", "uri", "takenAt",
+                                                     "saveSeconds", "final") if k in self._newest}
+            doc["newest"] = keep
+        text = json.dumps(doc, separators=(",", ":"))
+        if len(text.encode()) > LIMIT:  # only a very long URI gets here: the time and step matter more
+            keep["uri"] = ""
+            text = json.dumps(doc, separators=(",", ":"))
+        return text
 
 
 def report(lines: Iterable[str]) -> str:
     """The termination message for the events file's `lines`; "" when nothing was reported."""
-    lines = list(lines)
-    commits, steps = _lines(lines, COMMITTED), _lines(lines, FIRST_STEP)
-    if not commits and not steps:
-        return ""
-    doc: dict[str, Any] = {"gangrun": VERSION, "commits": len(commits)}
-    if steps:  # the newest: a process that loaded twice stepped for good after its last load
-        doc["firstStep"] = max(d["time"] for d in steps)
-    keep: dict[str, Any] = {}
-    if commits:
-        newest = max(commits, key=lambda d: d["time"])
-        keep = {k: newest.get(k) for k in ("attempt", "rank", "seq", "step", "time", "uri", "takenAt", "saveSeconds",
-                                            "final") if k in newest}
-        doc["newest"] = keep
-    text = json.dumps(doc, separators=(",", ":"))
-    if len(text.encode()) > LIMIT:  # only a very long URI gets here: the time and step matter more
-        keep["uri"] = ""
-        text = json.dumps(doc, separators=(",", ":"))
-    return text
+    summary = Summary()
+    for line in lines:
+        summary.add(line)
+    return summary.text()
 
 
 def _number(v: Any) -> bool:

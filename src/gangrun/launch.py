@@ -13,10 +13,12 @@ Every worker pod of a gang runs it (the JobSet's container command, see `render.
    restart never joins the previous round's rendezvous;
 4. stays the command's parent when it cannot exec (torchrun; PID 1, which ignores SIGTERM without a
    handler; or a pod, where it has two more jobs) and forwards SIGTERM/SIGINT to it;
-5. in a pod (GANGRUN_TERMINATION_LOG set) when the command ends: writes the newest committed
-   checkpoint into the termination message (`gangrun._checkpoint_report`), and turns an exit 0
-   after a SIGTERM into 143, because a worker that was stopped has not finished the task: a drained
-   pod that exits 0 would read as a completed index to its Job.
+5. in a pod (GANGRUN_TERMINATION_LOG set) while the command runs: serves the newest committed
+   checkpoint on GANGRUN_REPORT_PORT for the controller to poll (`gangrun._live_report`);
+6. in a pod when the command ends: writes the same report into the termination message
+   (`gangrun._checkpoint_report`), and turns an exit 0 after a SIGTERM into 143, because a worker
+   that was stopped has not finished the task: a drained pod that exits 0 would read as a completed
+   index to its Job.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from gangrun import _checkpoint_report as checkpoint_report
 from gangrun._core import worker_env as wenv
 from gangrun._core.exit_status import exit_status
+from gangrun._live_report import EventsTail, serve
 
 DEFAULT_DNS_TIMEOUT = 300.0
 EXIT_DNS = 3
@@ -105,16 +107,12 @@ def _run_forwarding(argv: list[str], env: dict[str, str]) -> tuple[int, bool]:
     return exit_status(child.wait()), stopped
 
 
-def write_report(env: Mapping[str, str]) -> None:
+def write_report(env: Mapping[str, str], tail: EventsTail | None) -> None:
     """Leave the newest committed checkpoint in the termination message; never fail the exit for it."""
-    target, events = env.get(wenv.TERMINATION_LOG), env.get(wenv.EVENTS_FILE)
-    if not target or not events:
+    target = env.get(wenv.TERMINATION_LOG)
+    if not target or tail is None:
         return
-    try:
-        with open(events, encoding="utf-8", errors="replace") as f:
-            text = checkpoint_report.report(f)
-    except OSError:
-        return  # nothing was committed
+    text = tail.text()
     if text:
         try:
             with open(target, "w", encoding="utf-8") as f:
@@ -146,12 +144,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_pod = bool(env.get(wenv.TERMINATION_LOG))
     if in_pod or os.getpid() == 1 or _whole(env, wenv.NPROC_PER_NODE, 1) > 1:
         argv_ = torchrun_argv(env, args) if _whole(env, wenv.NPROC_PER_NODE, 1) > 1 else args
+        events = env.get(wenv.EVENTS_FILE)
+        tail = EventsTail(events) if in_pod and events else None
+        if tail is not None and (port := _whole(env, wenv.REPORT_PORT, 0)):
+            serve(port, tail)
         try:
             code, stopped = _run_forwarding(argv_, env)
         except OSError as e:
             print(f"gangrun.launch: cannot run {argv_[0]}: {e.strerror}", file=sys.stderr)
             return 127
-        write_report(env)
+        write_report(env, tail)
         return exit_code(code, stopped=stopped) if in_pod else code
     try:
         os.execvpe(args[0], args, env)

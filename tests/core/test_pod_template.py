@@ -73,6 +73,8 @@ def test_a_real_gpu_pod_template_is_accepted_as_given() -> None:
                  "spec.podTemplate.spec.containers[worker].env[A]", "is given twice", id="env-twice"),
     pytest.param(worker(ports=[{"name": "rendezvous", "containerPort": 1}]),
                  "spec.podTemplate.spec.containers[worker].ports[rendezvous]", "set by gangrun", id="rendezvous-port"),
+    pytest.param(worker(ports=[{"name": "gangrun-report", "containerPort": 1}]),
+                 "spec.podTemplate.spec.containers[worker].ports[gangrun-report]", "set by gangrun", id="report-port"),
     pytest.param(worker(volumeMounts=[{"name": "x", "mountPath": "/etc/gangrun"}]),
                  "spec.podTemplate.spec.containers[worker].volumeMounts[/etc/gangrun]", "set by gangrun", id="notice-mount"),
     pytest.param({"spec": {"restartPolicy": "Always"}}, "spec.podTemplate.spec.restartPolicy", "set by gangrun", id="restart-policy"),

@@ -7,6 +7,7 @@ from kube_builders import commit_report, pod_obj
 from test_controller import Cluster
 
 from gangrun._backends.kube.client import PODS, WORKLOADS
+from gangrun._backends.kube.live_reports import LiveReports
 from gangrun._core.priority_boost import ANNOTATION, BoostPolicy
 
 
@@ -98,6 +99,34 @@ def test_a_reported_commit_brings_the_boost_back_to_the_bottom() -> None:
     pod["status"]["containerStatuses"] = [{"name": "worker", "state": {"running": {}}, "lastState": {"terminated": {
         "exitCode": 0, "reason": "Completed", "message": commit_report(step=70, t=c.clock.now)}}}]
     c.api.put(PODS, pod)
+    c.settle()
+    assert c.status()["accounting"]["lastCheckpoint"]["step"] == 70
+    assert annotation(c) == "3"
+
+
+def test_a_running_worker_s_live_report_brings_the_boost_back_to_the_bottom() -> None:
+    # The live channel: the controller polls rank 0's launcher while the gang runs, so the commit lowers
+    # the boost now, not at the gang's next stop (its termination message).
+    c = boosted()
+    served: dict[str, str] = {}
+    c.ctl.live = LiveReports(c.ctl.pods, c.ctl._owned_changed, fetch=lambda url, _timeout: served.get(url, ""))
+    c.submit(nodes=2)
+    c.settle()
+    c.admit()
+    c.settle()
+    c.clock.advance(70)
+    resync(c)
+    assert annotation(c) == "51"
+    pod = pod_obj("train-1", 0)
+    pod["metadata"]["uid"] = "uid-rank-0"
+    pod["status"]["podIP"] = "10.1.0.5"
+    pod["spec"]["containers"] = [{"name": "worker", "ports": [{"name": "gangrun-report", "containerPort": 29510}]}]
+    c.api.put(PODS, pod)
+    c.settle()
+    c.ctl.live.poll_once()  # nothing committed yet: an empty report changes nothing
+    assert annotation(c) == "51"
+    served["http://10.1.0.5:29510/"] = commit_report(step=70, t=c.clock.now)
+    c.ctl.live.poll_once()
     c.settle()
     assert c.status()["accounting"]["lastCheckpoint"]["step"] == 70
     assert annotation(c) == "3"

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from gangrun import _checkpoint_report, launch
+from gangrun._live_report import EventsTail, serve
 
 
 def test_single_process_per_node_gets_rank_from_the_completion_index() -> None:
@@ -149,3 +152,63 @@ def test_the_report_fits_the_termination_message(lines: list[str], ok: bool) -> 
                                      '{"gangrun": 1, "newest": {"attempt": 1, "time": 1e300}}'])
 def test_any_other_termination_message_reads_as_no_checkpoint(message: str) -> None:
     assert _checkpoint_report.read(message) is None
+
+
+# -- in a pod, while the worker runs: the same report, served for the controller to poll --
+
+LIVE_WORKER = """
+import os, sys
+from gangrun._ckpt.events import checkpoint_committed
+checkpoint_committed(os.environ["GANGRUN_EVENTS_FILE"], task="train", attempt=1, rank=0, seq=1, step=7,
+                     uri="s3://b/step-7")
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_in_a_pod_the_launcher_serves_the_newest_commit_while_the_worker_runs(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gangrun.launch", "--", sys.executable, "-c", LIVE_WORKER],
+                            env={**_pod_env(tmp_path), "GANGRUN_REPORT_PORT": str(port)},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "ready"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
+            served = r.read().decode()
+        commit = _checkpoint_report.read(served)
+        assert commit is not None and (commit.step, commit.uri) == (7, "s3://b/step-7")
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=60) == 0
+        assert (tmp_path / "termination-log").read_text() == served  # one report, two channels
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_live_report_reads_only_whole_lines_and_only_new_ones(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    line = '{"type":"checkpoint_committed","attempt":1,"rank":0,"seq":%d,"step":%d,"uri":"u","time":%d}'
+    events.write_text(line % (1, 1, 5) + "\n" + (line % (2, 2, 6))[:30])  # the second is being appended
+    tail = EventsTail(str(events))
+    assert json.loads(tail.text())["commits"] == 1
+    with events.open("a") as f:
+        f.write((line % (2, 2, 6))[30:] + "\n")
+    doc = json.loads(tail.text())
+    assert (doc["commits"], doc["newest"]["step"]) == (2, 2)
+
+
+def test_a_taken_report_port_leaves_the_worker_running_without_a_live_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        assert serve(taken.getsockname()[1], EventsTail(str(tmp_path / "events.jsonl"))) is None
+    assert "cannot serve the live checkpoint report" in capsys.readouterr().err

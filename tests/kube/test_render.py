@@ -289,6 +289,12 @@ def test_the_stop_notice_is_a_downward_api_file_of_the_pod_annotation() -> None:
     assert worker["terminationMessagePolicy"] == "File"
 
 
+def test_the_worker_serves_its_live_checkpoint_report_on_a_declared_port() -> None:
+    worker = _pod(render_jobset(task_spec()))["spec"]["containers"][0]
+    (port,) = [p for p in worker["ports"] if p["name"] == "gangrun-report"]
+    assert str(port["containerPort"]) == _env(render_jobset(task_spec()))["GANGRUN_REPORT_PORT"]["value"]
+
+
 @pytest.mark.parametrize("nproc", [1, 3])
 def test_a_pod_sees_the_same_contract_as_a_local_worker(nproc: int) -> None:
     """render's literal values + the pod's own (completion index, restart attempt) through the launcher

@@ -111,6 +111,7 @@ HOST_NETWORK_DNS_POLICY = "ClusterFirstWithHostNet"
 # is a device the task's spec.resources, its quota request and its accounting do not show.
 PLAIN_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 OWN_PORT_NAME = "rendezvous"
+REPORT_PORT_NAME = "gangrun-report"  # the launcher's live checkpoint report, which the controller polls
 
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
@@ -330,6 +331,8 @@ def _worker(c: dict[str, Any], where: str, *, reserved_env: frozenset[str], spec
         port = _mapping(port, f"{where}.ports[{i}]")
         if port.get("name") == OWN_PORT_NAME:
             raise _owned(f"{where}.ports[{OWN_PORT_NAME}]", "the rendezvous port, MASTER_PORT")
+        if port.get("name") == REPORT_PORT_NAME:
+            raise _owned(f"{where}.ports[{REPORT_PORT_NAME}]", "the port of the live checkpoint report")
     _mounts(c, where, own=OWN_MOUNT_PATHS + (TERMINATION_LOG,) + ((SHM_PATH,) if shm else ()))
 
 

@@ -7,7 +7,7 @@ exception, because one odd object must not stop the controller from driving ever
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -259,20 +259,21 @@ def disruption(obj: Any, pods: Iterable[Any]) -> Disruption | None:
     return None
 
 
-def checkpoints(pods: Iterable[Any]) -> list[checkpoint_report.Commit]:
-    """The newest committed checkpoint each terminated worker left in its termination message."""
-    return [mark for _, message in _termination_messages(pods)
-            if (mark := checkpoint_report.read(message)) is not None]
+def checkpoints(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> list[checkpoint_report.Commit]:
+    """The newest committed checkpoint each worker reported: in its termination message, or `live`
+    (pod uid -> the report a running worker served, `live_reports.py`)."""
+    return [mark for _, message in _reports(pods, live) if (mark := checkpoint_report.read(message)) is not None]
 
 
-def first_steps(pods: Iterable[Any]) -> list[tuple[int | None, datetime]]:
-    """(attempt, when) of each worker's first step after its load, from its termination message."""
-    return [(attempt_of(pod), t) for pod, message in _termination_messages(pods)
+def first_steps(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> list[tuple[int | None, datetime]]:
+    """(attempt, when) of each worker's first step after its load, from the same reports."""
+    return [(attempt_of(pod), t) for pod, message in _reports(pods, live)
             if (t := checkpoint_report.first_step(message)) is not None]
 
 
-def _termination_messages(pods: Iterable[Any]) -> Iterator[tuple[dict[str, Any], str]]:
-    """(pod, message) of every termination message the worker container left, current and last state."""
+def _reports(pods: Iterable[Any], live: Mapping[str, str] | None) -> Iterator[tuple[dict[str, Any], str]]:
+    """(pod, report) of every termination message the worker container left, current and last state,
+    and of the live report the running worker served."""
     for pod in pods:
         if not isinstance(pod, dict):
             continue
@@ -283,6 +284,8 @@ def _termination_messages(pods: Iterable[Any]) -> Iterator[tuple[dict[str, Any],
                 message = _get(cs, state, "terminated", "message")
                 if isinstance(message, str) and message:
                     yield pod, message
+        if live and (text := live.get(str(_get(pod, "metadata", "uid") or ""))):
+            yield pod, text
 
 
 def workers_running_at(obj: Any, pods: Iterable[Any]) -> datetime | None:

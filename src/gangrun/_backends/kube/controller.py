@@ -22,7 +22,8 @@ termination message, a DisruptionTarget condition) are kept from their DELETED e
 has written what they said into the status. Stop notices go onto pods as one-annotation patches,
 all at once and alongside the status write, and are done before the deletes the same sync asks for.
 With a boost policy (`--priority-boost`) each sync ends by keeping the Workload's priority-boost
-annotation equal to the task's boost (`boost.py`), patching only a change.
+annotation equal to the task's boost (`boost.py`), patching only a change, and the running workers'
+checkpoints are polled live (`live_reports.py`): a new one queues its task.
 
 Reads come from the informer caches, except where a stale cache could cost an attempt:
 * a JobSet missing from the cache after it was seen is read from the API server before the engine
@@ -45,6 +46,7 @@ from gangrun._backends.kube import adapter, boost, crd, elastic, events, indexes
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
+from gangrun._backends.kube.live_reports import LiveReports
 from gangrun._backends.kube.metrics import Metrics
 from gangrun._backends.kube.queues import Queues, priority_of
 from gangrun._backends.kube.quota import Capacity
@@ -109,6 +111,8 @@ class Controller:
         self.workloads = Informer(api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
                                   indexers=indexes.WORKLOAD_INDEXERS)
         self.queues = Queues(api, namespace=namespace, on_change=self._queue_changed)
+        # The boost follows each commit as it happens, not at the gang's next stop.
+        self.live = LiveReports(self.pods, self._owned_changed) if boost is not None else None
         self.informers = (self.tasks, self.jobsets, self.pods, self.workloads, *self.queues.informers)
         self._hinted = False
         self._notices = ThreadPoolExecutor(max_workers=NOTICE_FANOUT, thread_name_prefix="stop-notice")
@@ -170,7 +174,8 @@ class Controller:
                 if adapter.attempt_of(p) in (state.attempt - 1, state.attempt) and adapter.belongs_to(p, uid)]
         lookup = self._workloads_for(js)
         capacity = self._capacity(task, owned, lookup) if _elastic(task) else None
-        new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity)
+        new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity,
+                                        live=self.live.of(pods) if self.live is not None else None)
         # Alongside the status write, not after it: a notice is no part of the task's state (writing it
         # twice is harmless), and for a stop Kueue starts every millisecond counts against its suspend.
         notices = self._annotate(namespace, actions)
@@ -374,6 +379,8 @@ class Controller:
         """Run informers and workers until `stop` is set."""
         threads = [threading.Thread(target=i.run, args=(stop,), name=f"watch-{i.res.plural}", daemon=True)
                    for i in self.informers]
+        if self.live is not None:
+            threads.append(threading.Thread(target=self.live.run, args=(stop,), name="live-reports", daemon=True))
         for t in threads:
             t.start()
         while not stop.is_set() and not self.synced:  # never decide on a half-filled cache

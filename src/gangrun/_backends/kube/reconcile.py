@@ -27,7 +27,7 @@ Two things ride along with the engine's decision:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -127,9 +127,11 @@ def load_accounting(task: dict[str, Any]) -> Accounting:
 
 def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: WorkloadLookup,
               pods: Iterable[dict[str, Any]] = (), *, now: datetime, owned_jobsets: Sequence[dict[str, Any]] = (),
-              capacity: Capacity | None = None) -> tuple[dict[str, Any] | None, list[Action]]:
+              capacity: Capacity | None = None,
+              live: Mapping[str, str] | None = None) -> tuple[dict[str, Any] | None, list[Action]]:
     """Decide one step for `task`. `jobset` is the current JobSet of the current attempt if it exists
-    (`elastic.current_jobset`); `capacity`: its ClusterQueue's free quota, which sizes an elastic gang.
+    (`elastic.current_jobset`); `capacity`: its ClusterQueue's free quota, which sizes an elastic gang;
+    `live`: the reports running workers served (pod uid -> text, `live_reports.py`).
 
     Returns the new `.status` (None when nothing changed) and the actions to take after writing it.
     """
@@ -180,9 +182,9 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     ledger = load_accounting(task)
     # The ended attempt's commits too: a retry's workers report theirs as they exit, after the next
     # attempt began, and that newest checkpoint is what the next attempt loads and what the stop lost from.
-    commits = [c for c in adapter.checkpoints(pods) if c.attempt in (before.attempt, before.attempt - 1)]
+    commits = [c for c in adapter.checkpoints(pods, live) if c.attempt in (before.attempt, before.attempt - 1)]
     seen += _checkpoint_events(ledger, commits, now=now)
-    seen += first_step_events(ledger, [t for a, t in adapter.first_steps(pods) if a in (None, before.attempt)],
+    seen += first_step_events(ledger, [t for a, t in adapter.first_steps(pods, live) if a in (None, before.attempt)],
                          attempt=before.attempt, now=now)
     seen += _workers_running(ledger, before, adapter.workers_running_at(jobset, own), now=now)
     seen += _admitted(ledger, before, obs, now=now, size=(sz.nodes, spec.nodes) if spec.elastic else None)

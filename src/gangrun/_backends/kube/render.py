@@ -38,6 +38,7 @@ NAME_MAX = 41  # 63 - len("-workers-0-99999-abcde"), as Flyte bounds it
 REPLICATED_JOB = "workers"
 CONTAINER = pod_template.WORKER
 MASTER_PORT = wenv.DEFAULT_MASTER_PORT
+REPORT_PORT = 29510  # `gangrun.launch` serves the worker's newest checkpoint here (`gangrun._live_report`)
 NOTICE_VOLUME, RUN_VOLUME, SHM_VOLUME = "gangrun-notice", "gangrun-run", "gangrun-shm"
 STOP_NOTICE_FILE = "stop-notice.json"  # the SDK reads GANGRUN_STOP_FILE when SIGTERM comes
 EVENTS_FILE = "events.jsonl"  # the SDK appends a line per committed checkpoint
@@ -193,7 +194,8 @@ def _container(spec: TaskSpec, name: str, attempt: int, uid: str | None) -> dict
         "command": [*LAUNCHER, *spec.command],
         "env": worker_env(spec, name, attempt, uid),
         "resources": _resources(spec),
-        "ports": [{"name": pod_template.OWN_PORT_NAME, "containerPort": MASTER_PORT, "protocol": "TCP"}],
+        "ports": [{"name": pod_template.OWN_PORT_NAME, "containerPort": MASTER_PORT, "protocol": "TCP"},
+                  {"name": pod_template.REPORT_PORT_NAME, "containerPort": REPORT_PORT, "protocol": "TCP"}],
         "volumeMounts": _mounts(spec),
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
@@ -229,6 +231,7 @@ def worker_env(spec: TaskSpec, name: str, attempt: int, uid: str | None = None) 
         field(wenv.NODE_RANK, jobset.JOB_COMPLETION_INDEX_FIELD_PATH),
         field(wenv.POD_NAMESPACE, "metadata.namespace"),
         value(wenv.TERMINATION_LOG, TERMINATION_LOG),
+        value(wenv.REPORT_PORT, REPORT_PORT),
     ]
     env += [value(k, v) for k, v in sorted(spec.env.items())]
     return env

@@ -1,0 +1,69 @@
+"""A worker pod's live report: its checkpoints as the controller reads them while the gang runs.
+
+`gangrun.launch` serves, over HTTP on GANGRUN_REPORT_PORT, exactly what the container's termination
+message would say if the worker exited now (`gangrun._checkpoint_report`). The controller polls it
+(`gangrun controller --priority-boost`), so it knows a running gang's newest commit as it happens,
+without reading the checkpoint store and without the workers needing any access to the API.
+
+    EventsTail(path).text()  → the report of the events file, reading only lines new since last time
+    serve(port, tail)        → a daemon HTTP server answering every GET with tail.text()
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from gangrun._checkpoint_report import Summary
+
+
+class EventsTail:
+    """The report of a growing events file. Only whole lines are read: a line being appended waits for
+    the next look."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._offset = 0
+        self._summary = Summary()
+        self._lock = threading.Lock()
+
+    def text(self) -> str:
+        with self._lock:
+            try:
+                with open(self._path, "rb") as f:
+                    f.seek(self._offset)
+                    data = f.read()
+            except OSError:
+                return self._summary.text()  # nothing written yet
+            end = data.rfind(b"\n") + 1
+            for line in data[:end].decode("utf-8", errors="replace").splitlines():
+                self._summary.add(line)
+            self._offset += end
+            return self._summary.text()
+
+
+def serve(port: int, tail: EventsTail) -> ThreadingHTTPServer | None:
+    """Answer GET on `port` with the report; None (and a line on stderr) when the port is taken."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = tail.text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # the worker's stderr is its log: a poll every few seconds does not belong there
+
+    try:
+        server = ThreadingHTTPServer(("", port), Handler)
+    except OSError as e:
+        print(f"gangrun.launch: cannot serve the live checkpoint report on port {port} ({e.strerror}); "
+              f"the controller learns this worker's checkpoints when it exits", file=sys.stderr)
+        return None
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="live-report", daemon=True).start()
+    return server
