@@ -17,10 +17,10 @@ steps scaled to the storm's seconds, as the local tier scales them.
 The figures are the ClusteredTasks' own `status.accounting`, read through the Kubernetes backend's
 `get` (the same view as `gangrun get -o json`), and printed as the local tier prints them.
 
-On Kubernetes the controller learns a gang's checkpoints from its workers' termination messages, when
-a worker exits (docs/kubernetes.md): while a gang runs, its work at risk counts from when it came up,
-so the boost orders running gangs as Kueue's default does, and the storm shows what that costs
-(docs/local-backend.md has the figures). A run takes about 9 minutes for the four configurations
+With `--priority-boost` the controller polls each running gang's first worker for its newest commit
+(`--report-period`, here one step), so its work at risk falls at each commit, as on the local
+backend; without boosting it learns commits only from the workers' termination messages, when they
+exit (docs/kubernetes.md; docs/local-backend.md has the figures). A run takes about 9 minutes for the four configurations
 (`--resume on`: about 5). Without root, the Kubernetes binaries or the node's packages this prints
 why and exits 0.
 """
@@ -61,7 +61,9 @@ def high_task(rc: Any, storm: Storm, name: str) -> dict:
 
 
 def controller_args(storm: Storm, boost: bool) -> tuple[str, ...]:
-    return ("--priority-boost", "--boost-steps=" + ",".join(f"{s:g}" for s in storm.boost_steps)) if boost else ()
+    # The live reports are polled once a step: as the boost's steps, the poll is scaled to the storm's time.
+    return ("--priority-boost", "--boost-steps=" + ",".join(f"{s:g}" for s in storm.boost_steps),
+            f"--report-period={storm.step_seconds:g}") if boost else ()
 
 
 def play(rc: Any, backend: KubeBackend, storm: Storm, intervals: list[int], arrivals: list[float], *, boost: bool,

@@ -107,6 +107,13 @@ def test_a_bad_priority_boost_band_is_one_error_naming_the_flag(flags, field, ca
     assert err.startswith(f"gangrun: error: {field}") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("period", ["0", "-1", "soon"])
+def test_a_bad_report_period_names_the_flag(period, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["controller", "--priority-boost", "--report-period", period])
+    assert e.value.code == 2 and "--report-period" in capsys.readouterr().err
+
+
 def test_s1_validate_dash_reads_standard_input():
     r = subprocess.run([sys.executable, "-m", "gangrun.cli", "validate", "-", "-o", "json"], input=GOOD.encode(),
                        capture_output=True)

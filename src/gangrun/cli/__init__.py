@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--boost-starved-max", type=int, default=3,
                     help="the most boost a waiting gang gets, one per preemption (default 3); running gangs "
                          "start above it")
+    sp.add_argument("--report-period", type=_positive_seconds, default=5.0,
+                    help="with --priority-boost: seconds between polls of the running workers' newest "
+                         "checkpoint (default 5)")
 
     local = sub.add_parser("local", help="the local control plane", description="the local control plane",
                            parents=[common])
@@ -155,6 +158,16 @@ def _at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
 
 
 def _rank_or_all(text: str) -> str:

@@ -218,7 +218,7 @@ def controller(args: argparse.Namespace) -> int:
     return run_controller(kubeconfig=args.kubeconfig, namespace=namespace, metrics_port=args.metrics_port,
                           health_port=args.health_port, leader_election=args.leader_election,
                           lease_namespace=args.lease_namespace, identity=args.identity,
-                          workers=args.workers, boost=boost)
+                          workers=args.workers, boost=boost, report_period=args.report_period)
 
 
 def _boost_policy(args: argparse.Namespace) -> BoostPolicy | None:

@@ -42,11 +42,10 @@ from datetime import datetime
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.kube import adapter, boost, crd, elastic, events, indexes
+from gangrun._backends.kube import adapter, boost, crd, elastic, events, indexes, live_reports
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
-from gangrun._backends.kube.live_reports import LiveReports
 from gangrun._backends.kube.metrics import Metrics
 from gangrun._backends.kube.queues import Queues, priority_of
 from gangrun._backends.kube.quota import Capacity
@@ -95,7 +94,7 @@ class Controller:
     def __init__(self, api: KubeApi, *, namespace: str | None, clock: Clock = system_clock,
                  metrics: Metrics | None = None, identity: str = "",
                  queue: WorkQueue[Key] | None = None, strict_events: bool = False,
-                 boost: BoostPolicy | None = None) -> None:
+                 boost: BoostPolicy | None = None, report_period: float = live_reports.PERIOD) -> None:
         self.api, self.namespace, self.clock = api, namespace, clock
         self.boost = boost  # checkpoint-aware preemption: keep each Workload's priority-boost annotation
         self._boost_hinted = False
@@ -112,7 +111,8 @@ class Controller:
                                   indexers=indexes.WORKLOAD_INDEXERS)
         self.queues = Queues(api, namespace=namespace, on_change=self._queue_changed)
         # The boost follows each commit as it happens, not at the gang's next stop.
-        self.live = LiveReports(self.pods, self._owned_changed) if boost is not None else None
+        self.live = (live_reports.LiveReports(self.pods, self._owned_changed, period=report_period) if boost is not None
+                     else None)
         self.informers = (self.tasks, self.jobsets, self.pods, self.workloads, *self.queues.informers)
         self._hinted = False
         self._notices = ThreadPoolExecutor(max_workers=NOTICE_FANOUT, thread_name_prefix="stop-notice")

@@ -14,6 +14,7 @@ import socket
 import threading
 import uuid
 
+from gangrun._backends.kube import live_reports
 from gangrun._backends.kube.client import connect
 from gangrun._backends.kube.controller import DEFAULT_WORKERS, Controller, api_connections
 from gangrun._backends.kube.leader import LeaderElector
@@ -26,7 +27,8 @@ log = logging.getLogger(__name__)
 
 def run_controller(*, kubeconfig: str | None, namespace: str | None, metrics_port: int, health_port: int,
                    leader_election: bool, lease_namespace: str, identity: str | None,
-                   workers: int | None = None, boost: BoostPolicy | None = None) -> int:
+                   workers: int | None = None, boost: BoostPolicy | None = None,
+                   report_period: float = live_reports.PERIOD) -> int:
     """Run the controller until SIGTERM. `namespace=None` watches all namespaces; a port of 0 disables it;
     `workers=None` runs DEFAULT_WORKERS."""
     workers = workers or DEFAULT_WORKERS
@@ -41,7 +43,8 @@ def run_controller(*, kubeconfig: str | None, namespace: str | None, metrics_por
     stop = threading.Event()
     lost = threading.Event()
     metrics = Metrics()
-    controller = Controller(api, namespace=namespace, metrics=metrics, identity=identity, boost=boost)
+    controller = Controller(api, namespace=namespace, metrics=metrics, identity=identity, boost=boost,
+                            report_period=report_period)
     elector = LeaderElector(api, namespace=lease_namespace, identity=identity) if leader_election else None
     # In a pod the probes come from the kubelet; on a workstation stay on loopback.
     host = "0.0.0.0" if os.environ.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
