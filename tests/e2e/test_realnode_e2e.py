@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import incluster
 import pytest
 from controlplane import REPO_ROOT, ControlPlane
 from realnode_tasks import (
@@ -33,13 +34,14 @@ from realnode_tasks import (
     kill_training_process,
     new_running_pods,
     real_cluster,
+    running_pods,
     starts_by_rank,
     submit,
     train_task,
     wait_phase,
     worker_exits,
 )
-from test_controller_e2e import TASK_LABEL
+from test_controller_e2e import TASK_LABEL, status
 from test_training_e2e import PodRecorder
 
 from conftest import real_node_images
@@ -271,6 +273,33 @@ def test_the_gloo_ddp_example_trains_in_two_real_pods_with_torch_from_the_host(r
         assert "starting fresh: 2 ranks, DDP" in log.text, log.text
     finally:
         cleanup_task(rc, "ddp")
+
+
+def test_a_running_gang_s_commits_reach_its_status_live_through_the_workers_report_port(
+        real_cluster: RealCluster) -> None:
+    """With --priority-boost the controller polls rank 0's launcher (its `gangrun-report` port) over the
+    pod network: the task's status has each commit while its worker still runs, not at its exit."""
+    rc = real_cluster
+    incluster.remove(rc.kube, wait=120)
+    incluster.deploy(rc.kube, rc.cp.api_url, namespace=rc.ns, args=("--priority-boost", "--report-period=0.5"))
+    try:
+        submit(rc, train_task(rc, "live", nodes=1, steps=400, step_seconds=0.2))  # a commit every 0.4 s
+
+        def newest() -> int | None:
+            st = status(rc.kube, rc.ns, "live")
+            return ((st.get("accounting") or {}).get("lastCheckpoint") or {}).get("step")
+
+        first = rc.kube.wait_for("a commit in the running task's status", newest, timeout=TIMEOUT, interval=0.2)
+        later = rc.kube.wait_for("a newer commit", lambda: (n := newest()) is not None and n > first and n,
+                                 timeout=30, interval=0.2)
+        (pod,) = running_pods(rc, "live", 1)
+        worker = next(c for c in pod["status"]["containerStatuses"] if c["name"] == "worker")
+        assert "running" in worker["state"] and not worker.get("lastState"), worker  # it never exited
+        assert status(rc.kube, rc.ns, "live")["phase"] == "Running" and later > first
+    finally:
+        cleanup_task(rc, "live")
+        incluster.remove(rc.kube, wait=120)
+        incluster.deploy(rc.kube, rc.cp.api_url, namespace=rc.ns)
 
 
 def test_zz_report_the_real_node_timings(real_cluster: RealCluster) -> None:

@@ -23,6 +23,12 @@ def reporting(index: int = 0, *, uid: str = "u0", ip: str = "10.1.0.5", phase: s
     return pod
 
 
+def on_host_network(pod: dict[str, Any]) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["spec"]["hostNetwork"] = True
+    return pod
+
+
 def without_port(pod: dict[str, Any]) -> dict[str, Any]:
     pod = copy.deepcopy(pod)
     pod["spec"]["containers"][0]["ports"] = pod["spec"]["containers"][0]["ports"][:1]
@@ -36,6 +42,7 @@ def without_port(pod: dict[str, Any]) -> dict[str, Any]:
     pytest.param(reporting(phase="Pending"), None, id="not-running-yet"),
     pytest.param(reporting(ip=""), None, id="no-ip-yet"),
     pytest.param(without_port(reporting()), None, id="an-older-image-declares-no-report-port"),
+    pytest.param(on_host_network(reporting()), None, id="host-network-another-gang-may-hold-the-port"),
 ])
 def test_only_a_running_first_node_worker_with_the_report_port_is_asked(pod: dict[str, Any], url: str | None) -> None:
     assert target(pod) == url

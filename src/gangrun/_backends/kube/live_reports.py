@@ -43,10 +43,13 @@ def http_get(url: str, timeout: float) -> str:
 
 def target(pod: dict[str, Any]) -> str | None:
     """The live report's URL of a running worker of a gang's first node, whose rank 0 takes part in
-    every commit; None for any other pod."""
+    every commit; None for any other pod, and for a pod on the host's network, whose port another
+    gang's worker on the same node may hold."""
     status = pod.get("status") or {}
     ip = status.get("podIP")
     if status.get("phase") != "Running" or not isinstance(ip, str) or not ip:
+        return None
+    if (pod.get("spec") or {}).get("hostNetwork") is True:
         return None
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if annotations.get(jobset.JOB_COMPLETION_INDEX_KEY) != "0":
@@ -86,10 +89,10 @@ class LiveReports:
     def poll_once(self) -> None:
         pods = self._pods.items()
         asked = [(pod, self._pool.submit(self._get, url)) for pod in pods if (url := target(pod))]
+        answers = [(pod, answer.result()) for pod, answer in asked]  # syncs read `of` meanwhile, unblocked
         changed = []
         with self._lock:
-            for pod, answer in asked:
-                text = answer.result()
+            for pod, text in answers:
                 if text and self._reports.get(_uid(pod)) != text:
                     self._reports[_uid(pod)] = text
                     changed.append(pod)
