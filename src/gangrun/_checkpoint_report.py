@@ -9,6 +9,7 @@ the checkpoint store.
 
     report(lines)       → the termination message:
                           {"gangrun": 1, "commits": N, "newest": {...}, "firstStep": <unix seconds>}
+    Summary             the same, folded a line at a time (the launcher's live report, `_live_report`)
     read(message)       → the newest `Commit` in it, or None for any other or malformed text
     first_step(message) → when the worker took its first step after its load, or None
 

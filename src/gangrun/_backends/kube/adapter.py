@@ -259,6 +259,13 @@ def disruption(obj: Any, pods: Iterable[Any]) -> Disruption | None:
     return None
 
 
+def reports_for(worker_attempt: int | None, attempt: int) -> bool:
+    """Whether what a worker of `worker_attempt` reports counts for a task at `attempt`: its own, and the
+    ended attempt's, whose workers leave their newest commit as they exit, after the next attempt
+    began; that commit is what the next attempt loads and what the stop lost work from."""
+    return worker_attempt in (attempt - 1, attempt)
+
+
 def checkpoints(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> list[checkpoint_report.Commit]:
     """The newest committed checkpoint each worker reported: in its termination message, or `live`
     (pod uid -> the report a running worker served, `live_reports.py`)."""

@@ -171,7 +171,7 @@ class Controller:
         live = self.pods.by_index(indexes.BY_TASK, key)
         names = {(p.get("metadata") or {}).get("name") for p in live}
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
-                if adapter.attempt_of(p) in (state.attempt - 1, state.attempt) and adapter.belongs_to(p, uid)]
+                if adapter.reports_for(adapter.attempt_of(p), state.attempt) and adapter.belongs_to(p, uid)]
         lookup = self._workloads_for(js)
         capacity = self._capacity(task, owned, lookup) if _elastic(task) else None
         new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity,

@@ -180,9 +180,7 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
         seen.append(RecordEvent(Event(time=now, type=EventType.SUBMITTED, message=f"task {name} submitted",
                                       attempt=before.attempt)))
     ledger = load_accounting(task)
-    # The ended attempt's commits too: a retry's workers report theirs as they exit, after the next
-    # attempt began, and that newest checkpoint is what the next attempt loads and what the stop lost from.
-    commits = [c for c in adapter.checkpoints(pods, live) if c.attempt in (before.attempt, before.attempt - 1)]
+    commits = [c for c in adapter.checkpoints(pods, live) if adapter.reports_for(c.attempt, before.attempt)]
     seen += _checkpoint_events(ledger, commits, now=now)
     seen += first_step_events(ledger, [t for a, t in adapter.first_steps(pods, live) if a in (None, before.attempt)],
                          attempt=before.attempt, now=now)
