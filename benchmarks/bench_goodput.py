@@ -1,7 +1,7 @@
 """Goodput under a preemption storm, with and without checkpoint-aware preemption, side by side.
 
     python benchmarks/bench_goodput.py [--quick] [--seed 7] [--rounds 3] [--json]
-    python benchmarks/bench_goodput.py --tier realnode [--resume on|off|both]   # goodput_realnode.py
+    python benchmarks/bench_goodput.py --tier realnode [--rounds 3] [--resume on|off|both]   # goodput_realnode.py
 
 One seeded storm on the local backend (real daemons, real worker processes, real checkpoints),
 played four times at once, each in a control plane of its own:
@@ -232,7 +232,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="the smallest storm (CI smoke: about a minute)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--rounds", type=int, default=None, help="storms played and added up (default 3; --quick: 1)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="storms played and added up (default 3; --quick and --tier realnode: 1)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--tier", choices=("local", "realnode"), default="local",
                     help="realnode: the storm on the real Kubernetes node (goodput_realnode.py)")
@@ -243,7 +244,7 @@ def main() -> None:
         import goodput_realnode
 
         resume = {"off": (False,), "on": (True,), "both": (False, True)}[args.resume]
-        sys.exit(goodput_realnode.main(args.seed, resume, args.json))
+        sys.exit(goodput_realnode.main(args.seed, args.rounds or 1, resume, args.json))
     storm = QUICK if args.quick else FULL
     out = run(storm, args.seed, rounds=args.rounds or (1 if args.quick else 3))
     if args.json:

@@ -1,7 +1,7 @@
 """The goodput storm of bench_goodput.py on the real node: Kueue chooses the victims, with and without
 gangrun's priority boost.
 
-    python benchmarks/bench_goodput.py --tier realnode [--seed 7] [--resume on|off|both] [--json]
+    python benchmarks/bench_goodput.py --tier realnode [--seed 7] [--rounds 3] [--resume on|off|both] [--json]
     # as root; the real node is one per machine: one real-node test or benchmark at a time
 
 The control plane (tier C, Kueue's `PriorityBoost` gate on), the real node and the gangrun controller
@@ -67,7 +67,7 @@ def controller_args(storm: Storm, boost: bool) -> tuple[str, ...]:
 
 
 def play(rc: Any, backend: KubeBackend, storm: Storm, intervals: list[int], arrivals: list[float], *, boost: bool,
-         resume: bool, script: Path, timeout: float) -> list[dict[str, Any]]:
+         resume: bool, script: Path, timeout: float, tag: str = "") -> list[dict[str, Any]]:
     """One configuration on the real node, with a controller of its own. Returns the low gangs' views."""
     import incluster
     from realnode_tasks import submit, wait_phase
@@ -75,7 +75,7 @@ def play(rc: Any, backend: KubeBackend, storm: Storm, intervals: list[int], arri
     kube = rc.kube
     incluster.remove(kube, wait=120)
     incluster.deploy(kube, rc.cp.api_url, namespace=rc.ns, args=controller_args(storm, boost))
-    tag = f"b{int(boost)}r{int(resume)}"
+    tag = f"{tag}b{int(boost)}r{int(resume)}"  # names unique across rounds: a deleted task's name is reused late
     low = [f"{tag}-low-{i}" for i in range(len(intervals))]
     highs = [f"{tag}-high-{i}" for i in range(len(arrivals))]
     try:
@@ -116,18 +116,21 @@ def clear(rc: Any, names: list[str]) -> None:
     kube.wait_for("the storm's tasks gone", empty, timeout=180, interval=1.0)
 
 
-def run(storm: Storm, seed: int, *, resume: tuple[bool, ...], timeout: float = 600.0) -> dict[str, Any] | str:
-    """The storm played once per configuration; or why the real node cannot run here."""
+def run(storm: Storm, seed: int, *, rounds: int = 1, resume: tuple[bool, ...],
+        timeout: float = 600.0) -> dict[str, Any] | str:
+    """The storm played `rounds` times (seeds seed, seed+1, ...), once per configuration each time, and
+    added up as the local tier adds its rounds; or why the real node cannot run here."""
     parts = prerequisites()
     if isinstance(parts, str):
         return parts
     binaries, images = parts
     from realnode_tasks import real_cluster
 
-    intervals, arrivals = plan(storm, seed)
     configs = [c for c in CONFIGS if c[1] in resume]
-    results: dict[tuple[bool, bool], dict[str, Any]] = {}
-    seconds, loads = {}, [load_average()]
+    views: dict[tuple[bool, bool], list[dict[str, Any]]] = {c: [] for c in configs}
+    seconds: dict[tuple[bool, bool], float] = dict.fromkeys(configs, 0.0)
+    intervals_all: list[int] = []
+    played, loads = [], [load_average()]
     t0 = time.monotonic()
     with controlplane.running("C", binaries) as cp, real_cluster(cp, images, cpu=f"{storm.gangs * 0.5:g}") as rc:
         setup = time.monotonic() - t0
@@ -135,42 +138,47 @@ def run(storm: Storm, seed: int, *, resume: tuple[bool, ...], timeout: float = 6
         script.write_text(WORKER)
         script.chmod(0o644)
         backend = KubeBackend(kubeconfig=str(cp.kubeconfig), namespace=rc.ns)
-        for boost, res in configs:
-            started = time.monotonic()
-            views = play(rc, backend, storm, intervals, arrivals, boost=boost, resume=res, script=script,
-                         timeout=timeout)
-            seconds[(boost, res)] = round(time.monotonic() - started, 1)
-            results[(boost, res)] = figures([{**v, "round": 0} for v in views], intervals)
-            loads.append(load_average())
+        for r in range(rounds):
+            intervals, arrivals = plan(storm, seed + r)
+            played.append({"seed": seed + r, "checkpointEvery": intervals,
+                           "arrivalTimes": [round(a, 2) for a in arrivals]})
+            intervals_all += intervals
+            for boost, res in configs:
+                started = time.monotonic()
+                got = play(rc, backend, storm, intervals, arrivals, boost=boost, resume=res, script=script,
+                           timeout=timeout, tag=f"r{r}")
+                seconds[(boost, res)] += time.monotonic() - started
+                views[(boost, res)] += [{**v, "round": r} for v in got]
+                loads.append(load_average())
+    results = {c: figures(views[c], intervals_all) for c in configs}
     out = compare(results, {"tier": "realnode", "seed": seed, "gangs": storm.gangs, "arrivals": storm.arrivals,
-                            "rounds": [{"seed": seed, "checkpointEvery": intervals,
-                                        "arrivalTimes": [round(a, 2) for a in arrivals]}],
-                            "setupSeconds": round(setup, 1), "loadAverages": loads})
+                            "rounds": played, "setupSeconds": round(setup, 1), "loadAverages": loads})
     for c in out["configs"]:
-        c["seconds"] = seconds[(c["boost"], c["resumeAfterPreemption"])]
+        c["seconds"] = round(seconds[(c["boost"], c["resumeAfterPreemption"])], 1)
     return out
 
 
-def main(seed: int, resume: tuple[bool, ...], as_json: bool) -> int:
-    out = run(STORM, seed, resume=resume)
+def main(seed: int, rounds: int, resume: tuple[bool, ...], as_json: bool) -> int:
+    out = run(STORM, seed, rounds=rounds, resume=resume)
     if isinstance(out, str):
         print(f"skipped: {out}")
         return 0
     if as_json:
         print(json.dumps(out, indent=1))
         return 0
-    r = out["rounds"][0]
-    print(f"real node, seed {seed}: {out['gangs']} low gangs of 1 worker (checkpoint every {r['checkpointEvery']} "
-          f"steps of {STORM.step_seconds} s, {STORM.steps} steps), {out['arrivals']} high arrivals at "
-          f"{r['arrivalTimes']} s, each running {STORM.high_seconds:g} s")
+    for r in out["rounds"]:
+        print(f"real node, seed {r['seed']}: {out['gangs']} low gangs of 1 worker (checkpoint every "
+              f"{r['checkpointEvery']} steps of {STORM.step_seconds} s, {STORM.steps} steps), {out['arrivals']} high "
+              f"arrivals at {r['arrivalTimes']} s, each running {STORM.high_seconds:g} s")
     print(f"control plane, real node and controller up in {out['setupSeconds']} s; per configuration: "
           + ", ".join(f"boost {'on' if c['boost'] else 'off'}/resume {'on' if c['resumeAfterPreemption'] else 'off'} "
-                      f"{c['seconds']} s" for c in out["configs"]))
+                      f"{c['seconds']} s" for c in out["configs"])
+          + (f" ({len(out['rounds'])} rounds)" if len(out["rounds"]) > 1 else ""))
     print(table(out))
     for c in out["configs"]:
         print(f"boost {'on' if c['boost'] else 'off'}, resume {'on' if c['resumeAfterPreemption'] else 'off'}: "
               + "; ".join(f"{g['name']} every {g['checkpointEvery']}: lost {g['workLostSeconds']} s at {g['stops']}"
                           for g in c["gangs"]))
-    print(f"load averages ({os.cpu_count()} cores; before, then after each configuration): "
+    print(f"load averages ({os.cpu_count()} cores; before, then after each configuration of each round): "
           f"{' | '.join(out['loadAverages'])}")
     return 0
