@@ -354,10 +354,11 @@ def main() -> int:
         kube.wait_for("CRD served", lambda: kube.request("GET", tasks_path) is not None, timeout=60)
 
         tl = Timeline()
-        Watch(cp, ns, "workloads", tl.workload, group="kueue.x-k8s.io", version="v1beta2", timeout_seconds=60)
-        Watch(cp, ns, "jobsets", tl.jobset, group="jobset.x-k8s.io", version="v1alpha2", label_selector=TASK_LABEL,
-              timeout_seconds=60)
-        Watch(cp, ns, PLURAL, tl.task, group=GROUP, version=VERSION, timeout_seconds=60)
+        watches = [
+            Watch(cp, ns, "workloads", tl.workload, group="kueue.x-k8s.io", version="v1beta2", timeout_seconds=60),
+            Watch(cp, ns, "jobsets", tl.jobset, group="jobset.x-k8s.io", version="v1alpha2",
+                  label_selector=TASK_LABEL, timeout_seconds=60),
+            Watch(cp, ns, PLURAL, tl.task, group=GROUP, version=VERSION, timeout_seconds=60)]
 
         probe_out = Path(tmp) / "probe.json"
         common = ["--kubeconfig", str(cp.kubeconfig), "--namespace", ns]
@@ -393,8 +394,9 @@ def main() -> int:
         kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe", "namespace": ns},
                      "data": {"i": "-1"}})
         seen: dict[str, float] = {}
-        Watch(cp, ns, "config_map", lambda t, _ty, o: seen.setdefault((o.get("data") or {}).get("i", ""), t),
-              timeout_seconds=60)
+        watches.append(Watch(cp, ns, "config_map",
+                             lambda t, _ty, o: seen.setdefault((o.get("data") or {}).get("i", ""), t),
+                             timeout_seconds=60))
         hops = []
         for i in range(50):
             s = time.monotonic()
@@ -426,6 +428,8 @@ def main() -> int:
         wall1 = time.monotonic()
         round_end = quiet(tl, 5.0, 120.0)  # any write still to come after "running" counts too
         cp.terminate(ctl, grace=60)
+        for w in watches:  # before the API server goes: a watch thread still reading at exit can abort it
+            w.stop()
         probe = json.loads(probe_out.read_text()) if not args.plain else None
         if probe is not None and args.keep_probe:
             shutil.copyfile(probe_out, args.keep_probe)
@@ -497,7 +501,7 @@ def main() -> int:
                 figures[f"{k}_p50_ms"], figures[f"{k}_p99_ms"] = ms(xs, 50), ms(xs, 99)
             for k, xs in readmit_stages.items():
                 figures[f"readmit_{k}_p50_ms"], figures[f"readmit_{k}_p99_ms"] = ms(xs, 50), ms(xs, 99)
-            print(json.dumps(figures))
+            print(json.dumps(figures), flush=True)
     return 0
 
 
