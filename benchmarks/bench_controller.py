@@ -469,6 +469,11 @@ def main() -> int:
             print(f"  syncs in the round: {len(round_syncs)}, failed {sum(failed.values())} "
                   f"({', '.join(f'{k} {v}' for k, v in failed.most_common()) or 'none'}); a sync, taken -> done: "
                   f"{fmt([x['done'] - x['taken'] for x in round_syncs])}")
+            slowest = max(round_syncs, key=lambda x: x["done"] - x["taken"], default=None)
+            if slowest is not None:
+                api = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in sorted(
+                    (slowest.get("api") or {}).items(), key=lambda kv: -kv[1])) or "no API call"
+                print(f"  the slowest sync: {slowest['done'] - slowest['taken']:.2f} s, of which {api}")
             print("  the round's status writes by what they changed (reason | fields):")
             for kind, k in write_kinds(probe, wall0, round_end):
                 print(f"    {k:6d}  {kind}")

@@ -52,19 +52,42 @@ class TimedQueue(WorkQueue):
 
 
 class TimedApi:
-    """The controller's API client, timing every status PATCH of a ClusteredTask."""
+    """The controller's API client, timing every status PATCH of a ClusteredTask, and every call a
+    sync makes: `calls.spent` is the calling thread's seconds per method and resource since the
+    sync began (`calls.spent = {}`), so a slow sync says which request held it."""
 
     def __init__(self, api: KubeApi, writes: list[dict[str, Any]]) -> None:
         self._api, self._writes = api, writes
         self._last: dict[tuple[str | None, str], dict[str, Any]] = {}
+        self.calls = threading.local()
+
+    def _spent(self, what: str, started: float) -> None:
+        spent = getattr(self.calls, "spent", None)
+        if spent is not None:
+            spent[what] = round(spent.get(what, 0.0) + time.monotonic() - started, 4)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._api, name)
+        method = getattr(self._api, name)
+        if not callable(method):
+            return method
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                res = args[0] if args and isinstance(args[0], Resource) else None
+                self._spent(f"{name} {res.plural}" if res is not None else name, started)
+
+        return timed
 
     def patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any], *,
               subresource: str | None = None) -> Any:
         started = time.monotonic()
-        out = self._api.patch(res, namespace, name, patch, subresource=subresource)
+        try:
+            out = self._api.patch(res, namespace, name, patch, subresource=subresource)
+        finally:
+            self._spent(f"patch {res.plural}" + (f"/{subresource}" if subresource else ""), started)
         if res is TASKS and subresource == "status":
             status = patch.get("status") or {}
             last = self._last.get((namespace, name), {})
@@ -96,12 +119,14 @@ class ProbeController(Controller):
     def __init__(self, api: KubeApi, *, namespace: str | None, queue: TimedQueue,
                  syncs: list[dict[str, Any]], writes: list[dict[str, Any]]) -> None:
         # TimedApi delegates everything else to `api`, which mypy cannot see through __getattr__
-        super().__init__(cast(KubeApi, TimedApi(api, writes)), namespace=namespace, queue=queue, identity="bench")
+        self._timed_api = TimedApi(api, writes)
+        super().__init__(cast(KubeApi, self._timed_api), namespace=namespace, queue=queue, identity="bench")
         self._timed_queue, self._syncs = queue, syncs
 
     def sync(self, key: Any) -> None:
         queued, taken = self._timed_queue.taken.pop(key, (time.monotonic(), time.monotonic()))
         error = ""
+        self._timed_api.calls.spent = spent = {}
         try:
             super().sync(key)
         except Exception as e:
@@ -109,7 +134,8 @@ class ProbeController(Controller):
             raise
         finally:
             self._syncs.append({"key": list(key), "queued": queued, "taken": taken, "done": time.monotonic(),
-                                "error": error})
+                                "error": error, "api": spent})
+            self._timed_api.calls.spent = None
 
 
 def main() -> int:

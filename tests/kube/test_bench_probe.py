@@ -39,6 +39,8 @@ def test_the_probe_controller_records_each_sync_and_each_status_write() -> None:
     assert [s["key"] for s in syncs] == [["ml", "train"]]
     assert syncs[0]["queued"] <= syncs[0]["taken"] <= syncs[0]["done"]
     assert [w["key"] for w in writes] == [["ml", "train"]] and writes[0]["evictions"] == 0
+    spent = syncs[0]["api"]  # what the sync's time went to: its status write and its JobSet's creation
+    assert {"patch clusteredtasks/status", "create jobsets"} <= set(spent) and all(v >= 0 for v in spent.values())
 
 
 def test_the_breakdown_splits_an_eviction_into_stages_that_add_up() -> None:
