@@ -88,6 +88,17 @@ def test_a_resave_of_an_abandoned_sharded_step_commits(tmp_path: Path, protocol:
     assert not rendezvous.exists(), "the commit removed the rendezvous"
 
 
+def test_a_failure_reported_after_rank_0_abandoned_the_save_leaves_nothing(tmp_path: Path) -> None:
+    """Both ranks' input was bad: rank 0 abandoned the save and removed its folder before rank 1
+    reported its own failure, whose marker would bring the folder back (seen once in CI)."""
+    root = str(tmp_path / "ck" / "train")
+    ck = Checkpoint.for_path(root, rank=0, world_size=2)
+    save = shards.open_save(ck._storage, ck._attempt_path, rank=0, restart=0, step=1, seq_floor=1, timeout=5)
+    shards.give_up(save, 0, "nothing to save at 'x'")
+    shards.give_up(save, 1, "nothing to save at 'y'")
+    assert not [n for n in os.listdir(ck._attempt_path) if n.startswith("ckpt-")], os.listdir(ck._attempt_path)
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 2 MiB filesystem (tmpfs), mounted for the test: needs root (or CAP_SYS_ADMIN)."""

@@ -303,11 +303,18 @@ def _write_marker(save: ShardSave, part: Part) -> None:
 
 def report_failure(save: ShardSave, rank: int, why: object) -> None:
     """Tell rank 0 at once that this rank has no part for the save (a ``.failed`` marker), rather
-    than let it wait for the timeout. Best effort: the timeout still ends the save."""
+    than let it wait for the timeout. Best effort: the timeout still ends the save.
+
+    Rank 0 may have abandoned the save already (when its own part failed too) and removed the
+    folder, which the marker would then bring back as a leftover. Rank 0 marks the rendezvous before
+    it removes the folder, so a rank that finds the mark after writing its marker removes the folder
+    itself: whichever removal comes last, nothing is left."""
     try:
         save.storage.makedirs(join(save.pending.location, PARTS))
         text = why if isinstance(why, str) else reason(why) if isinstance(why, BaseException) else str(why)
         save.storage.write_bytes(save.marker(rank, ".failed"), text[:500].encode(), sync=False)
+        if _abandoned(save) is not None:
+            save.storage.remove(save.pending.location)
     except Exception:
         log.debug("gangrun: could not report the failed part to rank 0", exc_info=True)
 
