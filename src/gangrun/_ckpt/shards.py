@@ -252,6 +252,7 @@ def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
     except BaseException as e:
         why = _abandoned(save) if rank != 0 else None
         if why is not None:  # rank 0 gave up and removed the folder this rank was writing into
+            _discard(save)
             raise ShardSaveAbandoned(why) from e
         try:
             storage.remove(folder)
@@ -303,20 +304,26 @@ def _write_marker(save: ShardSave, part: Part) -> None:
 
 def report_failure(save: ShardSave, rank: int, why: object) -> None:
     """Tell rank 0 at once that this rank has no part for the save (a ``.failed`` marker), rather
-    than let it wait for the timeout. Best effort: the timeout still ends the save.
-
-    Rank 0 may have abandoned the save already (when its own part failed too) and removed the
-    folder, which the marker would then bring back as a leftover. Rank 0 marks the rendezvous before
-    it removes the folder, so a rank that finds the mark after writing its marker removes the folder
-    itself: whichever removal comes last, nothing is left."""
+    than let it wait for the timeout. Best effort: the timeout still ends the save. If rank 0 gave
+    the save up already (its own part failed too), the marker is discarded with the folder."""
     try:
         save.storage.makedirs(join(save.pending.location, PARTS))
         text = why if isinstance(why, str) else reason(why) if isinstance(why, BaseException) else str(why)
         save.storage.write_bytes(save.marker(rank, ".failed"), text[:500].encode(), sync=False)
         if _abandoned(save) is not None:
-            save.storage.remove(save.pending.location)
+            _discard(save)
     except Exception:
         log.debug("gangrun: could not report the failed part to rank 0", exc_info=True)
+
+
+def _discard(save: ShardSave) -> None:
+    """A rank other than 0 that finds the save abandoned after writing into its folder (a part, a
+    marker) removes the folder, which its write may have brought back after rank 0 removed it. Rank 0
+    marks the rendezvous before it removes the folder, so whichever removal comes last, nothing is left."""
+    try:
+        save.storage.remove(save.pending.location)
+    except Exception:  # a leftover is removed by a later retention pass
+        log.debug("gangrun: could not remove the abandoned save of step %d", save.step, exc_info=True)
 
 
 def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, ...]:
@@ -389,6 +396,7 @@ def wait_committed(save: ShardSave, part: Part, *, timeout: float) -> ShardSave:
             polls.restart()
             continue
         if news is not None and news.seq >= save.seq and news.abandoned is not None:
+            _discard(save)
             raise ShardSaveAbandoned(news.abandoned)
         if not storage.exists(save.pending.location):
             # Renamed (committed) or removed (abandoned) since the first look: look again.
