@@ -44,7 +44,8 @@ _VARS = (
     "GANGRUN_TASK", "GANGRUN_ATTEMPT", "JOBSET_RESTART_ATTEMPT", "NNODES", "NODE_RANK", "NPROC_PER_NODE",
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GANGRUN_CHECKPOINT_PATH",
     "GANGRUN_PREV_CHECKPOINT_PATH", "GANGRUN_RESUME_FROM", EVENTS_FILE_ENV, notice.STOP_FILE_ENV, notice.GRACE_ENV,
-    wenv.LOCAL_WORLD_SIZE, wenv.GROUP_RANK, wenv.GROUP_WORLD_SIZE, wenv.TORCHELASTIC_RESTART_COUNT,
+    wenv.LOCAL_WORLD_SIZE, wenv.GROUP_RANK, wenv.GROUP_WORLD_SIZE, wenv.TORCHELASTIC_RESTART_COUNT, wenv.GANGRUN_START,
+    wenv.RUN_ID,
 )  # fmt: skip
 
 
@@ -207,7 +208,8 @@ def _parse(env: Mapping[str, str], standalone_root: str | None = None) -> Contex
     ckpt = None
     path = env.get("GANGRUN_CHECKPOINT_PATH", "").strip()
     if not task:
-        ckpt = _standalone_checkpoint(path, standalone_root, rank=rank, world=world, restart=restart)
+        ckpt = _standalone_checkpoint(path, standalone_root, rank=rank, world=world, restart=restart,
+                                      start=_torchrun_start(env, nnodes=nnodes, restart=restart))
     elif path:
         split = split_attempt_path(path)
         if split is None or split[1] != attempt:
@@ -222,6 +224,7 @@ def _parse(env: Mapping[str, str], standalone_root: str | None = None) -> Contex
             split[0], attempt=attempt, task=task, rank=rank, world_size=world,
             restart_attempt=restart, events_file=env.get(EVENTS_FILE_ENV) or None,
             resume_from=env.get("GANGRUN_RESUME_FROM", "").strip() or None,
+            start=env.get(wenv.GANGRUN_START, "").strip() or None,
         )  # fmt: skip
     if task:
         notice.grace_period(env)  # a malformed grace period is reported now, not at the SIGTERM
@@ -243,7 +246,23 @@ def _parse(env: Mapping[str, str], standalone_root: str | None = None) -> Contex
     )
 
 
-def _standalone_checkpoint(path: str, default: str | None, *, rank: int, world: int, restart: int) -> Checkpoint | None:
+def _torchrun_start(env: Mapping[str, str], *, nnodes: int, restart: int) -> str | None:
+    """Outside a gang, the id of a torchrun start on one node: its ranks are children of one agent, so
+    the agent's pid and start time (which no later process shares) with torchrun's restart count name
+    the start. None elsewhere (several nodes' agents, or no agent): each process then chooses alone."""
+    if not env.get(wenv.RUN_ID) or nnodes != 1:
+        return None
+    ppid = os.getppid()
+    try:
+        with open(f"/proc/{ppid}/stat", "rb") as f:
+            started = f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+    return f"torchrun-{ppid}-{started}-{restart}"
+
+
+def _standalone_checkpoint(path: str, default: str | None, *, rank: int, world: int, restart: int,
+                           start: str | None = None) -> Checkpoint | None:
     """Outside a gang: GANGRUN_CHECKPOINT_PATH (a root, or a ``<root>/attempt-<N>`` folder) or
     `default`, attempt 1 unless the path names another. Its first load or save says where it is."""
     root = path or default
@@ -253,7 +272,7 @@ def _standalone_checkpoint(path: str, default: str | None, *, rank: int, world: 
         root = os.path.abspath(root)
     split = split_attempt_path(root)
     root, attempt = split if split is not None else (root, 1)
-    ckpt = Checkpoint(root, attempt=attempt, rank=rank, world_size=world, restart_attempt=restart)
+    ckpt = Checkpoint(root, attempt=attempt, rank=rank, world_size=world, restart_attempt=restart, start=start)
     how = "GANGRUN_CHECKPOINT_PATH" if path else "set GANGRUN_CHECKPOINT_PATH to choose another place"
     ckpt._where = f"gangrun: not in a gangrun task: checkpoints go to {root} ({how})"
     return ckpt

@@ -6,13 +6,16 @@ message would say if the worker exited now (`gangrun._checkpoint_report`). The c
 without reading the checkpoint store and without the workers needing any access to the API.
 
     EventsTail(path).text()  → the report of the events file, reading only lines new since last time
-    serve(port, tail)        → a daemon HTTP server answering every GET with tail.text()
+    serve(port, tail, start) → a daemon HTTP server answering GET /start with `start` (the first
+                               node's launcher: this start's id, for the other nodes' launchers) and
+                               every other GET with tail.text()
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gangrun._checkpoint_report import Summary
@@ -43,13 +46,24 @@ class EventsTail:
             return self._summary.text()
 
 
-def serve(port: int, tail: EventsTail) -> ThreadingHTTPServer | None:
-    """Answer GET on `port` with the report; None (and a line on stderr) when the port is taken."""
+START_PATH = "/start"
+
+
+def serve(port: int, tail: EventsTail | None,
+          start: Callable[[], str | None] | None = None) -> ThreadingHTTPServer | None:
+    """Answer GET on `port` with the report (and GET /start with `start()`, 503 while it is None);
+    None (and a line on stderr) when the port is taken."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = tail.text().encode()
-            self.send_response(200)
+            if self.path == START_PATH and start is not None:
+                text = start()
+                body, status = (text.encode(), 200) if text is not None else (b"stopping", 503)
+            elif tail is not None:
+                body, status = tail.text().encode(), 200
+            else:
+                body, status = b"", 404
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

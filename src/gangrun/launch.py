@@ -8,6 +8,10 @@ Every worker pod of a gang runs it (the JobSet's container command, see `render.
 2. waits until the rank-0 DNS name (`MASTER_ADDR`) resolves: the headless Service publishes pods as
    they are created, so early workers would otherwise fail their first connect. The wait is bounded
    (`GANGRUN_DNS_TIMEOUT`, default 300s) and fails with a message naming the host;
+   then gives every worker of this start the same GANGRUN_START: the first node's launcher mints it
+   and serves it on GANGRUN_REPORT_PORT (`GET /start`), the others ask it there (within the same
+   bound). A readmission recreates every pod with the same environment, so only a live process of
+   the new start can tell the starts apart; every rank then loads the checkpoint chosen for it;
 3. runs the command directly (exec) for `NPROC_PER_NODE=1`, or under torchrun with a static
    rendezvous whose id is TORCHELASTIC_RUN_ID (`<jobset>-<restart attempt>`), so a whole-gang
    restart never joins the previous round's rendezvous;
@@ -23,17 +27,21 @@ Every worker pod of a gang runs it (the JobSet's container command, see `render.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 
 from gangrun._core import worker_env as wenv
 from gangrun._core.exit_status import exit_status
-from gangrun._live_report import EventsTail, serve
+from gangrun._live_report import START_PATH, EventsTail, serve
 
 DEFAULT_DNS_TIMEOUT = 300.0
 EXIT_DNS = 3
@@ -46,23 +54,67 @@ def _whole(env: Mapping[str, str], name: str, default: int) -> int:
     return int(raw) if raw.isdigit() else default
 
 
-def worker_environment(env: Mapping[str, str]) -> dict[str, str]:
+def _node_rank(env: Mapping[str, str]) -> int:
+    return _whole(env, wenv.NODE_RANK, _whole(env, "JOB_COMPLETION_INDEX", 0))
+
+
+def _gang(env: Mapping[str, str]) -> str:
+    return env.get(wenv.GANGRUN_GANG) or env.get(wenv.GANGRUN_TASK) or "gangrun"
+
+
+def worker_environment(env: Mapping[str, str], *, start: str = "") -> dict[str, str]:
     """The environment the command runs with: `env` plus the per-node (and, for one process per
-    node, per-process) variables of the contract."""
+    node, per-process) variables of the contract. `start`: this start's id (see `start_id`)."""
     out = dict(env)
-    node_rank = _whole(out, wenv.NODE_RANK, _whole(out, "JOB_COMPLETION_INDEX", 0))
+    node_rank = _node_rank(out)
     nnodes = _whole(out, wenv.NNODES, 1)
     nproc = _whole(out, wenv.NPROC_PER_NODE, 1)
     restart = _whole(out, wenv.RESTART_ATTEMPT, 0)
-    gang = out.get(wenv.GANGRUN_GANG) or out.get(wenv.GANGRUN_TASK) or "gangrun"
+    gang = _gang(out)
+    start = start or out.get(wenv.GANGRUN_START, "")
     out.setdefault(wenv.WORLD_SIZE, str(nnodes * nproc))
     out.setdefault(wenv.LOCAL_WORLD_SIZE, str(nproc))
     if nproc == 1:
         out.update(wenv.process_env(nproc_per_node=1, node_rank=node_rank, local_rank=0, restart_attempt=restart,
-                                    gang=gang))
+                                    gang=gang, start=start))
     else:  # torchrun sets RANK and LOCAL_RANK per process, by the same rule
-        out.update(wenv.node_env(node_rank=node_rank, restart_attempt=restart, gang=gang))
+        out.update(wenv.node_env(node_rank=node_rank, restart_attempt=restart, gang=gang, start=start))
     return out
+
+
+# Set once this launcher is told to stop: from then on its start is over, and GET /start says so (a
+# new start's launchers must not take the id of a start that is being torn down).
+STOPPING = threading.Event()
+
+
+def start_doc(env: Mapping[str, str], start: str) -> Callable[[], str | None]:
+    """What the first node serves on GET /start: this start's id with the gang and restart round it
+    belongs to, so that another gang's or an older round's launcher is never taken for it."""
+    text = json.dumps({"start": start, "gang": _gang(env), "restart": _whole(env, wenv.RESTART_ATTEMPT, 0)})
+    return lambda: None if STOPPING.is_set() else text
+
+
+def fetch_start(env: Mapping[str, str], *, host: str, port: int, timeout: float,
+                get: Callable[[str], bytes] | None = None, sleep: Callable[[float], None] = time.sleep,
+                clock: Callable[[], float] = time.monotonic) -> str:
+    """This start's id, asked of the first node's launcher; TimeoutError naming it after `timeout`."""
+    url = f"http://{host}:{port}{START_PATH}"
+    want = (_gang(env), _whole(env, wenv.RESTART_ATTEMPT, 0))
+    fetch = get or (lambda u: urllib.request.urlopen(u, timeout=2).read())
+    deadline, delay, why = clock() + timeout, 0.05, "no answer"
+    while True:
+        try:
+            doc = json.loads(fetch(url))
+            if (doc.get("gang"), doc.get("restart")) == want and isinstance(doc.get("start"), str):
+                return str(doc["start"])
+            why = f"it answered for gang {doc.get('gang')} round {doc.get('restart')}"
+        except (OSError, ValueError, AttributeError) as e:  # not up yet, stopping (503), or not ours
+            why = str(e)
+        if clock() >= deadline:
+            raise TimeoutError(f"the first node's launcher at {url} did not say this start's id within "
+                               f"{timeout:.0f}s ({why}); can pods of the gang reach each other on port {port}?")
+        sleep(delay)
+        delay = min(delay * 1.5, 1.0)
 
 
 def torchrun_argv(env: Mapping[str, str], command: Sequence[str]) -> list[str]:
@@ -100,6 +152,7 @@ def _run_forwarding(argv: list[str], env: dict[str, str]) -> tuple[int, bool]:
     def forward(signum: int, _frame: object) -> None:
         nonlocal stopped
         stopped = True
+        STOPPING.set()
         child.send_signal(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -133,21 +186,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args:
         print("usage: python -m gangrun.launch -- <command...>", file=sys.stderr)
         return EXIT_USAGE
-    env = worker_environment(os.environ)
-    master = env.get(wenv.MASTER_ADDR, "")
-    if master and _whole(env, wenv.NNODES, 1) > 1:
+    base = dict(os.environ)
+    master = base.get(wenv.MASTER_ADDR, "")
+    multi = _whole(base, wenv.NNODES, 1) > 1
+    in_pod = bool(base.get(wenv.TERMINATION_LOG))
+    port = _whole(base, wenv.REPORT_PORT, 0) if in_pod else 0
+    first = _node_rank(base) == 0
+    timeout = float(base.get("GANGRUN_DNS_TIMEOUT") or DEFAULT_DNS_TIMEOUT)
+    start = base.get(wenv.GANGRUN_START, "")
+    if not start and (first or not multi):
+        start = wenv.new_start()  # this launcher starts the whole gang's start, or the first node's
+    events = base.get(wenv.EVENTS_FILE)
+    tail = EventsTail(events) if in_pod and events else None
+    if port and (tail is not None or (first and multi)):
+        serve(port, tail, start_doc(base, start) if first and multi else None)
+    if master and multi:
         try:
-            wait_for_dns(master, timeout=float(env.get("GANGRUN_DNS_TIMEOUT") or DEFAULT_DNS_TIMEOUT))
+            wait_for_dns(master, timeout=timeout)
+            if not start and port:
+                start = fetch_start(base, host=master, port=port, timeout=timeout)
         except TimeoutError as e:
             print(f"gangrun.launch: {e}", file=sys.stderr)
             return EXIT_DNS
-    in_pod = bool(env.get(wenv.TERMINATION_LOG))
+    env = worker_environment(base, start=start)
     if in_pod or os.getpid() == 1 or _whole(env, wenv.NPROC_PER_NODE, 1) > 1:
         argv_ = torchrun_argv(env, args) if _whole(env, wenv.NPROC_PER_NODE, 1) > 1 else args
-        events = env.get(wenv.EVENTS_FILE)
-        tail = EventsTail(events) if in_pod and events else None
-        if tail is not None and (port := _whole(env, wenv.REPORT_PORT, 0)):
-            serve(port, tail)
         try:
             code, stopped = _run_forwarding(argv_, env)
         except OSError as e:

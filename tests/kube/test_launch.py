@@ -212,3 +212,75 @@ def test_a_taken_report_port_leaves_the_worker_running_without_a_live_report(
         taken.listen()
         assert serve(taken.getsockname()[1], EventsTail(str(tmp_path / "events.jsonl"))) is None
     assert "cannot serve the live checkpoint report" in capsys.readouterr().err
+
+
+# -- one start id for every pod of a start (B7): the first node's launcher mints it, the others ask --
+
+START_WORKER = "import os; print('start', os.environ.get('GANGRUN_START'), flush=True)"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_b7_every_pod_of_a_start_gets_the_start_id_the_first_node_s_launcher_minted(tmp_path: Path) -> None:
+    port = _free_port()
+
+    def pod(index: int) -> subprocess.Popen[str]:
+        env = {**_pod_env(tmp_path / str(index)), "JOB_COMPLETION_INDEX": str(index), "NNODES": "2",
+               "MASTER_ADDR": "127.0.0.1", "GANGRUN_REPORT_PORT": str(port), "GANGRUN_GANG": "t-1",
+               "JOBSET_RESTART_ATTEMPT": "0"}
+        if index:  # pods have an address each; here the second would take the port for its own report first
+            del env["GANGRUN_EVENTS_FILE"]
+        (tmp_path / str(index)).mkdir()
+        # the first node's worker outlives the ask, as a training worker does
+        code = START_WORKER + ("; import time; time.sleep(3)" if index == 0 else "")
+        return subprocess.Popen([sys.executable, "-m", "gangrun.launch", "--", sys.executable, "-c", code],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    other = pod(1)  # asks before the first node is up: it waits for it
+    first = pod(0)
+    outs = [p.communicate(timeout=60) for p in (first, other)]
+    assert [p.returncode for p in (first, other)] == [0, 0], outs
+    ids = [out.split()[1] for out, _ in outs]
+    assert ids[0] == ids[1] and len(ids[0]) == 12, outs
+
+
+def test_b7_a_launcher_asks_again_until_the_answer_is_its_own_gang_and_round() -> None:
+    env = {"GANGRUN_GANG": "t-1", "JOBSET_RESTART_ATTEMPT": "2"}
+    answers = iter([OSError("connection refused"), b"stopping",
+                    json.dumps({"start": "old", "gang": "t-1", "restart": 1}).encode(),
+                    json.dumps({"start": "other", "gang": "t-9", "restart": 2}).encode(),
+                    json.dumps({"start": "new", "gang": "t-1", "restart": 2}).encode()])
+
+    def get(url: str) -> bytes:
+        assert url == "http://t-1-w-0-0.t-1:29510/start"
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    assert launch.fetch_start(env, host="t-1-w-0-0.t-1", port=29510, timeout=60, get=get, sleep=lambda s: None) == "new"
+
+
+def test_b7_a_launcher_whose_first_node_never_answers_says_which_address_it_asked() -> None:
+    clock = iter(range(0, 1000, 10))
+
+    def get(url: str) -> bytes:
+        raise OSError("connection refused")
+
+    with pytest.raises(TimeoutError, match=r"http://h:29510/start did not say this start's id within 60s"):
+        launch.fetch_start({}, host="h", port=29510, timeout=60, get=get, sleep=lambda s: None,
+                           clock=lambda: next(clock))
+
+
+def test_b7_a_stopping_launcher_no_longer_gives_out_its_start_id() -> None:
+    served = launch.start_doc({"GANGRUN_GANG": "t-1"}, "abc")
+    assert json.loads(served() or "")["start"] == "abc"
+    launch.STOPPING.set()
+    try:
+        assert served() is None
+    finally:
+        launch.STOPPING.clear()

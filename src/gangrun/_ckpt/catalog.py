@@ -67,10 +67,12 @@ def next_seq(storage: Storage, attempt_dir: str) -> int:
 
 
 def apply_retention(
-    storage: Storage, root: str, *, attempt: int, committed_seq: int, keep_last: int | None
+    storage: Storage, root: str, *, attempt: int, committed_seq: int, keep_last: int | None, keep: str | None = None
 ) -> list[str]:
     """After a commit: keep the newest `keep_last` committed saves of the task, remove the rest and
-    the leftovers of unfinished saves. Returns the removed paths.
+    the leftovers of unfinished saves. Returns the removed paths. `keep`: a committed save kept in any
+    case, not counted in `keep_last` (the one the gang's current start resumed from: a slow rank may
+    still be loading it).
 
     Leftovers in this attempt are removed only below `committed_seq` (this process writes one save
     at a time, so they belong to a killed predecessor); earlier attempts are over, so all of theirs go.
@@ -83,6 +85,8 @@ def apply_retention(
             if n == attempt and e.seq > committed_seq:
                 continue  # newer than what we just wrote: not ours to judge
             if e.final and PendingCheckpoint.is_committed(storage, path):
+                if path == keep:
+                    continue
                 kept += 1
                 if keep_last is None or kept <= keep_last:
                     continue

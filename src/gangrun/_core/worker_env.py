@@ -6,8 +6,8 @@ either. The contract splits in two, because on Kubernetes part of it is only kno
     gang_env(...)     the same for every worker of the gang: task, attempt, sizes, rendezvous address,
                       checkpoint locations, stop notice and events files, grace period
     process_env(...)  one worker process: its node rank (the pod's completion index on Kubernetes),
-                      local rank, the gang's restart round, and what follows from them (RANK,
-                      GROUP_RANK, TORCHELASTIC_RUN_ID)
+                      local rank, the gang's restart round, the start's id, and what follows from
+                      them (RANK, GROUP_RANK, TORCHELASTIC_RUN_ID)
     worker_env(...)   both, with concrete values: what the local backend gives each process
 
 The Kubernetes renderer writes `gang_env` into the pod template as literal values and points
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,9 @@ RANK = "RANK"
 LOCAL_RANK = "LOCAL_RANK"
 RESTART_ATTEMPT = "JOBSET_RESTART_ATTEMPT"
 RUN_ID = "TORCHELASTIC_RUN_ID"
+# One start of the gang (an admission, a readmission, a restart): the same on every worker of that start
+# and new at the next. Every rank loads the checkpoint rank 0 chose for it (gangrun._ckpt.resume_point).
+GANGRUN_START = "GANGRUN_START"
 # torchrun's own, read by the SDK when a script runs under torchrun outside a gang (torchrun sets
 # them inside a gang too, to the same values as gangrun's NNODES and JOBSET_RESTART_ATTEMPT).
 GROUP_WORLD_SIZE = "GROUP_WORLD_SIZE"
@@ -73,7 +77,7 @@ REPORT_PORT = "GANGRUN_REPORT_PORT"  # Kubernetes only: where the launcher serve
 GANG_VARS = (GANGRUN_TASK, GANGRUN_ATTEMPT, GANGRUN_GANG, NNODES, NPROC_PER_NODE, LOCAL_WORLD_SIZE, WORLD_SIZE,
              MASTER_ADDR, MASTER_PORT, CHECKPOINT_PATH, PREV_CHECKPOINT_PATH, RESUME_FROM, STOP_FILE, EVENTS_FILE,
              GRACE_PERIOD)
-PROCESS_VARS = (NODE_RANK, GROUP_RANK, RANK, LOCAL_RANK, RESTART_ATTEMPT, RUN_ID)
+PROCESS_VARS = (NODE_RANK, GROUP_RANK, RANK, LOCAL_RANK, RESTART_ATTEMPT, RUN_ID, GANGRUN_START)
 # Names no manifest may set: gangrun gives them to every worker. CUDA_VISIBLE_DEVICES is not among
 # them: a gang without GPUs keeps whatever the user sets.
 RESERVED = frozenset(GANG_VARS + PROCESS_VARS + (POD_NAMESPACE, TERMINATION_LOG, REPORT_PORT))
@@ -119,9 +123,15 @@ def run_id(gang: str, restart_attempt: int) -> str:
     return f"{gang}-{restart_attempt}"
 
 
+def new_start() -> str:
+    """A fresh id for one start of a gang (GANGRUN_START): minted once per start, by the local
+    backend for every worker, on Kubernetes by the first node's launcher for the others."""
+    return secrets.token_hex(6)
+
+
 def process_env(*, nproc_per_node: int, node_rank: int, local_rank: int, restart_attempt: int,
-                gang: str) -> dict[str, str]:
-    """The variables of one worker process (torchrun's names and rules)."""
+                gang: str, start: str) -> dict[str, str]:
+    """The variables of one worker process (torchrun's names and rules). `start`: this start's id."""
     return {
         NODE_RANK: str(node_rank),
         GROUP_RANK: str(node_rank),
@@ -129,26 +139,29 @@ def process_env(*, nproc_per_node: int, node_rank: int, local_rank: int, restart
         LOCAL_RANK: str(local_rank),
         RESTART_ATTEMPT: str(restart_attempt),
         RUN_ID: run_id(gang, restart_attempt),
+        **({GANGRUN_START: start} if start else {}),
     }
 
 
-def node_env(*, node_rank: int, restart_attempt: int, gang: str) -> dict[str, str]:
+def node_env(*, node_rank: int, restart_attempt: int, gang: str, start: str) -> dict[str, str]:
     """The per-node part alone, for a node whose processes torchrun starts (it sets RANK and LOCAL_RANK)."""
-    env = process_env(nproc_per_node=1, node_rank=node_rank, local_rank=0, restart_attempt=restart_attempt, gang=gang)
+    env = process_env(nproc_per_node=1, node_rank=node_rank, local_rank=0, restart_attempt=restart_attempt, gang=gang,
+                      start=start)
     del env[RANK], env[LOCAL_RANK]
     return env
 
 
 def worker_env(spec: TaskSpec, *, attempt: int, gang: str, node_rank: int, local_rank: int, restart_attempt: int,
                master_addr: str, master_port: int, checkpoint_path: str, prev_checkpoint_path: str, stop_file: str,
-               events_file: str, gpus: Sequence[int] | None = None, resume_from: str = "") -> dict[str, str]:
+               events_file: str, gpus: Sequence[int] | None = None, resume_from: str = "",
+               start: str = "") -> dict[str, str]:
     """The whole contract for one process, with concrete values. `gpus`: this node's GPU indices
     (local backend; see `gangrun._core.gpus`), None to leave CUDA_VISIBLE_DEVICES alone."""
     env = gang_env(spec, attempt=attempt, gang=gang, master_addr=master_addr, master_port=master_port,
                    checkpoint_path=checkpoint_path, prev_checkpoint_path=prev_checkpoint_path, stop_file=stop_file,
                    events_file=events_file, resume_from=resume_from)
     env.update(process_env(nproc_per_node=spec.nproc_per_node, node_rank=node_rank, local_rank=local_rank,
-                           restart_attempt=restart_attempt, gang=gang))
+                           restart_attempt=restart_attempt, gang=gang, start=start))
     if gpus is not None:
         env[CUDA_VISIBLE_DEVICES] = ",".join(str(g) for g in gpus)  # gangrun._core.gpus assigns them
     return env

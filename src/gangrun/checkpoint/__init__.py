@@ -40,13 +40,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gangrun._ckpt import cache, catalog, events, notice, resume, shards, transfer
+from gangrun._ckpt import cache, catalog, events, notice, resume, resume_point, shards, transfer
 from gangrun._ckpt import writer as writer_mod
 from gangrun._ckpt.catalog import Candidate
 from gangrun._ckpt.commit import pending_for, uncommit
 from gangrun._ckpt.layout import attempt_name, entry_name, join, split_attempt_path
 from gangrun._ckpt.logs import say
 from gangrun._ckpt.manifest import Manifest, ManifestError
+from gangrun._ckpt.resume_point import ResumePoint, Where
 from gangrun._ckpt.storage import Storage, open_storage
 from gangrun._errors import CheckpointError, CommitFailed, UsageError
 
@@ -98,6 +99,7 @@ class Checkpoint:
         protocol: Literal["rename", "marker"] | None = None,
         shard_timeout: float = 300.0,
         resume_from: str | None = None,
+        start: str | None = None,
     ) -> None:
         if attempt < 1:
             raise UsageError(f"attempt must be >= 1, got {attempt}")
@@ -123,6 +125,10 @@ class Checkpoint:
         self._storage, self._root_path = open_storage(self.root, storage_options)
         #: Where this task was asked to start from when it has no checkpoint of its own (a URI), or None.
         self.resume_from = resume_from.rstrip("/") if resume_from else None
+        #: This start of the gang (GANGRUN_START): its ranks load the checkpoint rank 0 chose for it.
+        self.start = start or None
+        self._keep: str | None = None  # the checkpoint this start resumed from: kept by retention
+        self._stale: list[str] = []  # earlier starts' choices, removed at the first commit
         self._storage_options = storage_options
         self._loaded_storage = self._storage
         self._attempt_path = join(self._root_path, attempt_name(attempt))
@@ -177,24 +183,24 @@ class Checkpoint:
         (directory saves) or None when there is none. The first call decides; later calls return
         the same path.
 
+        In a gang every rank of one start loads the same checkpoint: rank 0 chooses it and the
+        others load what rank 0 chose, whenever they get there (`gangrun._ckpt.resume_point`).
+
         For a sharded checkpoint it returns this rank's part (None on a rank the checkpoint has no
-        part for: see `loaded_world_size` and `shard_path`). Every rank makes the same choice: a
-        sharded checkpoint is taken only if every part is present with the sizes its manifest lists.
+        part for: see `loaded_world_size` and `shard_path`). A sharded checkpoint is taken only if
+        every part is present with the sizes its manifest lists.
         """
         if self._load_done:
             return self._loaded
         self._say_where()
+        if self._agreed:
+            return self._load_agreed()
         skipped = 0
-        own = ((self._storage, c, self._uri_of(c.attempt, c.seq))
-               for c in catalog.candidates(self._storage, self._root_path, attempt=self.attempt))
-        for storage, cand, uri in itertools.chain(own, self._resume_candidates()):
+        for storage, cand, uri in self._candidates():
             try:
-                manifest = transfer.read_manifest(storage, cand.path)
+                manifest = self._manifest(storage, cand, uri)
                 if manifest is None:
-                    log.debug("gangrun: %s has no manifest: an unfinished save, not a checkpoint", uri)
                     continue
-                if (manifest.attempt, manifest.seq) != (cand.attempt, cand.seq):
-                    raise ManifestError(f"its manifest is of attempt {manifest.attempt} seq {manifest.seq}")
                 path = self._restore(storage, cand, manifest, uri)
             except _Withdrawn:
                 raise
@@ -203,23 +209,114 @@ class Checkpoint:
                 skipped += 1
                 say(f"gangrun: skipping checkpoint {uri}: {e}; trying the next one", logging.WARNING)
                 continue
-            mine = storage is self._storage and cand.path.startswith(self._root_path + "/")
-            this = mine and cand.attempt == self.attempt
-            self.loaded_from = "own" if this else "previous"
-            self.loaded_uri, self.loaded_step = uri, manifest.step
-            self.loaded_attempt, self.loaded_seq = cand.attempt, cand.seq
-            self.loaded_world_size = manifest.world_size
-            self._loaded_manifest, self._loaded_path, self._loaded_storage = manifest, cand.path, storage
-            self._loaded, self._load_done = path, True
-            where = ("this attempt" if this else f"previous attempt {cand.attempt}" if mine else
-                     f"spec.checkpoint.resumeFrom {self.resume_from}")
-            part = ""
-            if manifest.kind == "sharded":
-                have = f"rank {self.rank}'s part" if path is not None else f"no part for rank {self.rank}"
-                part = f", sharded over {manifest.world_size} ranks: {have}"
-            say(f"gangrun: loaded checkpoint from {where} (seq {cand.seq}, step {manifest.step}{part}): {uri}")
-            events.loaded()
-            return path
+            return self._took(storage, cand, uri, manifest, path)
+        self._took_nothing(skipped)
+        return None
+
+    @property
+    def _agreed(self) -> bool:
+        """Whether this rank takes part in a start's one choice (a gang start of more than one rank)."""
+        return bool(self.start) and (self.world_size or 1) > 1
+
+    def _load_agreed(self) -> Path | None:
+        assert self.start is not None
+        point = resume_point.read(self._storage, self._attempt_path, self.start)
+        if point is None and self.rank != 0:
+            point = resume_point.wait(self._storage, self._attempt_path, self.start, rank=self.rank,
+                                      timeout=self.shard_timeout, stopping=notice.stopping)
+        if point is None:
+            point = self._choose()
+            resume_point.publish(self._storage, self._attempt_path, self.start, point)
+        if self.rank == 0:  # who commits, prunes: earlier starts' choices, at the first commit
+            folders = [f for _, f in catalog.folders(self._storage, self._root_path, attempt=self.attempt)]
+            self._stale = resume_point.earlier(self._storage, folders, self.start)
+        if point.uri is None:
+            self._took_nothing(0)
+            return None
+        storage, cand = self._located(point)
+        if storage is self._storage:
+            self._keep = cand.path  # retention must not remove it while this start may still load it
+        try:
+            manifest = self._manifest(storage, cand, point.uri)
+            if manifest is None:
+                raise CheckpointError("its manifest is gone")
+            path = self._restore(storage, cand, manifest, point.uri, withdraw=True)
+        except _Withdrawn:
+            raise
+        except (CheckpointError, OSError, ValueError) as e:
+            # Skipping it here alone would resume this rank from another step than its peers.
+            raise CheckpointError(f"rank {self.rank} cannot load {point.uri}, the checkpoint this start of the gang "
+                                  f"resumes from: {e}") from e
+        return self._took(storage, cand, point.uri, manifest, path)
+
+    def _choose(self) -> ResumePoint:
+        """Rank 0: the newest checkpoint whose manifest and parts are in place, before reading its data."""
+        for storage, cand, uri in self._candidates():
+            try:
+                manifest = self._manifest(storage, cand, uri)
+                if manifest is None:
+                    continue
+                if manifest.kind == "sharded":
+                    transfer.check_parts(storage, cand.path, manifest)
+            except (CheckpointError, OSError, ValueError) as e:
+                say(f"gangrun: skipping checkpoint {uri}: {e}; trying the next one", logging.WARNING)
+                continue
+            return ResumePoint(uri=uri, attempt=cand.attempt, seq=cand.seq, step=manifest.step,
+                               where=self._where_of(storage, cand))
+        return ResumePoint(uri=None)
+
+    def _located(self, point: ResumePoint) -> tuple[Storage, Candidate]:
+        """Where the chosen checkpoint is: under this task's root, or at resume_from."""
+        assert point.uri is not None and point.attempt is not None and point.seq is not None
+        if point.where != "resumeFrom":
+            storage, base, root = self._storage, self._root_path, self.root
+        elif self.resume_from:
+            storage, base = open_storage(self.resume_from, self._storage_options)
+            root = self.resume_from
+        else:
+            raise CheckpointError(f"rank 0 chose {point.uri} from resumeFrom, which this rank was not given")
+        if not point.uri.startswith(root + "/"):
+            raise CheckpointError(f"rank 0 chose {point.uri}, which is not under {root}")
+        return storage, Candidate(point.attempt, point.seq, base.rstrip("/") + point.uri[len(root):])
+
+    def _candidates(self) -> Iterator[tuple[Storage, Candidate, str]]:
+        """Every save to try, newest first, each with its URI: this task's own, then resume_from's."""
+        own = ((self._storage, c, self._uri_of(c.attempt, c.seq))
+               for c in catalog.candidates(self._storage, self._root_path, attempt=self.attempt))
+        return itertools.chain(own, self._resume_candidates())
+
+    def _manifest(self, storage: Storage, cand: Candidate, uri: str) -> Manifest | None:
+        manifest = transfer.read_manifest(storage, cand.path)
+        if manifest is None:
+            log.debug("gangrun: %s has no manifest: an unfinished save, not a checkpoint", uri)
+            return None
+        if (manifest.attempt, manifest.seq) != (cand.attempt, cand.seq):
+            raise ManifestError(f"its manifest is of attempt {manifest.attempt} seq {manifest.seq}")
+        return manifest
+
+    def _where_of(self, storage: Storage, cand: Candidate) -> Where:
+        mine = storage is self._storage and cand.path.startswith(self._root_path + "/")
+        return ("own" if cand.attempt == self.attempt else "previous") if mine else "resumeFrom"
+
+    def _took(self, storage: Storage, cand: Candidate, uri: str, manifest: Manifest, path: Path | None) -> Path | None:
+        where = self._where_of(storage, cand)
+        self.loaded_from = "own" if where == "own" else "previous"
+        self.loaded_uri, self.loaded_step = uri, manifest.step
+        self.loaded_attempt, self.loaded_seq = cand.attempt, cand.seq
+        self.loaded_world_size = manifest.world_size
+        self._loaded_manifest, self._loaded_path, self._loaded_storage = manifest, cand.path, storage
+        self._loaded, self._load_done = path, True
+        said = {"own": "this attempt", "previous": f"previous attempt {cand.attempt}",
+                "resumeFrom": f"spec.checkpoint.resumeFrom {self.resume_from}"}[where]
+        part = ""
+        if manifest.kind == "sharded":
+            have = f"rank {self.rank}'s part" if path is not None else f"no part for rank {self.rank}"
+            part = f", sharded over {manifest.world_size} ranks: {have}"
+        say(f"gangrun: loaded checkpoint from {said} (seq {cand.seq}, step {manifest.step}{part}): {uri}")
+        events.loaded()
+        return path
+
+    def _took_nothing(self, skipped: int) -> None:
         self._load_done = True
         events.loaded()
         also = f" nor at resumeFrom {self.resume_from}" if self.resume_from else ""
@@ -231,7 +328,6 @@ class Checkpoint:
             )
         else:
             say(f"gangrun: no checkpoint found (looked in attempts {self.attempt} to 1 under {self.root}{also})")
-        return None
 
     def _resume_candidates(self) -> Iterator[tuple[Storage, Candidate, str]]:
         """The saves at `resume_from`, newest first, each with its URI. Listed only once this task's own
@@ -242,25 +338,31 @@ class Checkpoint:
         for cand in resume.candidates(storage, path):
             yield storage, cand, self.resume_from + cand.path[len(path.rstrip("/")):]
 
-    def _restore(self, storage: Storage, cand: Candidate, manifest: Manifest, uri: str) -> Path | None:
-        if manifest.kind != "sharded":
-            return transfer.read_checkpoint(storage, cand.path, manifest, self._cache())
-        transfer.check_parts(storage, cand.path, manifest)
-        part = manifest.part(self.rank)
-        if part is None:
-            return None
+    def _restore(self, storage: Storage, cand: Candidate, manifest: Manifest, uri: str, *,
+                 withdraw: bool = False) -> Path | None:
+        """Read the checkpoint (this rank's part of a sharded one) into the cache, verified. A corrupt
+        one is withdrawn when other ranks may load it (`withdraw`, and always for a sharded one):
+        skipping it here alone would resume the gang from two different steps. Withdrawn, it is
+        passed over by every rank of the restarted gang, which agrees on the previous one."""
         try:
+            if manifest.kind != "sharded":
+                return transfer.read_checkpoint(storage, cand.path, manifest, self._cache())
+            transfer.check_parts(storage, cand.path, manifest)
+            part = manifest.part(self.rank)
+            if part is None:
+                return None
+            withdraw = True
             return transfer.read_part(storage, cand.path, manifest, part, self._cache())
         except transfer.CorruptCheckpoint as e:
-            # The other ranks found every part in place and may load this checkpoint: skipping it
-            # here alone would resume the gang from two different steps. Withdraw it instead, so
-            # that the restarted gang agrees on the previous one, and stop this rank.
+            if not withdraw:
+                raise
             try:
                 uncommit(storage, cand.path)
             except Exception:  # the error below still stops this rank
                 log.warning("gangrun: could not withdraw %s", uri, exc_info=True)
+            what = f"rank {self.rank}'s part of {uri}" if manifest.kind == "sharded" else uri
             raise _Withdrawn(
-                f"rank {self.rank}'s part of {uri} is corrupt ({e}); the checkpoint was withdrawn so that a "
+                f"{what} is corrupt ({e}); the checkpoint was withdrawn so that a "
                 f"restarted gang resumes from the previous one on every rank"
             ) from e
 
@@ -498,8 +600,12 @@ class Checkpoint:
         it, except `wait()`, the next save and the exit flush."""
         try:
             catalog.apply_retention(
-                self._storage, self._root_path, attempt=self.attempt, committed_seq=seq, keep_last=self.keep_last
+                self._storage, self._root_path, attempt=self.attempt, committed_seq=seq, keep_last=self.keep_last,
+                keep=self._keep,
             )
+            stale, self._stale = self._stale, []
+            for path in stale:
+                self._storage.remove(path)
         except Exception as e:  # the commit stands; old saves are retried at the next commit
             log.warning("gangrun: could not remove old checkpoints under %s: %r", self.root, e)
 

@@ -24,6 +24,7 @@ from gangrun._backends.local.task import LocalTask
 from gangrun._ckpt import events
 from gangrun._ckpt.storage import remove_checkpoints
 from gangrun._core.timeline import Event, EventType
+from gangrun._core.worker_env import new_start
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +65,12 @@ class Effects:
                       paths=self.paths, submitter_env=task.doc.get("env"), executable=task.doc.get("executable"),
                       gpus=wl.gpus if wl is not None and wl.attempt == g.attempt else ())
         g.port = self.procs.free_port()
+        start = new_start()  # one id for this round's workers: they all resume from one checkpoint
         started: dict[int, tuple[int, int]] = {}
         cannot = ""
         for w in g.workers:
             try:
-                started[w.rank] = self.procs.start(g, w, spec, worker_env(spec, g, w))
+                started[w.rank] = self.procs.start(g, w, spec, worker_env(spec, g, w, start=start))
             except OSError as e:  # the command cannot be started at all: a worker that can never start
                 cannot = f"rank {w.rank} cannot start {spec.argv[0]!r}: {e.strerror or e}"
                 break

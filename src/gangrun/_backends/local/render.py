@@ -4,7 +4,8 @@
 (the submitting client's, captured at submit; the user's `spec.env` over it; the gang's part of the
 worker contract, `gangrun._core.worker_env`, over that: nothing of the daemon's own environment);
 `worker_env(...)` adds what differs per worker and per restart round: its ranks, the round's
-MASTER_PORT and, for a gang with GPUs, its node's CUDA_VISIBLE_DEVICES.
+MASTER_PORT and start id (each start of the gang is a round: an admission, a readmission, a restart)
+and, for a gang with GPUs, its node's CUDA_VISIBLE_DEVICES.
 """
 
 from __future__ import annotations
@@ -67,10 +68,12 @@ def resolve_executable(command: str, *, path: str | None, cwd: str) -> str | Non
     return os.path.abspath(hit) if hit else None
 
 
-def worker_env(launch: Launch, gang: GangTwin, worker: Worker) -> dict[str, str]:
+def worker_env(launch: Launch, gang: GangTwin, worker: Worker, *, start: str) -> dict[str, str]:
+    """`start`: the id of the round being started (`contract.new_start`), the same for all its workers."""
     env = dict(launch.env)
     env.update(contract.process_env(nproc_per_node=launch.nproc_per_node, node_rank=worker.node,
-                                    local_rank=worker.local_rank, restart_attempt=gang.restarts, gang=gang.name))
+                                    local_rank=worker.local_rank, restart_attempt=gang.restarts, gang=gang.name,
+                                    start=start))
     env[contract.MASTER_PORT] = str(gang.port)
     if launch.gpus:
         env[contract.CUDA_VISIBLE_DEVICES] = ",".join(str(g) for g in launch.gpus[worker.node])
