@@ -432,7 +432,7 @@ def test_the_get_view_shows_the_same_accounting_fields_as_the_local_backend() ->
     running(task)
     view = _accounting(task.obj, load_state(task.obj, now=at(10)))
     assert set(view) == {"queuedSeconds", "gangUpSeconds", "restoringSeconds", "workLost", "workLostSeconds",
-                         "goodput", "badputSeconds", "lastCheckpoint", "finalSaveSeconds", "periodicSaveSeconds",
+                         "goodput", "stepSeconds", "badputSeconds", "lastCheckpoint", "finalSaveSeconds", "periodicSaveSeconds",
                          "preemptionsByCause", "waitingForReadmissionSeconds", "grace"}
 
 

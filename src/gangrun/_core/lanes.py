@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from gangrun._core import badput
 from gangrun._core.eviction import EvictionKind
 from gangrun._core.timeline import EventType
 
@@ -265,6 +266,8 @@ def timeline(view: Doc, events: list[Doc], *, now: datetime) -> Doc:
             "queuedSeconds": (accounting or {}).get("queuedSeconds"),
             "restoringSeconds": (accounting or {}).get("restoringSeconds"),
             "badputSeconds": (accounting or {}).get("badputSeconds"),
+            "badputCauses": badput.for_json(),  # the page labels the causes from here, in this order
+            "stepSeconds": (accounting or {}).get("stepSeconds"),
             "grace": (accounting or {}).get("grace"),
             "checkpoints": len(checkpoints),
         },
