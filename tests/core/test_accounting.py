@@ -278,3 +278,24 @@ def test_b5_step_seconds_of_a_first_start_whose_step_is_reported_late() -> None:
     assert acct.view(now=at(14))["stepSeconds"] == pytest.approx(6.0)  # 6..12 kept, 12..13 lost
     live = fold(*START, step(6))
     assert live.view(now=at(10))["stepSeconds"] == pytest.approx(4.0)
+
+
+def test_b5_a_preemption_during_a_grow_is_charged_as_a_preemption_and_waits_from_the_preemption() -> None:
+    # Running on 2 of 4 nodes, it grows at 10 (stop: Resize); 1 s into the grow, before the grown gang
+    # is up, it is preempted; readmitted at 18 on 2 nodes, and only then is the grow's restart seen.
+    acct = fold(ev(0, E.SUBMITTED), ev(0, E.GANG_CREATED), ev(1, E.ADMITTED, nodes=2, of=4), ev(2, E.GANG_STARTED),
+                step(3), ev(10, E.RESIZED, **{"from": 2, "to": 4, "of": 4}),
+                ev(11, E.RESIZED, **{"from": 4, "to": 2, "of": 4}), ev(11, E.PREEMPTED, reason="Preempted"),
+                ev(11, E.WAITING), ev(18, E.ADMITTED, nodes=2, of=4), running(18), ev(18, E.READMITTED),
+                ev(18.1, E.RESTARTED), ev(30, E.SUCCEEDED))
+    assert [w.cause for w in acct.work_lost] == ["Resize"]  # no worker failed
+    badput = acct.badput(now=at(30))
+    assert badput["waitingForReadmission"] == 7.0  # 11..18: from the preemption, as waitingForReadmissionSeconds
+    assert badput["restarting"] == 2.0  # 1..2 starting, 10..11 stopping for the grow
+    assert sum(badput.values()) + acct.productive(now=at(30)) == pytest.approx(30.0)
+
+
+def test_b5_a_restart_seen_while_up_after_a_readmission_is_still_a_stop_when_no_stop_awaits_it() -> None:
+    acct = fold(*START, ev(10, E.PREEMPTED, reason="Preempted"), ev(10, E.WAITING), running(15), ev(15, E.READMITTED),
+                ev(20, E.RESTARTED), ev(25, E.SUCCEEDED))
+    assert [w.cause for w in acct.work_lost] == ["Preempted", "WorkerFailed"]

@@ -96,6 +96,7 @@ class Accounting:
     size: float = 1.0  # the fraction of its full size the gang runs at (elastic gangs; node-seconds)
     below_full_seconds: float = 0.0  # of the periods that ended: up time × the share of the gang not running
     startup_seconds: float = 0.0  # the task's first start before its first step: productive, but no step
+    restart_due: bool = False  # the newest stop is one the gang answers by a whole-gang restart (a resize, a crash)
 
     def apply(self, e: Event) -> Accounting:
         """The accounting after event `e`. Returns `self` for events that change nothing."""
@@ -117,18 +118,29 @@ class Accounting:
             acct = acct._workers_running(_at(e), attempt=e.attempt or acct.up_attempt)
         elif kind in (EventType.ADMITTED, EventType.RESIZED) and e.data.get("of"):
             if kind is EventType.RESIZED and acct.up_since is not None:
-                acct = acct._stop("Resize", t)
+                acct = replace(acct._stop("Resize", t), restart_due=True)
             acct = replace(acct, size=_fraction(e.data.get("to", e.data.get("nodes")), e.data["of"]))
         elif kind is EventType.CONTROL_PLANE and "downFrom" in e.data:
             acct = acct._stop("ControlPlaneDown", datetime.fromisoformat(e.data["downFrom"]))
+        elif kind in (EventType.PREEMPTED, EventType.EVICTED) and acct.up_since is None \
+                and acct.down_since is not None and not acct.down_waiting:
+            # Taken back while it was being stopped or started (1 s into a grow): restarting until
+            # now; a wait for re-admission counts from the preemption, as the state's does.
+            acct = replace(acct._end_down(t), down_since=t)
         if kind in (EventType.ADMITTED, EventType.GANG_STARTED) and acct.queued_since is not None:
             acct = replace(acct, queued_seconds=acct.queued_seconds + _seconds(acct.queued_since, t),
                            queued_since=None)
         if kind is EventType.ADMITTED and acct.up_since is None and acct.down_since is None:
             acct = replace(acct, down_since=t)  # admitted: its workers are being started
-        if kind is EventType.RESTARTED and acct.up_since is not None:
+        if kind is EventType.RESTARTED and acct.up_since is not None and not acct.restart_due:
             acct = acct._stop("WorkerFailed", t)  # no WorkerExited came first (the Kubernetes backend)
+        # A restart seen while up that a stop awaits (a grow preempted before its restart was seen, and
+        # readmitted) is that stop's restart: no new stop, and no worker failed.
+        if kind in (EventType.RESTARTED, EventType.GANG_STARTED, EventType.GANG_CREATED):
+            acct = replace(acct, restart_due=False) if acct.restart_due else acct
         if kind in _STOPS:
+            if kind in (EventType.WORKER_EXITED, EventType.DISRUPTED) and acct.up_since is not None:
+                acct = replace(acct, restart_due=True)
             acct = acct._stop(_cause(e), t)
         elif kind in _UP and acct.up_since is None:
             acct = acct._start(t, attempt=e.attempt or 0)

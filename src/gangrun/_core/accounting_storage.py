@@ -31,7 +31,7 @@ def dump(a: Accounting) -> dict[str, Any]:
         "awaitingWorkers": a.awaiting_workers, "workersRunningAt": time_out(a.workers_running_at),
         "workLost": [w.for_json() for w in a.work_lost],
         "size": a.size, "belowFullSeconds": a.below_full_seconds, "startupSeconds": a.startup_seconds,
-        "stopping": a.stopping,
+        "stopping": a.stopping, "restartDue": a.restart_due,
         "lastCheckpoint": None if a.last_checkpoint is None else a.last_checkpoint.for_json(),
         "finalSaveSeconds": list(a.final_saves), "periodicSaveSeconds": list(a.periodic_saves),
         # For readers of the stored form (the Kubernetes status): as of the newest event, so that
@@ -66,7 +66,7 @@ def fields(d: dict[str, Any]) -> dict[str, Any]:
         "awaiting_workers": bool(d.get("awaitingWorkers", False)),
         "workers_running_at": time_in(d.get("workersRunningAt")),
         "work_lost": tuple(WorkLost.from_json(w) for w in d.get("workLost", [])),
-        "stopping": bool(d.get("stopping", False)),
+        "stopping": bool(d.get("stopping", False)), "restart_due": bool(d.get("restartDue", False)),
         "last_checkpoint": None if not ck else CheckpointMark.from_json(ck),
         "final_saves": tuple(float(x) for x in d.get("finalSaveSeconds") or ()),
         "periodic_saves": tuple(float(x) for x in d.get("periodicSaveSeconds") or ()),
