@@ -299,3 +299,11 @@ def test_b5_a_restart_seen_while_up_after_a_readmission_is_still_a_stop_when_no_
     acct = fold(*START, ev(10, E.PREEMPTED, reason="Preempted"), ev(10, E.WAITING), running(15), ev(15, E.READMITTED),
                 ev(20, E.RESTARTED), ev(25, E.SUCCEEDED))
     assert [w.cause for w in acct.work_lost] == ["Preempted", "WorkerFailed"]
+
+
+def test_b5_a_save_taken_after_the_stop_is_a_final_save_whatever_the_worker_knew() -> None:
+    # The worker took its state at 10.2, after the preemption at 10, before its stop notice reached it
+    # (its own SIGTERM came later): it says final=False, but the save was made in the grace period.
+    acct = fold(*START, step(4), ckpt(9, 8.5, taken=8.4, seconds=0.1), ev(10, E.PREEMPTED, reason="Preempted"),
+                ckpt(11, 10.5, step=2, taken=10.2, seconds=0.3, final=False))
+    assert acct.final_saves == (0.3,) and acct.periodic_saves == (0.1,)

@@ -236,12 +236,15 @@ class Accounting:
                               at=committed or e.time, taken_at=taken)
         acct = replace(self, last_checkpoint=mark)
         seconds = e.data.get("saveSeconds")
+        last = acct.work_lost[-1] if acct.work_lost else None
+        # A save whose state was taken after the stop was made in the grace period, even when the stop
+        # notice had not reached the worker yet (it says final=False, and its own SIGTERM came later).
+        after_stop = acct.stopping and last is not None and last.attempt == mark.attempt and mark.taken >= last.at
         if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0:
-            if e.data.get("final"):
+            if e.data.get("final") or after_stop:
                 acct = replace(acct, final_saves=(*acct.final_saves, float(seconds))[-SAVES_KEPT:])
             else:
                 acct = replace(acct, periodic_saves=(*acct.periodic_saves, float(seconds))[-SAVES_KEPT:])
-        last = acct.work_lost[-1] if acct.work_lost else None
         if last is not None and last.attempt == mark.attempt and mark.taken > last.since \
                 and (mark.taken <= last.at or acct.stopping):
             # Reported after the stop (a worker's termination message): the state it holds was taken
