@@ -444,3 +444,25 @@ def test_a_preemption_that_ends_the_attempt_tells_the_workers_it_was_a_preemptio
     (a,) = notices(actions)
     assert json.loads(a.notice)["cause"] == "Preempted"  # Kueue's reason, as the local backend says it
     assert kinds(actions) == ["AnnotatePods", "DeleteJobSet", "CreateJobSet"]
+
+
+def test_a_first_step_on_the_tasks_first_start_claims_no_checkpoint_load_and_says_when_it_was() -> None:
+    from gangrun._backends.kube.reconcile import first_step_events
+    from gangrun._core.accounting import Accounting
+    from gangrun._core.timeline import Event
+
+    def fold(*evs: tuple[float, EventType]) -> Accounting:
+        acct = Accounting()
+        for t, kind in evs:
+            acct = acct.apply(Event(time=at(t), type=kind, message="", attempt=1))
+        return acct
+
+    fresh = fold((0, EventType.SUBMITTED), (0, EventType.GANG_CREATED), (1, EventType.GANG_STARTED))
+    (action,) = first_step_events(fresh, [at(6)], attempt=1, now=at(40))  # read as the worker exited at 40
+    assert isinstance(action, RecordEvent)
+    assert "loading" not in action.event.message and "5.0 s after the gang came up" in action.event.message
+    restarted = fold((0, EventType.SUBMITTED), (0, EventType.GANG_CREATED), (1, EventType.GANG_STARTED),
+                     (10, EventType.RESTARTED))
+    (action,) = first_step_events(restarted, [at(13)], attempt=1, now=at(40))
+    assert isinstance(action, RecordEvent)
+    assert "after its load" in action.event.message and "3.0 s after the gang came up" in action.event.message

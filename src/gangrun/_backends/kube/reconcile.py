@@ -262,12 +262,24 @@ def first_step_events(ledger: Accounting, steps: Sequence[datetime], *, attempt:
     out: list[Action] = []
     for t in sorted(steps):
         event = Event(time=now, type=EventType.FIRST_STEP, attempt=attempt, data={"at": min(t, now).isoformat()},
-                      message="a worker took its first step after loading its checkpoint")
+                      message="")
         after = ledger.apply(event)
         if after != ledger:
-            out.append(RecordEvent(event))
+            out.append(RecordEvent(replace(event, message=_first_step_message(after, min(t, now)))))
             ledger = after
     return out
+
+
+def _first_step_message(ledger: Accounting, t: datetime) -> str:
+    """What a FirstStep says: read from a report (often as the worker exits), so when it was, counted
+    from the gang's start; and a load only after a stop, not on the task's first start."""
+    up = ledger.up_since if ledger.stepped_at == t else (ledger.last_up.start if ledger.last_up else None)
+    if up is None:
+        return "a worker took its first step"
+    fresh = up == ledger.first_up
+    what = "a worker took its first step" + ("" if fresh else " after its load")
+    return f"{what}, {(t - up).total_seconds():.1f} s after the gang came up" + (" (the task's first start)"
+                                                                                    if fresh else "")
 
 
 def _workers_running(ledger: Accounting, before: TaskState, running: datetime | None, *,
