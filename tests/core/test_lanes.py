@@ -164,3 +164,16 @@ def test_the_page_script_spells_no_badput_cause_of_its_own() -> None:
 
     script = (Path(gangrun._ui.__file__).parent / "static" / "app.js").read_text()
     assert "badputCauses" in script and '"waitingForReadmission"' not in script
+
+
+def test_s5_a_final_save_committed_while_waiting_is_drawn_at_the_stop_not_inside_the_wait() -> None:
+    doc = timeline(
+        view([attempt(1, 0, 2, 30, "Succeeded")], [eviction(1, "Preempted", 10, 20)]),
+        [ev(2, "GangStarted"), ev(8, "CheckpointCommitted", step=6),
+         ev(10, "Preempted", reason="Preempted", detail="InClusterQueue"),
+         ev(11.5, "CheckpointCommitted", step=7), ev(20, "Readmitted"), ev(30, "Succeeded")],
+        now=T0 + timedelta(seconds=40))
+    (lane,) = doc["lanes"]
+    saves = [(m["at"], m["label"]) for m in lane["marks"] if m["kind"] == "checkpoint"]
+    assert saves == [(t(8), "step 6"), (t(10), "step 7 (final save, committed 1.5 s after the stop)")]
+    assert marks(lane, "resumed") == [("resumed", t(20), "resumed from step 7")]  # what it loaded, as before

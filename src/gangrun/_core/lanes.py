@@ -6,7 +6,8 @@ per attempt:
 
     segments  queued (gang created → admitted), starting (→ whole gang up), running, waiting
               (preempted → readmitted), restarting (a worker exited → the gang is up again)
-    marks     checkpoint (each commit, with its step), preempted (and by whom), evicted, readmitted,
+    marks     checkpoint (each commit, with its step; the final save committed while the gang waits
+              for re-admission is drawn at the stop), preempted (and by whom), evicted, readmitted,
               restarted, resumed (the checkpoint a gang start loaded: the newest committed before it,
               of this attempt or an earlier one), resized (an elastic gang's new size), ended (the
               attempt's outcome); an elastic gang's running segments say the size it ran at
@@ -130,6 +131,18 @@ def _subtract(span: Span, holes: list[Span]) -> list[Span]:
     return [(a, b) for a, b in pieces if b > a]
 
 
+def _at_the_stop(mark: Doc, waits: list[Span]) -> Doc:
+    """A checkpoint committed while the gang waits for re-admission is the final save of the grace
+    period: drawn at the stop, where its work was done, not inside the wait (nothing ran there)."""
+    at = _t(mark["at"])
+    stop = next((a for a, b in waits if at is not None and a < at < b), None)
+    if stop is None or at is None:
+        return mark
+    late = f"{(at - stop).total_seconds():.1f} s"
+    return {**mark, "at": _iso(stop), "committedAt": mark["at"],
+            "label": f"{mark['label']} (final save, committed {late} after the stop)"}
+
+
 def _evictions(view: Doc, events: list[_Ev]) -> list[Doc]:
     """The view's evictions; from the timeline (a preemption until its readmission) for a view without them."""
     if isinstance(view.get("evictions"), list):
@@ -170,6 +183,7 @@ def _lane(attempt: Doc, view: Doc, events: list[_Ev], checkpoints: list[Doc], *,
             segment("starting", admitted, up_from, "admitted, workers starting")
 
     holes: list[tuple[datetime, datetime]] = []
+    waits: list[Span] = []
     for ev in _evictions(view, events):
         if ev.get("attempt") != n:
             continue
@@ -183,6 +197,7 @@ def _lane(attempt: Doc, view: Doc, events: list[_Ev], checkpoints: list[Doc], *,
             holes.append((at, until))
             waited = f"waited {(until - at).total_seconds():.1f}s for re-admission"
             segment("waiting", at, until, WAITING_TEXT if back is None else waited)
+            waits.append((at, until))
         elif back is not None and ended_by_it:
             holes.append((at, back))
     exited: datetime | None = None
@@ -225,7 +240,7 @@ def _lane(attempt: Doc, view: Doc, events: list[_Ev], checkpoints: list[Doc], *,
             marks.append({"kind": "resumed", "at": _iso(s), "label": f"resumed from {found['label']}{where}",
                           "checkpoint": {"at": found["at"], "step": found.get("step"),
                                          "attempt": found.get("attempt")}})
-    marks.extend(c for c in checkpoints if c.get("attempt") == n)
+    marks.extend(_at_the_stop(c, waits) for c in checkpoints if c.get("attempt") == n)
     if attempt.get("endedAt"):
         marks.append({"kind": "ended", "at": _iso(end), "label": str(attempt.get("outcome") or "ended"),
                       "message": attempt.get("reason") or ""})
