@@ -141,7 +141,8 @@ class Accounting:
         if kind in _STOPS:
             if kind in (EventType.WORKER_EXITED, EventType.DISRUPTED) and acct.up_since is not None:
                 acct = replace(acct, restart_due=True)
-            acct = acct._stop(_cause(e), t)
+            # A worker's exit read from its pod happened at its finishedAt: the gang stopped then.
+            acct = acct._stop(_cause(e), min(_at(e), t) if kind is EventType.WORKER_EXITED else t)
         elif kind in _UP and acct.up_since is None:
             acct = acct._start(t, attempt=e.attempt or 0)
         if kind in _ENDS:
