@@ -175,5 +175,10 @@ def test_s5_a_final_save_committed_while_waiting_is_drawn_at_the_stop_not_inside
         now=T0 + timedelta(seconds=40))
     (lane,) = doc["lanes"]
     saves = [(m["at"], m["label"]) for m in lane["marks"] if m["kind"] == "checkpoint"]
-    assert saves == [(t(8), "step 6"), (t(10), "step 7 (final save, committed 1.5 s after the stop)")]
-    assert marks(lane, "resumed") == [("resumed", t(20), "resumed from step 7")]  # what it loaded, as before
+    assert saves == [(t(8), "step 6"), (t(10), "step 7")]
+    final = next(m for m in lane["marks"] if m["kind"] == "checkpoint" and m["step"] == 7)
+    assert final["committedAt"] == t(11.5)
+    assert final["message"].endswith("the final save of the grace period, committed 1.5 s after the stop")
+    (resumed,) = [m for m in lane["marks"] if m["kind"] == "resumed"]
+    assert (resumed["at"], resumed["label"]) == (t(20), "resumed from step 7")  # what it loaded, as before
+    assert resumed["checkpoint"]["at"] == t(10)  # linked to the mark where it is drawn

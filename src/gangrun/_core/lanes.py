@@ -138,9 +138,20 @@ def _at_the_stop(mark: Doc, waits: list[Span]) -> Doc:
     stop = next((a for a, b in waits if at is not None and a < at < b), None)
     if stop is None or at is None:
         return mark
-    late = f"{(at - stop).total_seconds():.1f} s"
+    late = f"the final save of the grace period, committed {(at - stop).total_seconds():.1f} s after the stop"
     return {**mark, "at": _iso(stop), "committedAt": mark["at"],
-            "label": f"{mark['label']} (final save, committed {late} after the stop)"}
+            "message": f"{mark['message']}; {late}" if mark.get("message") else late}
+
+
+def _linked(lanes: list[Doc]) -> list[Doc]:
+    """The lanes with each `resumed` mark pointing at where its checkpoint is drawn (a final save drawn
+    at its stop), so that the page links the two."""
+    drawn = {m["committedAt"]: m["at"] for lane in lanes for m in lane["marks"] if "committedAt" in m}
+    if not drawn:
+        return lanes
+    return [{**lane, "marks": [
+        {**m, "checkpoint": {**m["checkpoint"], "at": drawn.get(m["checkpoint"]["at"], m["checkpoint"]["at"])}}
+        if m["kind"] == "resumed" else m for m in lane["marks"]]} for lane in lanes]
 
 
 def _evictions(view: Doc, events: list[_Ev]) -> list[Doc]:
@@ -262,7 +273,7 @@ def timeline(view: Doc, events: list[Doc], *, now: datetime) -> Doc:
     """The chart of one task: a lane per attempt, and the numbers beside it."""
     evs = _events(events)
     checkpoints = _checkpoints(evs)
-    lanes = [_lane(a, view, evs, checkpoints, now=now) for a in view.get("attempts") or []]
+    lanes = _linked([_lane(a, view, evs, checkpoints, now=now) for a in view.get("attempts") or []])
     submitted = next((e.at for e in evs if e.type == EventType.SUBMITTED.value), None)
     starts = [_t(lane["start"]) for lane in lanes] + ([submitted] if submitted else [])
     ends = [_t(lane["end"]) for lane in lanes]
