@@ -14,7 +14,8 @@ What the events mean here, in order of a task's life:
     Admitted | GangStarted           queued until here (whichever comes first); from admission to
                                      gang up the gang is being started (`restarting`)
     GangStarted | GangRestarted      the whole gang runs from here ("gang up"); a restart while up
-                                     is a stop and a start
+                                     is a stop and a start, unless a stop awaits it (a grow or a
+                                     crash whose restart is seen only after a readmission)
     Readmitted                       the wait for re-admission ends; the gang is up again only once
     WorkersRunning (at)              its workers are running again (at: from the objects)
     FirstStep (at)                   a worker's first step after its load: the time from gang up to
@@ -24,12 +25,14 @@ What the events mean here, in order of a task's life:
                                      interrupted makes too: only the starts after a stop restore
     Preempted | Evicted |            the gang stops: work since the state of the newest checkpoint of
       WorkerDisrupted |              this attempt was taken (or since the first step, if later) is lost
-      WorkerExited | AttemptEnded |
-      Failed | Aborted
-    WaitingForReadmission            the time from the stop to Readmitted waits for re-admission;
-                                     any other time between a stop and the next start is `restarting`
+      WorkerExited (at) |            (WorkerExited: at the worker's end, when its pod says so)
+      AttemptEnded | Failed | Aborted
+    WaitingForReadmission            the time from the stop (or from a preemption of a gang already
+                                     stopped) to Readmitted waits for re-admission; any other time
+                                     between a stop and the next start is `restarting`
     CheckpointCommitted (takenAt)    the newest checkpoint; one taken during a stop (the final save
-                                     in the grace period) shrinks that stop's loss
+                                     in the grace period, whatever the worker knew of the stop)
+                                     shrinks that stop's loss
     Admitted (nodes, of) |           an elastic gang's size: time up counts in node-seconds, as the
       Resized (to, of)               fraction of its full size it runs at (a rigid gang: 1); a
                                      resize while up is a stop (its work since the newest save is
