@@ -503,3 +503,15 @@ def _view(task: Task) -> dict:
     from gangrun._backends.kube.reconcile import load_state
 
     return _accounting(task.obj, load_state(task.obj, now=at(30)))
+
+
+def test_a_worker_lost_to_a_drain_is_charged_to_the_drain_not_to_a_worker_failure() -> None:
+    task = Task(failurePolicy={"maxRestarts": 0})
+    running(task)
+    failed = jobset_obj(task.spec).admitted().jobs(failed=1).obj()
+    _, actions = task.step(failed, pods=[PODS[0], disrupted(PODS[1], t=at(29))], t=30)  # it ended at 29
+    assert EventType.WORKER_EXITED not in events(actions)
+    restarting = (jobset_obj(task.spec).admitted().restarts(1, towards_max=0)
+                  .cond("RestartingJobSet", "True", "FailurePolicy_restartOnDisruption", "applying ...").obj())
+    task.step(restarting, pods=[disrupted(PODS[1], t=at(29))], t=31)
+    assert [w["cause"] for w in task.status["accounting"]["workLost"]] == ["EvictionByEvictionAPI"]

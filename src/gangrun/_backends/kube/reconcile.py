@@ -288,11 +288,11 @@ def _worker_failed(ledger: Accounting, gang: Gang | None, decided: TaskState, *,
                    now: datetime) -> list[Action]:
     """A WorkerExited event when a worker of the running gang failed by itself (its pod ended, not
     deleted), at its container's finishedAt: the gang stopped then, and the teardown and restart that
-    JobSet makes next are restarting, not work lost. None during an eviction, whose stops are its own;
-    read again at every reconcile, so only news is recorded."""
+    JobSet makes next are restarting, not work lost. None during an eviction or a node disruption,
+    whose stops are their own; read again at every reconcile, so only news is recorded."""
     at = gang.first_failure_at if gang is not None else None
-    if at is None or gang is None or gang.suspended or decided.eviction is not None or decided.waiting \
-            or ledger.up_since is None or not ledger.up_since < at <= now:
+    if at is None or gang is None or gang.suspended or gang.disruption is not None or decided.eviction is not None \
+            or decided.waiting or ledger.up_since is None or not ledger.up_since < at <= now:
         return []
     event = Event(time=now, type=EventType.WORKER_EXITED, attempt=attempt, message=gang.first_failure,
                   data={"at": at.isoformat()})
