@@ -274,3 +274,13 @@ def test_describe_shows_the_badput_by_cause_and_a_grace_period_too_short():
     assert "goodput 41.0 %" in words and "restoring 30.2 s" in words
     assert words[words.index("final save") + 1] == "4.0 s", words
     assert "Grace period: WARNING: the grace period (2s) is shorter than 1.5 × ..." in words
+
+
+def test_describe_shows_a_save_under_a_second_to_the_millisecond_not_as_zero():
+    from gangrun.cli.output import describe
+
+    acct = {"goodput": 0.9, "finalSaveSeconds": [0.042], "periodicSaveSeconds": [0.5, 2.25], "workLostSeconds": 0.0}
+    words = [" ".join(line.split()) for line in describe(_view(accounting=acct), []).splitlines()]
+    assert words[words.index("final save") + 1] == "0.042 s", words
+    assert words[words.index("periodic save") + 1:words.index("periodic save") + 3] == ["0.500 s", "2.2 s"], words
+    assert "work lost 0.0 s" in words

@@ -234,3 +234,76 @@ def test_a_resize_while_up_is_a_stop_whose_loss_the_final_save_shrinks() -> None
     assert acct.gang_up(now=at(21)) == pytest.approx(10 * 0.5 + 10)  # node-seconds: half, then the whole gang
     assert acct.badput(now=at(21))["restarting"] == pytest.approx(1.0)
     assert Accounting.from_storage(acct.for_storage()) == acct
+
+
+# The elastic run of the issue in small: admitted on 2 of 4 nodes, grown to 4 at 10 (final save at
+# 10.2), up again at 11, done at 21.
+ELASTIC = (ev(0, E.SUBMITTED), ev(0, E.GANG_CREATED), ev(1, E.ADMITTED, nodes=2, of=4), ev(2, E.GANG_STARTED),
+           step(3), ev(10, E.RESIZED, **{"from": 2, "to": 4, "of": 4}),
+           ckpt(10.5, 10.5, taken=10.2, seconds=0.3, final=True), ev(11, E.RESTARTED), step(12), ev(21, E.SUCCEEDED))
+
+
+def test_b5_an_elastic_gang_keeps_the_badput_identity_the_unused_share_is_below_full_size() -> None:
+    acct = fold(*ELASTIC)
+    now = at(21)
+    badput = acct.badput(now=now)
+    assert badput["belowFullSize"] == pytest.approx(8 * 0.5)  # 2..10 on half its nodes
+    assert sum(badput.values()) + acct.productive(now=now) == pytest.approx(21.0)
+    assert acct.for_storage()["badputSeconds"] == badput  # the stored form, as of the newest event
+    assert Accounting.from_storage(acct.for_storage()) == acct
+
+
+def test_b5_below_full_size_counts_while_the_gang_runs_small() -> None:
+    acct = fold(*ELASTIC[:5])
+    assert acct.badput(now=at(6))["belowFullSize"] == pytest.approx(2.0)  # 2..6 on half its nodes
+    assert sum(acct.badput(now=at(6)).values()) + acct.productive(now=at(6)) == pytest.approx(6.0)
+
+
+# -- step time: goodput counts the task's first start as productive; step time does not -------------
+
+
+def test_b5_step_seconds_leave_out_the_first_start_that_goodput_counts_as_productive() -> None:
+    # Up at 3, first step at 8 (interpreter, imports: 5 s), crash at 16, restarted at 19, stepping
+    # again at 22, done at 30. Productive: 3..30 less 3 s restarting, 3 s restoring and 8 s lost = 13.
+    acct = fold(*START, step(8), ev(16, E.WORKER_EXITED, code=137), ev(19, E.RESTARTED), step(22), ev(30, E.SUCCEEDED))
+    view = acct.view(now=at(30))
+    assert acct.productive(now=at(30)) == pytest.approx(13.0)
+    assert view["stepSeconds"] == pytest.approx(8.0)  # 22..30: the first period's steps (8..16) were lost
+    assert view["stepSeconds"] <= view["goodput"] * 30
+    assert Accounting.from_storage(acct.for_storage()) == acct
+
+
+def test_b5_step_seconds_of_a_first_start_whose_step_is_reported_late() -> None:
+    acct = fold(*START, ckpt(12, 12, taken=12), ev(13, E.PREEMPTED, reason="Preempted"), step(6, seen=14))
+    assert acct.view(now=at(14))["stepSeconds"] == pytest.approx(6.0)  # 6..12 kept, 12..13 lost
+    live = fold(*START, step(6))
+    assert live.view(now=at(10))["stepSeconds"] == pytest.approx(4.0)
+
+
+def test_b5_a_preemption_during_a_grow_is_charged_as_a_preemption_and_waits_from_the_preemption() -> None:
+    # Running on 2 of 4 nodes, it grows at 10 (stop: Resize); 1 s into the grow, before the grown gang
+    # is up, it is preempted; readmitted at 18 on 2 nodes, and only then is the grow's restart seen.
+    acct = fold(ev(0, E.SUBMITTED), ev(0, E.GANG_CREATED), ev(1, E.ADMITTED, nodes=2, of=4), ev(2, E.GANG_STARTED),
+                step(3), ev(10, E.RESIZED, **{"from": 2, "to": 4, "of": 4}),
+                ev(11, E.RESIZED, **{"from": 4, "to": 2, "of": 4}), ev(11, E.PREEMPTED, reason="Preempted"),
+                ev(11, E.WAITING), ev(18, E.ADMITTED, nodes=2, of=4), running(18), ev(18, E.READMITTED),
+                ev(18.1, E.RESTARTED), ev(30, E.SUCCEEDED))
+    assert [w.cause for w in acct.work_lost] == ["Resize"]  # no worker failed
+    badput = acct.badput(now=at(30))
+    assert badput["waitingForReadmission"] == 7.0  # 11..18: from the preemption, as waitingForReadmissionSeconds
+    assert badput["restarting"] == 2.0  # 1..2 starting, 10..11 stopping for the grow
+    assert sum(badput.values()) + acct.productive(now=at(30)) == pytest.approx(30.0)
+
+
+def test_b5_a_restart_seen_while_up_after_a_readmission_is_still_a_stop_when_no_stop_awaits_it() -> None:
+    acct = fold(*START, ev(10, E.PREEMPTED, reason="Preempted"), ev(10, E.WAITING), running(15), ev(15, E.READMITTED),
+                ev(20, E.RESTARTED), ev(25, E.SUCCEEDED))
+    assert [w.cause for w in acct.work_lost] == ["Preempted", "WorkerFailed"]
+
+
+def test_b5_a_save_taken_after_the_stop_is_a_final_save_whatever_the_worker_knew() -> None:
+    # The worker took its state at 10.2, after the preemption at 10, before its stop notice reached it
+    # (its own SIGTERM came later): it says final=False, but the save was made in the grace period.
+    acct = fold(*START, step(4), ckpt(9, 8.5, taken=8.4, seconds=0.1), ev(10, E.PREEMPTED, reason="Preempted"),
+                ckpt(11, 10.5, step=2, taken=10.2, seconds=0.3, final=False))
+    assert acct.final_saves == (0.3,) and acct.periodic_saves == (0.1,)

@@ -59,3 +59,16 @@ def test_min_nodes_makes_an_elastic_gang_and_at_size_changes_only_the_size() -> 
 def test_bad_min_nodes_names_the_field(value: object, message: str) -> None:
     with pytest.raises(SpecError, match=f"^{re.escape(message)}$"):
         parse_manifest(manifest(nodes=4, minNodes=value))
+
+
+@pytest.mark.parametrize(("old", "new", "readmitted", "why"), [
+    pytest.param(2, 4, False, "quota is free that no waiting gang of equal or higher priority needs", id="grown"),
+    pytest.param(4, 2, False, "readmitted at what fits now", id="shrunk-while-growing-preempted-and-readmitted"),
+    pytest.param(4, 2, True, "readmitted at what fits now", id="shrunk-on-readmission"),
+    pytest.param(2, 4, True, "readmitted at its full size", id="readmitted-at-full-size"),
+    pytest.param(1, 3, True, "readmitted at what fits now", id="readmitted-larger-but-not-full"),
+])
+def test_a_shrink_is_never_said_to_be_for_free_quota(old: int, new: int, readmitted: bool, why: str) -> None:
+    from gangrun._core.elastic import resize_why
+
+    assert resize_why(old, new, full=4, readmitted=readmitted) == why

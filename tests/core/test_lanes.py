@@ -142,3 +142,43 @@ def test_an_elastic_gangs_running_segments_say_the_size_it_ran_at_and_each_resiz
     assert running == [(t(1), t(5), "gang running"), (t(6), t(10), "gang running on 2 of 4 nodes"),
                        (t(10), t(12), "gang running")]
     assert marks(lane, "resized") == [("resized", t(6), "4 → 2 nodes"), ("resized", t(10), "2 → 4 nodes")]
+
+
+def test_b5_the_summary_names_the_badput_causes_and_the_step_time_for_the_page() -> None:
+    from gangrun._core import badput
+
+    doc = timeline(view([attempt(1, 0, 2, None)], accounting={"goodput": 0.5, "stepSeconds": 3.0,
+                                                               "badputSeconds": {"belowFullSize": 4.0}}),
+                   [ev(0, "Submitted"), ev(2, "GangStarted")], now=T0 + timedelta(seconds=10))
+    summary = doc["summary"]
+    assert [c["key"] for c in summary["badputCauses"]] == list(badput.KEYS)
+    assert {"key": "belowFullSize", "label": "below full size"} in summary["badputCauses"]
+    assert summary["stepSeconds"] == 3.0
+
+
+def test_the_page_script_spells_no_badput_cause_of_its_own() -> None:
+    """The page labels badput from the summary's `badputCauses`: a list of its own would drift."""
+    from pathlib import Path
+
+    import gangrun._ui
+
+    script = (Path(gangrun._ui.__file__).parent / "static" / "app.js").read_text()
+    assert "badputCauses" in script and '"waitingForReadmission"' not in script
+
+
+def test_s5_a_final_save_committed_while_waiting_is_drawn_at_the_stop_not_inside_the_wait() -> None:
+    doc = timeline(
+        view([attempt(1, 0, 2, 30, "Succeeded")], [eviction(1, "Preempted", 10, 20)]),
+        [ev(2, "GangStarted"), ev(8, "CheckpointCommitted", step=6),
+         ev(10, "Preempted", reason="Preempted", detail="InClusterQueue"),
+         ev(11.5, "CheckpointCommitted", step=7), ev(20, "Readmitted"), ev(30, "Succeeded")],
+        now=T0 + timedelta(seconds=40))
+    (lane,) = doc["lanes"]
+    saves = [(m["at"], m["label"]) for m in lane["marks"] if m["kind"] == "checkpoint"]
+    assert saves == [(t(8), "step 6"), (t(10), "step 7")]
+    final = next(m for m in lane["marks"] if m["kind"] == "checkpoint" and m["step"] == 7)
+    assert final["committedAt"] == t(11.5)
+    assert final["message"].endswith("the final save of the grace period, committed 1.5 s after the stop")
+    (resumed,) = [m for m in lane["marks"] if m["kind"] == "resumed"]
+    assert (resumed["at"], resumed["label"]) == (t(20), "resumed from step 7")  # what it loaded, as before
+    assert resumed["checkpoint"]["at"] == t(10)  # linked to the mark where it is drawn

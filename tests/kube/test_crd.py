@@ -121,3 +121,13 @@ def test_a_priority_class_longer_than_a_label_value_is_refused_at_admission_and_
     with pytest.raises(SpecError, match=r"^spec\.priorityClass"):
         render_jobset(parse_manifest(doc))
     assert _errors(manifest(priorityClass="p" * 63)) == []
+
+
+def test_b5_the_status_schema_names_every_badput_cause_of_the_one_definition() -> None:
+    from gangrun._core import badput
+    from gangrun._core.accounting import Accounting
+
+    accounting = _schema()["properties"]["status"]["properties"]["accounting"]["properties"]
+    assert tuple(accounting["badputSeconds"]["properties"]) == badput.KEYS
+    assert tuple(Accounting().for_storage()["badputSeconds"]) == badput.KEYS
+    assert "belowFullSize" in badput.KEYS and "stepSeconds" in accounting

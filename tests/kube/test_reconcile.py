@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from kube_builders import (
     PREEMPTION_MESSAGE,
     at,
@@ -432,7 +433,7 @@ def test_the_get_view_shows_the_same_accounting_fields_as_the_local_backend() ->
     running(task)
     view = _accounting(task.obj, load_state(task.obj, now=at(10)))
     assert set(view) == {"queuedSeconds", "gangUpSeconds", "restoringSeconds", "workLost", "workLostSeconds",
-                         "goodput", "badputSeconds", "lastCheckpoint", "finalSaveSeconds", "periodicSaveSeconds",
+                         "goodput", "stepSeconds", "badputSeconds", "lastCheckpoint", "finalSaveSeconds", "periodicSaveSeconds",
                          "preemptionsByCause", "waitingForReadmissionSeconds", "grace"}
 
 
@@ -444,3 +445,73 @@ def test_a_preemption_that_ends_the_attempt_tells_the_workers_it_was_a_preemptio
     (a,) = notices(actions)
     assert json.loads(a.notice)["cause"] == "Preempted"  # Kueue's reason, as the local backend says it
     assert kinds(actions) == ["AnnotatePods", "DeleteJobSet", "CreateJobSet"]
+
+
+def test_a_first_step_on_the_tasks_first_start_claims_no_checkpoint_load_and_says_when_it_was() -> None:
+    from gangrun._backends.kube.reconcile import first_step_events
+    from gangrun._core.accounting import Accounting
+    from gangrun._core.timeline import Event
+
+    def fold(*evs: tuple[float, EventType]) -> Accounting:
+        acct = Accounting()
+        for t, kind in evs:
+            acct = acct.apply(Event(time=at(t), type=kind, message="", attempt=1))
+        return acct
+
+    fresh = fold((0, EventType.SUBMITTED), (0, EventType.GANG_CREATED), (1, EventType.GANG_STARTED))
+    (action,) = first_step_events(fresh, [at(6)], attempt=1, now=at(40))  # read as the worker exited at 40
+    assert isinstance(action, RecordEvent)
+    assert "loading" not in action.event.message and "5.0 s after the gang came up" in action.event.message
+    restarted = fold((0, EventType.SUBMITTED), (0, EventType.GANG_CREATED), (1, EventType.GANG_STARTED),
+                     (10, EventType.RESTARTED))
+    (action,) = first_step_events(restarted, [at(13)], attempt=1, now=at(40))
+    assert isinstance(action, RecordEvent)
+    assert "after its load" in action.event.message and "3.0 s after the gang came up" in action.event.message
+
+
+def test_b5_a_worker_killed_loses_the_work_until_its_death_and_the_teardown_is_restarting() -> None:
+    """SIGKILLed at 19, the worker's pod says so (finishedAt); JobSet tears the gang down and its next
+    round runs at 30. The work lost ends at the death, and 19..30 is restarting, not work lost."""
+    task = Task()
+    running(task)  # gang up at 10
+    up = jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj()
+    wl = WorkloadLookup.found([workload_obj("js-uid").admitted().obj()])
+    killed = terminated(pod_obj("train-1", 1), code=137, t=at(19))
+    _, actions = task.step(up, wl, [pod_obj("train-1", 0), killed], t=21)
+    assert EventType.WORKER_EXITED in events(actions)
+    _, actions = task.step(up, wl, [pod_obj("train-1", 0), killed], t=22)
+    assert EventType.WORKER_EXITED not in events(actions)  # read again: not news
+    again = jobset_obj(task.spec).admitted().restarts(1).jobs(ready=1, active=1).obj()
+    task.step(again, wl, [pod_obj("train-1", i, restart=1) for i in (0, 1)], t=30)
+    acct = task.status["accounting"]
+    assert [(w["cause"], w["seconds"]) for w in _view(task)["workLost"]] == [("WorkerFailed", 9.0)]
+    assert acct["badputSeconds"]["restarting"] == pytest.approx(11.0)  # 19..30: the teardown and the restart
+
+
+def test_a_worker_exit_during_a_preemption_is_no_worker_failure() -> None:
+    task = Task(failurePolicy={"resumeAfterPreemption": True})
+    running(task)
+    up = jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj()
+    exited = terminated(pod_obj("train-1", 1), code=143, t=at(20.5))
+    _, actions = task.step(up, PREEMPTED, [pod_obj("train-1", 0), exited], t=21)
+    assert EventType.WORKER_EXITED not in events(actions)
+    assert [w["cause"] for w in task.status["accounting"]["workLost"]] == ["Preempted"]
+
+
+def _view(task: Task) -> dict:
+    from gangrun._backends.kube.backend import _accounting
+    from gangrun._backends.kube.reconcile import load_state
+
+    return _accounting(task.obj, load_state(task.obj, now=at(30)))
+
+
+def test_a_worker_lost_to_a_drain_is_charged_to_the_drain_not_to_a_worker_failure() -> None:
+    task = Task(failurePolicy={"maxRestarts": 0})
+    running(task)
+    failed = jobset_obj(task.spec).admitted().jobs(failed=1).obj()
+    _, actions = task.step(failed, pods=[PODS[0], disrupted(PODS[1], t=at(29))], t=30)  # it ended at 29
+    assert EventType.WORKER_EXITED not in events(actions)
+    restarting = (jobset_obj(task.spec).admitted().restarts(1, towards_max=0)
+                  .cond("RestartingJobSet", "True", "FailurePolicy_restartOnDisruption", "applying ...").obj())
+    task.step(restarting, pods=[disrupted(PODS[1], t=at(29))], t=31)
+    assert [w["cause"] for w in task.status["accounting"]["workLost"]] == ["EvictionByEvictionAPI"]

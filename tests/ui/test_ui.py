@@ -128,4 +128,6 @@ def test_the_timeline_shows_the_preemption_the_wait_and_the_checkpoint_it_resume
     assert f'class="mark mark-checkpoint resumed-from" data-kind="checkpoint" data-label="step {step}"' in dom
     assert attrs(dom, "readmitted") == ["readmitted"] and attrs(dom, "ended") == ["Succeeded"]
     assert "starting at step" in dom  # rank 0's output, in the logs panel
+    # The badput line labels every cause the server defines (B5), and the step time is beside goodput.
+    assert "below full size" in dom and "work lost" in dom and "stepping" in dom
     chromium.screenshot(url, shots / "ui-timeline.png", size=(1280, 900))

@@ -14,7 +14,8 @@ What the events mean here, in order of a task's life:
     Admitted | GangStarted           queued until here (whichever comes first); from admission to
                                      gang up the gang is being started (`restarting`)
     GangStarted | GangRestarted      the whole gang runs from here ("gang up"); a restart while up
-                                     is a stop and a start
+                                     is a stop and a start, unless a stop awaits it (a grow or a
+                                     crash whose restart is seen only after a readmission)
     Readmitted                       the wait for re-admission ends; the gang is up again only once
     WorkersRunning (at)              its workers are running again (at: from the objects)
     FirstStep (at)                   a worker's first step after its load: the time from gang up to
@@ -24,12 +25,14 @@ What the events mean here, in order of a task's life:
                                      interrupted makes too: only the starts after a stop restore
     Preempted | Evicted |            the gang stops: work since the state of the newest checkpoint of
       WorkerDisrupted |              this attempt was taken (or since the first step, if later) is lost
-      WorkerExited | AttemptEnded |
-      Failed | Aborted
-    WaitingForReadmission            the time from the stop to Readmitted waits for re-admission;
-                                     any other time between a stop and the next start is `restarting`
+      WorkerExited (at) |            (WorkerExited: at the worker's end, when its pod says so)
+      AttemptEnded | Failed | Aborted
+    WaitingForReadmission            the time from the stop (or from a preemption of a gang already
+                                     stopped) to Readmitted waits for re-admission; any other time
+                                     between a stop and the next start is `restarting`
     CheckpointCommitted (takenAt)    the newest checkpoint; one taken during a stop (the final save
-                                     in the grace period) shrinks that stop's loss
+                                     in the grace period, whatever the worker knew of the stop)
+                                     shrinks that stop's loss
     Admitted (nodes, of) |           an elastic gang's size: time up counts in node-seconds, as the
       Resized (to, of)               fraction of its full size it runs at (a rigid gang: 1); a
                                      resize while up is a stop (its work since the newest save is
@@ -41,8 +44,12 @@ What the events mean here, in order of a task's life:
 A report that arrives after its gang stopped (on Kubernetes the workers' termination messages are
 read then) corrects the period that just ended.
 
-goodput = (gang up − restoring − work lost) / (end or now − submission); the badput by cause is
-queued, waiting for re-admission, restarting, restoring and work lost.
+goodput = (gang up − restoring − work lost) / (end or now − submission); the badput by cause
+(`gangrun._core.badput`) is queued, waiting for re-admission, restarting, restoring, work lost and,
+for an elastic gang, the unused share of the time it ran below its full size, so that goodput × life
+plus the badput is the task's life. The step time is the productive time less the task's first start
+before its first step, which goodput counts as productive (a run that is never interrupted makes it
+too) and tools that count every start as badput do not.
 """
 
 from __future__ import annotations
@@ -51,54 +58,18 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from gangrun._core import accounting_storage, badput
+from gangrun._core.accounting_records import CheckpointMark, UpPeriod, WorkLost, loss_since
 from gangrun._core.timeline import Event, EventType
-from gangrun._core.times import time_in, time_out
+from gangrun._core.times import time_in
+
+__all__ = ["SAVES_KEPT", "Accounting", "CheckpointMark", "UpPeriod", "WorkLost"]
 
 _UP = frozenset({EventType.GANG_STARTED, EventType.RESTARTED})
 _STOPS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.DISRUPTED, EventType.WORKER_EXITED,
                     EventType.ATTEMPT_ENDED, EventType.FAILED, EventType.ABORTED})
 _ENDS = frozenset({EventType.SUCCEEDED, EventType.FAILED, EventType.ABORTED})
 SAVES_KEPT = 20  # the newest save durations kept per kind, for the grace check
-
-
-@dataclass(frozen=True, kw_only=True)
-class CheckpointMark:
-    attempt: int
-    step: int | None
-    at: datetime  # when it was committed
-    uri: str = ""
-    taken_at: datetime | None = None  # when its state was taken (save() was called); None from older workers
-
-    @property
-    def taken(self) -> datetime:
-        return self.taken_at or self.at
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkLost:
-    """One stop that threw work away: `seconds` of gang-up time since `since` (checkpoint or first step),
-    at `size` of the gang's full size (an elastic gang running small loses less)."""
-
-    attempt: int
-    cause: str
-    at: datetime
-    since: datetime
-    size: float = 1.0
-
-    @property
-    def seconds(self) -> float:
-        return max(0.0, (self.at - self.since).total_seconds()) * self.size
-
-
-@dataclass(frozen=True, kw_only=True)
-class UpPeriod:
-    """The newest period the gang was up, once it ended: a late report may still correct it."""
-
-    attempt: int
-    start: datetime
-    end: datetime
-    stepped: datetime | None = None
-    size: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,6 +97,9 @@ class Accounting:
     final_saves: tuple[float, ...] = ()  # seconds each save made during a stop took (the newest SAVES_KEPT)
     periodic_saves: tuple[float, ...] = ()  # seconds each other save took
     size: float = 1.0  # the fraction of its full size the gang runs at (elastic gangs; node-seconds)
+    below_full_seconds: float = 0.0  # of the periods that ended: up time × the share of the gang not running
+    startup_seconds: float = 0.0  # the task's first start before its first step: productive, but no step
+    restart_due: bool = False  # the newest stop is one the gang answers by a whole-gang restart (a resize, a crash)
 
     def apply(self, e: Event) -> Accounting:
         """The accounting after event `e`. Returns `self` for events that change nothing."""
@@ -147,19 +121,31 @@ class Accounting:
             acct = acct._workers_running(_at(e), attempt=e.attempt or acct.up_attempt)
         elif kind in (EventType.ADMITTED, EventType.RESIZED) and e.data.get("of"):
             if kind is EventType.RESIZED and acct.up_since is not None:
-                acct = acct._stop("Resize", t)
+                acct = replace(acct._stop("Resize", t), restart_due=True)
             acct = replace(acct, size=_fraction(e.data.get("to", e.data.get("nodes")), e.data["of"]))
         elif kind is EventType.CONTROL_PLANE and "downFrom" in e.data:
             acct = acct._stop("ControlPlaneDown", datetime.fromisoformat(e.data["downFrom"]))
+        elif kind in (EventType.PREEMPTED, EventType.EVICTED) and acct.up_since is None \
+                and acct.down_since is not None and not acct.down_waiting:
+            # Taken back while it was being stopped or started (1 s into a grow): restarting until
+            # now; a wait for re-admission counts from the preemption, as the state's does.
+            acct = replace(acct._end_down(t), down_since=t)
         if kind in (EventType.ADMITTED, EventType.GANG_STARTED) and acct.queued_since is not None:
             acct = replace(acct, queued_seconds=acct.queued_seconds + _seconds(acct.queued_since, t),
                            queued_since=None)
         if kind is EventType.ADMITTED and acct.up_since is None and acct.down_since is None:
             acct = replace(acct, down_since=t)  # admitted: its workers are being started
-        if kind is EventType.RESTARTED and acct.up_since is not None:
+        if kind is EventType.RESTARTED and acct.up_since is not None and not acct.restart_due:
             acct = acct._stop("WorkerFailed", t)  # no WorkerExited came first (the Kubernetes backend)
+        # A restart seen while up that a stop awaits (a grow preempted before its restart was seen, and
+        # readmitted) is that stop's restart: no new stop, and no worker failed.
+        if kind in (EventType.RESTARTED, EventType.GANG_STARTED, EventType.GANG_CREATED):
+            acct = replace(acct, restart_due=False) if acct.restart_due else acct
         if kind in _STOPS:
-            acct = acct._stop(_cause(e), t)
+            if kind in (EventType.WORKER_EXITED, EventType.DISRUPTED) and acct.up_since is not None:
+                acct = replace(acct, restart_due=True)
+            # A worker's exit read from its pod happened at its finishedAt: the gang stopped then.
+            acct = acct._stop(_cause(e), min(_at(e), t) if kind is EventType.WORKER_EXITED else t)
         elif kind in _UP and acct.up_since is None:
             acct = acct._start(t, attempt=e.attempt or 0)
         if kind in _ENDS:
@@ -222,12 +208,14 @@ class Accounting:
         up = self.gang_up_seconds + _seconds(self.up_since, at) * self.size
         period = UpPeriod(attempt=self.up_attempt, start=self.up_since, end=max(at, self.up_since),
                           stepped=self.stepped_at, size=self.size)
-        restoring = self.restoring_seconds + self._restoring(period)
-        acct = replace(self, gang_up_seconds=up, up_since=None, stepped_at=None, restoring_seconds=restoring,
+        acct = replace(self, gang_up_seconds=up, up_since=None, stepped_at=None,
+                       restoring_seconds=self.restoring_seconds + self._restoring(period),
+                       startup_seconds=self.startup_seconds + self._startup(period),
+                       below_full_seconds=self.below_full_seconds + _seconds(self.up_since, at) * (1 - self.size),
                        last_up=period, down_since=at, down_waiting=False)
         if not lose:
             return acct
-        lost = WorkLost(attempt=self.up_attempt, cause=cause, at=at, since=_loss_since(period, self.last_checkpoint),
+        lost = WorkLost(attempt=self.up_attempt, cause=cause, at=at, since=loss_since(period, self.last_checkpoint),
                         size=self.size)
         return replace(acct, work_lost=(*self.work_lost, lost), stopping=True)
 
@@ -241,8 +229,9 @@ class Accounting:
             return self
         # The period that just ended, corrected by a report read after its stop.
         fixed = replace(p, stepped=at)
-        restoring = self.restoring_seconds + self._restoring(fixed) - self._restoring(p)
-        acct = replace(self, last_up=fixed, restoring_seconds=restoring)
+        acct = replace(self, last_up=fixed,
+                       restoring_seconds=self.restoring_seconds + self._restoring(fixed) - self._restoring(p),
+                       startup_seconds=self.startup_seconds + self._startup(fixed) - self._startup(p))
         return acct._relose(fixed)
 
     def _checkpoint(self, e: Event) -> Accounting:
@@ -251,12 +240,15 @@ class Accounting:
                               at=committed or e.time, taken_at=taken)
         acct = replace(self, last_checkpoint=mark)
         seconds = e.data.get("saveSeconds")
+        last = acct.work_lost[-1] if acct.work_lost else None
+        # A save whose state was taken after the stop was made in the grace period, even when the stop
+        # notice had not reached the worker yet (it says final=False, and its own SIGTERM came later).
+        after_stop = acct.stopping and last is not None and last.attempt == mark.attempt and mark.taken >= last.at
         if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0:
-            if e.data.get("final"):
+            if e.data.get("final") or after_stop:
                 acct = replace(acct, final_saves=(*acct.final_saves, float(seconds))[-SAVES_KEPT:])
             else:
                 acct = replace(acct, periodic_saves=(*acct.periodic_saves, float(seconds))[-SAVES_KEPT:])
-        last = acct.work_lost[-1] if acct.work_lost else None
         if last is not None and last.attempt == mark.attempt and mark.taken > last.since \
                 and (mark.taken <= last.at or acct.stopping):
             # Reported after the stop (a worker's termination message): the state it holds was taken
@@ -269,6 +261,13 @@ class Accounting:
         """The restoring time of period `p`: none for the task's first start, which a run that is never
         interrupted makes too (its start-up is part of the work, not a cost of being stopped)."""
         if p.stepped is None or p.start == self.first_up:
+            return 0.0
+        return _seconds(p.start, min(p.stepped, p.end)) * p.size
+
+    def _startup(self, p: UpPeriod) -> float:
+        """The task's first start before its first step (interpreter, imports, data): productive by
+        gangrun's goodput, but no step time. None when no step was reported."""
+        if p.stepped is None or p.start != self.first_up:
             return 0.0
         return _seconds(p.start, min(p.stepped, p.end)) * p.size
 
@@ -295,6 +294,18 @@ class Accounting:
             return self.restoring_seconds
         return self.restoring_seconds + _seconds(self.up_since, min(self.stepped_at, now)) * self.size
 
+    def below_full_size(self, *, now: datetime) -> float:
+        """Up time × the share of its full size an elastic gang did not run on (its unused nodes)."""
+        return self.below_full_seconds + (_seconds(self.up_since, now) * (1 - self.size) if self.up_since else 0.0)
+
+    def steps(self, *, now: datetime) -> float:
+        """Productive time less the task's first start before its first step: the time spent stepping
+        (what tools that count every start as badput call goodput)."""
+        first = self.startup_seconds
+        if self.up_since is not None and self.stepped_at is not None and self.up_since == self.first_up:
+            first += _seconds(self.up_since, min(self.stepped_at, now)) * self.size
+        return max(0.0, self.productive(now=now) - first)
+
     def waiting(self, *, now: datetime) -> float:
         return self.waiting_seconds + (_seconds(self.down_since, now) if self.down_since and self.down_waiting
                                        and self.ended_at is None else 0.0)
@@ -309,7 +320,7 @@ class Accounting:
         gang is not up."""
         if self.up_since is None:
             return None
-        return _loss_since(UpPeriod(attempt=self.up_attempt, start=self.up_since, end=datetime.max.replace(
+        return loss_since(UpPeriod(attempt=self.up_attempt, start=self.up_since, end=datetime.max.replace(
             tzinfo=self.up_since.tzinfo), stepped=self.stepped_at), self.last_checkpoint)
 
     def lost_seconds(self) -> float:
@@ -325,10 +336,10 @@ class Accounting:
         return self.productive(now=now) / elapsed if elapsed > 0 else 0.0
 
     def badput(self, *, now: datetime) -> dict[str, float]:
-        """Seconds of the task's life that were not productive, by cause."""
-        return {"queued": round(self.queued(now=now), 3), "waitingForReadmission": round(self.waiting(now=now), 3),
-                "restoring": round(self.restoring(now=now), 3), "restarting": round(self.restarting(now=now), 3),
-                "workLost": round(self.lost_seconds(), 3)}
+        """Seconds of the task's life that were not productive, by cause (`gangrun._core.badput`)."""
+        return badput.by_cause(queued=self.queued(now=now), waiting=self.waiting(now=now),
+                               restoring=self.restoring(now=now), restarting=self.restarting(now=now),
+                               lost=self.lost_seconds(), below=self.below_full_size(now=now))
 
     def view(self, *, now: datetime) -> dict[str, Any]:
         """The accounting fields of `get -o json` (without the eviction counts, which the state keeps)."""
@@ -340,80 +351,21 @@ class Accounting:
                           "at": w.at.isoformat()} for w in self.work_lost],
             "workLostSeconds": round(self.lost_seconds(), 3),
             "goodput": round(self.goodput(now=now), 4),
+            "stepSeconds": round(self.steps(now=now), 3),
             "badputSeconds": self.badput(now=now),
-            "lastCheckpoint": None if self.last_checkpoint is None else _mark_out(self.last_checkpoint),
+            "lastCheckpoint": None if self.last_checkpoint is None else self.last_checkpoint.for_json(),
             "finalSaveSeconds": list(self.final_saves),
             "periodicSaveSeconds": list(self.periodic_saves),
         }
 
-    # -- storage ----------------------------------------------------------------------------------
+    # -- storage (the stored form is drawn in `gangrun._core.accounting_storage`) ----------------------
 
     def for_storage(self) -> dict[str, Any]:
-        p = self.last_up
-        return {
-            "submittedAt": time_out(self.submitted_at), "endedAt": time_out(self.ended_at),
-            "queuedSeconds": self.queued_seconds, "queuedSince": time_out(self.queued_since),
-            "gangUpSeconds": self.gang_up_seconds, "upSince": time_out(self.up_since), "upAttempt": self.up_attempt,
-            "firstUp": time_out(self.first_up), "steppedAt": time_out(self.stepped_at),
-            "restoringSeconds": self.restoring_seconds,
-            "lastUp": None if p is None else {"attempt": p.attempt, "start": p.start.isoformat(),
-                                              "end": p.end.isoformat(), "stepped": time_out(p.stepped),
-                                              "size": p.size},
-            "downSince": time_out(self.down_since), "downWaiting": self.down_waiting,
-            "waitingSeconds": self.waiting_seconds, "restartingSeconds": self.restarting_seconds,
-            "awaitingWorkers": self.awaiting_workers, "workersRunningAt": time_out(self.workers_running_at),
-            "workLost": [{"attempt": w.attempt, "cause": w.cause, "at": w.at.isoformat(),
-                          "since": w.since.isoformat(), "size": w.size} for w in self.work_lost],
-            "size": self.size,
-            "stopping": self.stopping,
-            "lastCheckpoint": None if self.last_checkpoint is None else _mark_out(self.last_checkpoint),
-            "finalSaveSeconds": list(self.final_saves), "periodicSaveSeconds": list(self.periodic_saves),
-            # For readers of the stored form (the Kubernetes status): as of the newest event, so that
-            # the stored value changes only with the timeline, not with the clock.
-            "badputSeconds": self._settled_badput(),
-        }
-
-    def _settled_badput(self) -> dict[str, float]:
-        restoring = self.restoring_seconds
-        if self.up_since is not None and self.stepped_at is not None and self.up_since != self.first_up:
-            restoring += _seconds(self.up_since, self.stepped_at) * self.size
-        return {"queued": round(self.queued_seconds, 3), "waitingForReadmission": round(self.waiting_seconds, 3),
-                "restoring": round(restoring, 3), "restarting": round(self.restarting_seconds, 3),
-                "workLost": round(self.lost_seconds(), 3)}
+        return accounting_storage.dump(self)
 
     @classmethod
     def from_storage(cls, d: dict[str, Any] | None) -> Accounting:
-        if not d:
-            return cls()
-        ck, p = d.get("lastCheckpoint"), d.get("lastUp")
-        return cls(
-            submitted_at=time_in(d.get("submittedAt")), ended_at=time_in(d.get("endedAt")),
-            queued_seconds=float(d.get("queuedSeconds", 0.0)), queued_since=time_in(d.get("queuedSince")),
-            gang_up_seconds=float(d.get("gangUpSeconds", 0.0)), up_since=time_in(d.get("upSince")),
-            up_attempt=int(d.get("upAttempt", 0)),
-            first_up=time_in(d.get("firstUp")), stepped_at=time_in(d.get("steppedAt")),
-            restoring_seconds=float(d.get("restoringSeconds", 0.0)),
-            last_up=None if not p else UpPeriod(
-                attempt=int(p["attempt"]), start=datetime.fromisoformat(p["start"]),
-                end=datetime.fromisoformat(p["end"]), stepped=time_in(p.get("stepped")),
-                size=float(p.get("size", 1.0))),
-            down_since=time_in(d.get("downSince")), down_waiting=bool(d.get("downWaiting", False)),
-            waiting_seconds=float(d.get("waitingSeconds", 0.0)),
-            restarting_seconds=float(d.get("restartingSeconds", 0.0)),
-            awaiting_workers=bool(d.get("awaitingWorkers", False)),
-            workers_running_at=time_in(d.get("workersRunningAt")),
-            work_lost=tuple(WorkLost(attempt=int(w["attempt"]), cause=str(w["cause"]),
-                                     at=datetime.fromisoformat(w["at"]), since=datetime.fromisoformat(w["since"]),
-                                     size=float(w.get("size", 1.0)))
-                            for w in d.get("workLost", [])),
-            stopping=bool(d.get("stopping", False)),
-            last_checkpoint=None if not ck else CheckpointMark(
-                attempt=int(ck["attempt"]), step=ck.get("step"), at=datetime.fromisoformat(ck["at"]),
-                uri=ck.get("uri") or "", taken_at=time_in(ck.get("takenAt"))),
-            final_saves=tuple(float(x) for x in d.get("finalSaveSeconds") or ()),
-            periodic_saves=tuple(float(x) for x in d.get("periodicSaveSeconds") or ()),
-            size=float(d.get("size", 1.0)),
-        )
+        return cls(**accounting_storage.fields(d)) if d else cls()
 
 
 def _at(e: Event) -> datetime:
@@ -433,24 +385,11 @@ def _fraction(nodes: Any, of: Any) -> float:
     return min(1.0, max(0.0, share))
 
 
-def _loss_since(p: UpPeriod, ck: CheckpointMark | None) -> datetime:
-    """Work of `p` is lost from its first step, or from when the newest checkpoint's state was taken."""
-    since = p.stepped or p.start
-    if ck is not None and ck.attempt == p.attempt and ck.taken > since:
-        since = ck.taken
-    return min(since, p.end)
-
-
 def _cause(e: Event) -> str:
     """What a stop is called in `workLost`: the Kueue reason of an eviction, else the event's code or type."""
     if e.type is EventType.WORKER_EXITED:
         return str(e.data.get("cause") or "WorkerFailed")
     return str(e.data.get("reason") or e.data.get("code") or e.type.value)
-
-
-def _mark_out(m: CheckpointMark) -> dict[str, Any]:
-    return {"attempt": m.attempt, "step": m.step, "at": m.at.isoformat(), "uri": m.uri,
-            **({"takenAt": m.taken_at.isoformat()} if m.taken_at is not None else {})}
 
 
 def _seconds(a: datetime, b: datetime) -> float:

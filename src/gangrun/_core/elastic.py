@@ -20,6 +20,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 RESIZE = "Resize"  # the stop notice's cause when a gang is stopped to run at another size
+GROWN = "quota is free that no waiting gang of equal or higher priority needs"
+READMITTED_SMALLER = "readmitted at what fits now"
+READMITTED_FULL = "readmitted at its full size"
 
 
 def largest_size(*, least: int, most: int, fits: Callable[[int], bool]) -> int | None:
@@ -47,6 +50,15 @@ def start_size(*, least: int, most: int, fits: Callable[[int], bool]) -> int:
 
 def cooldown_over(resized_at: datetime | None, cooldown: timedelta, now: datetime) -> bool:
     return resized_at is None or now >= resized_at + cooldown
+
+
+def resize_why(old: int, new: int, *, full: int, readmitted: bool) -> str:
+    """Why a gang went from `old` to `new` nodes. Only a running gang grows for free quota; a gang never
+    shrinks while it keeps its quota, so a shrink is always Kueue taking it back and readmitting it
+    on what fits (even when the gang was not suspended yet: preempted 1 s into a grow)."""
+    if new > old and not readmitted:
+        return GROWN
+    return READMITTED_FULL if new >= full else READMITTED_SMALLER
 
 
 def resize_message(old: int, new: int, why: str) -> str:

@@ -6,7 +6,8 @@ per attempt:
 
     segments  queued (gang created → admitted), starting (→ whole gang up), running, waiting
               (preempted → readmitted), restarting (a worker exited → the gang is up again)
-    marks     checkpoint (each commit, with its step), preempted (and by whom), evicted, readmitted,
+    marks     checkpoint (each commit, with its step; the final save committed while the gang waits
+              for re-admission is drawn at the stop), preempted (and by whom), evicted, readmitted,
               restarted, resumed (the checkpoint a gang start loaded: the newest committed before it,
               of this attempt or an earlier one), resized (an elastic gang's new size), ended (the
               attempt's outcome); an elastic gang's running segments say the size it ran at
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from gangrun._core import badput
 from gangrun._core.eviction import EvictionKind
 from gangrun._core.timeline import EventType
 
@@ -129,6 +131,29 @@ def _subtract(span: Span, holes: list[Span]) -> list[Span]:
     return [(a, b) for a, b in pieces if b > a]
 
 
+def _at_the_stop(mark: Doc, waits: list[Span]) -> Doc:
+    """A checkpoint committed while the gang waits for re-admission is the final save of the grace
+    period: drawn at the stop, where its work was done, not inside the wait (nothing ran there)."""
+    at = _t(mark["at"])
+    stop = next((a for a, b in waits if at is not None and a < at < b), None)
+    if stop is None or at is None:
+        return mark
+    late = f"the final save of the grace period, committed {(at - stop).total_seconds():.1f} s after the stop"
+    return {**mark, "at": _iso(stop), "committedAt": mark["at"],
+            "message": f"{mark['message']}; {late}" if mark.get("message") else late}
+
+
+def _linked(lanes: list[Doc]) -> list[Doc]:
+    """The lanes with each `resumed` mark pointing at where its checkpoint is drawn (a final save drawn
+    at its stop), so that the page links the two."""
+    drawn = {m["committedAt"]: m["at"] for lane in lanes for m in lane["marks"] if "committedAt" in m}
+    if not drawn:
+        return lanes
+    return [{**lane, "marks": [
+        {**m, "checkpoint": {**m["checkpoint"], "at": drawn.get(m["checkpoint"]["at"], m["checkpoint"]["at"])}}
+        if m["kind"] == "resumed" else m for m in lane["marks"]]} for lane in lanes]
+
+
 def _evictions(view: Doc, events: list[_Ev]) -> list[Doc]:
     """The view's evictions; from the timeline (a preemption until its readmission) for a view without them."""
     if isinstance(view.get("evictions"), list):
@@ -169,6 +194,7 @@ def _lane(attempt: Doc, view: Doc, events: list[_Ev], checkpoints: list[Doc], *,
             segment("starting", admitted, up_from, "admitted, workers starting")
 
     holes: list[tuple[datetime, datetime]] = []
+    waits: list[Span] = []
     for ev in _evictions(view, events):
         if ev.get("attempt") != n:
             continue
@@ -182,6 +208,7 @@ def _lane(attempt: Doc, view: Doc, events: list[_Ev], checkpoints: list[Doc], *,
             holes.append((at, until))
             waited = f"waited {(until - at).total_seconds():.1f}s for re-admission"
             segment("waiting", at, until, WAITING_TEXT if back is None else waited)
+            waits.append((at, until))
         elif back is not None and ended_by_it:
             holes.append((at, back))
     exited: datetime | None = None
@@ -224,7 +251,7 @@ def _lane(attempt: Doc, view: Doc, events: list[_Ev], checkpoints: list[Doc], *,
             marks.append({"kind": "resumed", "at": _iso(s), "label": f"resumed from {found['label']}{where}",
                           "checkpoint": {"at": found["at"], "step": found.get("step"),
                                          "attempt": found.get("attempt")}})
-    marks.extend(c for c in checkpoints if c.get("attempt") == n)
+    marks.extend(_at_the_stop(c, waits) for c in checkpoints if c.get("attempt") == n)
     if attempt.get("endedAt"):
         marks.append({"kind": "ended", "at": _iso(end), "label": str(attempt.get("outcome") or "ended"),
                       "message": attempt.get("reason") or ""})
@@ -246,7 +273,7 @@ def timeline(view: Doc, events: list[Doc], *, now: datetime) -> Doc:
     """The chart of one task: a lane per attempt, and the numbers beside it."""
     evs = _events(events)
     checkpoints = _checkpoints(evs)
-    lanes = [_lane(a, view, evs, checkpoints, now=now) for a in view.get("attempts") or []]
+    lanes = _linked([_lane(a, view, evs, checkpoints, now=now) for a in view.get("attempts") or []])
     submitted = next((e.at for e in evs if e.type == EventType.SUBMITTED.value), None)
     starts = [_t(lane["start"]) for lane in lanes] + ([submitted] if submitted else [])
     ends = [_t(lane["end"]) for lane in lanes]
@@ -265,6 +292,8 @@ def timeline(view: Doc, events: list[Doc], *, now: datetime) -> Doc:
             "queuedSeconds": (accounting or {}).get("queuedSeconds"),
             "restoringSeconds": (accounting or {}).get("restoringSeconds"),
             "badputSeconds": (accounting or {}).get("badputSeconds"),
+            "badputCauses": badput.for_json(),  # the page labels the causes from here, in this order
+            "stepSeconds": (accounting or {}).get("stepSeconds"),
             "grace": (accounting or {}).get("grace"),
             "checkpoints": len(checkpoints),
         },

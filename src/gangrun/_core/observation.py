@@ -8,6 +8,7 @@ malformed object read from an API becomes a partial observation, never an except
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from gangrun._core import jobset
@@ -52,6 +53,7 @@ class Gang:
     jobs_failed: int = 0
     unscheduled_detail: str = ""  # why workers are not scheduled yet, shown after "K of N workers scheduled"
     first_failure: str = ""  # the earliest failed worker of this round: the root cause, not the collateral
+    first_failure_at: datetime | None = None  # ... and when it ended (its container's finishedAt), if known
     pending_failure: str = ""  # a worker that can never start (bad image, bad config)
     deleting: bool = False  # someone else is deleting it
     # The newest worker of this attempt lost to a node disruption. A restart for it increments

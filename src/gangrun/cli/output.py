@@ -166,7 +166,8 @@ def _inline(item: Any, *, seconds: bool) -> str:
 
 
 def _duration(s: float) -> str:
-    text = f"{s:.1f} s"
+    # Under a second to the millisecond (the accounting's own precision): a 0.042 s save is no "0.0 s".
+    text = f"{s:.3f} s" if 0 < abs(s) < 1 else f"{s:.1f} s"
     if abs(s) >= 60:
         whole = round(abs(s))
         h, m, sec = whole // 3600, whole % 3600 // 60, whole % 60

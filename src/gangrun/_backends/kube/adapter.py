@@ -368,6 +368,7 @@ def to_gang(obj: Any, pods: Iterable[Any] = ()) -> Gang | None:
         jobs_failed=max(_int(rs.get("failed")), 0),
         unscheduled_detail=unscheduled,
         first_failure=failures[0][1] if failures else "",
+        first_failure_at=failures[0][0] if failures else None,
         pending_failure=pending_failure,
         deleting=bool(_get(obj, "metadata", "deletionTimestamp")),
         disruption=disruption(obj, pods),

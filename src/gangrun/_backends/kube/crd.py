@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from gangrun._core import pod_template
+from gangrun._core import badput, pod_template
 from gangrun._core import spec as core_spec
 
 GROUP = "gangrun.dev"
@@ -168,16 +168,16 @@ def pod_template_schema() -> dict[str, Any]:
     }
 
 
-BADPUT_CAUSES = ("queued", "waitingForReadmission", "restoring", "restarting", "workLost")
-
-
 def status_schema() -> dict[str, Any]:
     """`.status`: the persisted `TaskState` (see `gangrun._core.state.TaskState.for_storage`) plus conditions."""
     record = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     seconds = {"type": "array", "items": {"type": "number"}}
     accounting_properties = {
         "restoringSeconds": {"type": "number", "description": "gang up before the first step after a load"},
-        "badputSeconds": {"type": "object", "properties": {k: {"type": "number"} for k in BADPUT_CAUSES}},
+        "stepSeconds": {"type": "number", "description": "productive time less the task's first start before its "
+                                                         "first step: the time spent stepping"},
+        "badputSeconds": {"type": "object", "description": "the task's unproductive time by cause",
+                          "properties": {c.key: {"type": "number", "description": c.meaning} for c in badput.CAUSES}},
         "finalSaveSeconds": seconds, "periodicSaveSeconds": seconds,
     }
     return {

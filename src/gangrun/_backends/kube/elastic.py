@@ -34,11 +34,11 @@ from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
 from gangrun._core.times import time_out
 
-READMITTED_SMALLER = "readmitted at what fits now"
+READMITTED_SMALLER = elastic.READMITTED_SMALLER  # the words of both backends, defined once
 WAITING_SMALLER = "its size does not fit; it runs on what fits now"
 WAITING_LARGER = "waiting: a larger size fits now"
 PENDING_PREEMPTION = "Pending the preemption of"  # Kueue's QuotaReserved message while it makes room
-GROWN = "quota is free that no waiting gang of equal or higher priority needs"
+GROWN = elastic.GROWN
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -204,6 +204,8 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
             state = state.with_info(state.info.advance(state.phase, sz.growing))
     decided += _garbage(owned_jobsets, state, name, already={a.name for a in decided if isinstance(a, DeleteJobSet)},
                         current=jobset_name(name, state.attempt, sz.generation if sz.attempt == state.attempt else 0))
+    if not cancelled and not sz.growing:
+        seen += _worker_failed(ledger, obs.gang, decisions[0].state, attempt=before.attempt, now=now)
     extra = elastic.status(spec, sz, state, obs.gang)
     if _status_patch(task, state, now=now, ledger=ledger, extra=extra) is None:
         decided = [a for a in decided if not isinstance(a, RecordEvent)]
@@ -262,12 +264,39 @@ def first_step_events(ledger: Accounting, steps: Sequence[datetime], *, attempt:
     out: list[Action] = []
     for t in sorted(steps):
         event = Event(time=now, type=EventType.FIRST_STEP, attempt=attempt, data={"at": min(t, now).isoformat()},
-                      message="a worker took its first step after loading its checkpoint")
+                      message="")
         after = ledger.apply(event)
         if after != ledger:
-            out.append(RecordEvent(event))
+            out.append(RecordEvent(replace(event, message=_first_step_message(after, min(t, now)))))
             ledger = after
     return out
+
+
+def _first_step_message(ledger: Accounting, t: datetime) -> str:
+    """What a FirstStep says: read from a report (often as the worker exits), so when it was, counted
+    from the gang's start; and a load only after a stop, not on the task's first start."""
+    up = ledger.up_since if ledger.stepped_at == t else (ledger.last_up.start if ledger.last_up else None)
+    if up is None:
+        return "a worker took its first step"
+    fresh = up == ledger.first_up
+    what = "a worker took its first step" + ("" if fresh else " after its load")
+    return f"{what}, {(t - up).total_seconds():.1f} s after the gang came up" + (" (the task's first start)"
+                                                                                    if fresh else "")
+
+
+def _worker_failed(ledger: Accounting, gang: Gang | None, decided: TaskState, *, attempt: int,
+                   now: datetime) -> list[Action]:
+    """A WorkerExited event when a worker of the running gang failed by itself (its pod ended, not
+    deleted), at its container's finishedAt: the gang stopped then, and the teardown and restart that
+    JobSet makes next are restarting, not work lost. None during an eviction or a node disruption,
+    whose stops are their own; read again at every reconcile, so only news is recorded."""
+    at = gang.first_failure_at if gang is not None else None
+    if at is None or gang is None or gang.suspended or gang.disruption is not None or decided.eviction is not None \
+            or decided.waiting or ledger.up_since is None or not ledger.up_since < at <= now:
+        return []
+    event = Event(time=now, type=EventType.WORKER_EXITED, attempt=attempt, message=gang.first_failure,
+                  data={"at": at.isoformat()})
+    return [RecordEvent(event)] if ledger.apply(event) != ledger else []
 
 
 def _workers_running(ledger: Accounting, before: TaskState, running: datetime | None, *,

@@ -338,8 +338,7 @@ class Controller:
 
     def _resized(self, task: LocalTask, g: GangTwin, old: int, *, readmitted: bool, now: datetime) -> None:
         """The timeline's `Resized` event: an elastic gang's size changed, from → to and why."""
-        why = ("readmitted at what fits now" if g.size < task.spec.nodes else "readmitted at its full size") \
-            if readmitted else "quota is free that no waiting gang of equal or higher priority needs"
+        why = elastic.resize_why(old, g.size, full=task.spec.nodes, readmitted=readmitted)
         task.record(Event(time=now, type=EventType.RESIZED, attempt=g.attempt,
                           message=elastic.resize_message(old, g.size, why),
                           data={"from": old, "to": g.size, "of": task.spec.nodes}))

@@ -33,8 +33,9 @@ def sync(gang: GangTwin | None, workload: WorkloadTwin | None, *, current: bool,
               and not (gang.completed or gang.failed)):  # W8: start the job (at the size admitted)
             effects += gang.resume(now=now, nodes=wl.nodes)
         elif wl.reserved and ev is None and not gang.suspended and wl.nodes != gang.nodes:  # elastic: grown
+            why = elastic.resize_why(gang.nodes, wl.nodes, full=wl.full_nodes or wl.nodes, readmitted=False)
             effects += gang.resize(wl.nodes, grace=grace, now=now, message=elastic.resize_message(
-                gang.nodes, wl.nodes, "quota is free that no waiting gang of equal or higher priority needs"))
+                gang.nodes, wl.nodes, why))
         if not gang.suspended:
             wl.pods_ready(gang.up, recovering=gang.restarts > 0, now=now)
     if wl is not None and not wl.finished and not gang.live:

@@ -173,10 +173,6 @@ function legend() {
   return el("div", { class: "legend" }, ...items.map(([t, c]) => el("span", {}, el("i", { style: `background:${c}` }), t)));
 }
 
-// What the time of a task that was not productive went to (accounting.badputSeconds), in this order.
-const BADPUT = [["queued", "queued"], ["waitingForReadmission", "waiting for re-admission"],
-  ["restoring", "restoring"], ["restarting", "restarting"], ["workLost", "work lost"]];
-
 async function showTask(name) {
   const doc = await getJSON(`/api/tasks/${encodeURIComponent(name)}`);
   document.getElementById("backend").textContent = `${doc.backend} backend`;
@@ -187,13 +183,19 @@ async function showTask(name) {
     el("span", {}, "attempt ", el("b", { text: String(row.attempt) })),
     el("span", {}, "retries left ", el("b", { text: row.retriesLeft ?? "—" })),
     el("span", {}, "goodput ", el("b", { text: pct(s.goodput) })),
+    s.stepSeconds == null ? "" : el("span", { title: "time spent stepping: goodput less the task's first start " +
+      "before its first step, which tools that count every start as badput leave out" },
+      "stepping ", el("b", { text: secs(s.stepSeconds) })),
     el("span", {}, "preemptions ", el("b", { text: String(s.preemptions) })),
     el("span", {}, "waited for re-admission ", el("b", { text: secs(s.waitingForReadmissionSeconds) })),
     el("span", {}, "work lost ", el("b", { text: secs(s.workLostSeconds) })),
     el("span", {}, "restoring ", el("b", { text: secs(s.restoringSeconds) })),
     el("span", {}, "checkpoints ", el("b", { text: String(s.checkpoints) })));
+  // What the time that was not productive went to (accounting.badputSeconds), by the causes and in the
+  // order the summary names them: the server holds their one definition.
   const badput = s.badputSeconds ? el("div", { class: "summary badput" }, el("span", { class: "muted", text: "badput" }),
-    ...BADPUT.map(([key, label]) => el("span", {}, `${label} `, el("b", { text: secs(s.badputSeconds[key]) })))) : "";
+    ...(s.badputCauses || []).map(({ key, label }) =>
+      el("span", {}, `${label} `, el("b", { text: secs(s.badputSeconds[key]) })))) : "";
   const grace = s.grace && !s.grace.sufficient ? el("p", { class: "why", id: "grace", text: s.grace.message }) : "";
   const reason = el("p", { class: row.waiting ? "why" : "muted", id: "reason", text: why(row) });
   const chart = el("div", { class: "chart" }, drawTimeline(tl, width), legend());
