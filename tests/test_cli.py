@@ -99,6 +99,8 @@ def test_out_of_range_numbers_are_refused_naming_the_flag(argv, capsys):
     (["--boost-min", "50", "--boost-max", "10"], "--boost-max"),
     (["--boost-steps", "600,30"], "--boost-steps"),
     (["--boost-steps", "later"], "--boost-steps"),
+    (["--boost-steps", "nan"], "--boost-steps"),
+    (["--boost-steps", "30,inf"], "--boost-steps"),
     (["--boost-starved-max", "500"], "--boost-starved-max"),
 ])
 def test_a_bad_priority_boost_band_is_one_error_naming_the_flag(flags, field, capsys):

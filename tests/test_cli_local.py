@@ -71,3 +71,6 @@ def test_local_up_turns_checkpoint_aware_preemption_off_and_on_and_names_a_bad_s
     assert r.returncode == 2 and r.stderr.startswith("gangrun: error: --boost-steps") and "Traceback" not in r.stderr
     r = gangrun("local", "up", "--boost-steps", "soon", check=False)
     assert r.returncode == 2 and "--boost-steps" in r.stderr and r.stderr.count("\n") == 1
+    for never_crossed in ("nan", "5,inf"):  # a NaN step silently turned checkpoint-aware preemption off
+        r = gangrun("local", "up", "--boost-steps", never_crossed, check=False)
+        assert r.returncode == 2 and r.stderr.startswith("gangrun: error: --boost-steps") and r.stderr.count("\n") == 1
