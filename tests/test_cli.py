@@ -62,6 +62,36 @@ def test_validate_shows_the_kubernetes_fields_and_what_a_local_run_ignores(tmp_p
     assert (spec["shmSize"], spec["gpuResource"], spec["restartOnDisruption"]) == (str(8 * 2**30), "nvidia.com/gpu", False)
 
 
+ELASTIC_JOB = GOOD.replace("spec: {nodes: 2, command: [python, train.py]}", """spec:
+  nodes: 4
+  minNodes: 2
+  resizeCooldown: 90s
+  command: [python, train.py]
+  terminationGracePeriod: 45s
+  env: {LR: "0.1", DATA: /data}
+  checkpoint: {resumeFrom: pretrain}
+""")
+
+
+def test_validate_shows_elasticity_grace_resume_source_and_env_in_text_and_json(tmp_path, capsys):
+    f = tmp_path / "t.yaml"
+    f.write_text(ELASTIC_JOB)
+    assert main(["validate", str(f), "-o", "json"]) == 0
+    spec = json.loads(capsys.readouterr().out)["spec"]
+    assert (spec["minNodes"], spec["resizeCooldown"], spec["terminationGracePeriod"]) == (2, 90.0, 45.0)
+    assert (spec["resumeFrom"], spec["env"]) == ("pretrain", {"LR": "0.1", "DATA": "/data"})
+    assert main(["validate", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "elastic: 2 to 4 node(s), grows back at most once per 1m30s" in out
+    assert "terminationGracePeriod 45s" in out
+    assert "resumes from task pretrain's newest checkpoint" in out
+    assert "env DATA=/data, LR=0.1" in out
+    f.write_text(GOOD)  # the defaults are shown too: a gang that is not elastic runs on all its nodes
+    assert main(["validate", str(f), "-o", "json"]) == 0
+    spec = json.loads(capsys.readouterr().out)["spec"]
+    assert (spec["minNodes"], spec["terminationGracePeriod"], spec["resumeFrom"], spec["env"]) == (2, 30.0, None, {})
+
+
 @pytest.mark.parametrize(("text", "message"), [
     (GOOD.replace("nodes: 2", "nodes: 0"), "gangrun: error: spec.nodes: must be >= 1, got 0"),
     ("spec: [", "gangrun: error: "),

@@ -18,7 +18,7 @@ from gangrun._backends.base import Backend
 from gangrun._core.pod_template import local_ignored
 from gangrun._core.priority_boost import BoostPolicy
 from gangrun._core.spec import TaskSpec
-from gangrun._core.units import format_bytes
+from gangrun._core.units import format_bytes, format_duration
 from gangrun._errors import UsageError
 from gangrun.cli import output
 from gangrun.cli.follow import TERMINAL, follow_run
@@ -62,8 +62,9 @@ def validate(args: argparse.Namespace) -> int:
               f"{s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
               f"retries {s['retries']}, maxRestarts {s['maxRestarts']}, "
               f"resumeAfterPreemption {str(s['resumeAfterPreemption']).lower()}, "
-              f"restartOnDisruption {str(s['restartOnDisruption']).lower()}, queue {s['queue']}")
-        for line in output.pod_template_lines(s):
+              f"restartOnDisruption {str(s['restartOnDisruption']).lower()}, queue {s['queue']}, "
+              f"terminationGracePeriod {format_duration(spec.termination_grace)}")
+        for line in [*output.run_lines(s), *output.pod_template_lines(s)]:
             print(f"  {line}")
     return 0
 
@@ -78,7 +79,11 @@ def spec_summary(spec: TaskSpec) -> dict[str, Any]:
             "maxRestarts": spec.failure_policy.max_restarts,
             "resumeAfterPreemption": spec.failure_policy.resume_after_preemption,
             "restartOnDisruption": spec.failure_policy.restart_on_disruption,
+            "minNodes": spec.least_nodes, "resizeCooldown": spec.resize_cooldown.total_seconds(),
+            "terminationGracePeriod": spec.termination_grace.total_seconds(),
+            "workingDir": spec.working_dir, "image": spec.image or None, "env": dict(spec.env),
             "queue": spec.queue, "priorityClass": spec.priority_class, "checkpointUri": spec.checkpoint_uri,
+            "resumeFrom": spec.resume_from or None,
             "shmSize": str(spec.shm_size) if spec.shm_size is not None else None, "gpuResource": spec.gpu_resource,
             "podTemplate": spec.pod_template or None, "ignoredLocally": local_ignored(spec.pod_template)}
 

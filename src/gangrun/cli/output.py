@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from gangrun._core.checkpoint_root import describe as describe_resume_from
 from gangrun._core.timeline import Event
-from gangrun._core.units import format_bytes
+from gangrun._core.units import format_bytes, format_duration
 
 
 def emit_json(doc: Any) -> None:
@@ -232,6 +233,20 @@ def _clock(t: datetime) -> str:
 
 def _clock_s(iso: str | None) -> str:
     return _clock(datetime.fromisoformat(iso)) if iso else "-"
+
+
+def run_lines(summary: dict[str, Any]) -> list[str]:
+    """What `validate` adds about how the gang runs: its elasticity, where it resumes from, its environment."""
+    out = []
+    if summary["minNodes"] < summary["nodes"]:
+        cooldown = format_duration(timedelta(seconds=summary["resizeCooldown"]))
+        out.append(f"elastic: {summary['minNodes']} to {summary['nodes']} node(s), grows back at most once per "
+                   f"{cooldown}")
+    if summary.get("resumeFrom"):
+        out.append(f"resumes from {describe_resume_from(summary['resumeFrom'])} when it has none of its own")
+    if summary.get("env"):
+        out.append("env " + ", ".join(f"{k}={v}" for k, v in sorted(summary["env"].items())))
+    return out
 
 
 def pod_template_lines(summary: dict[str, Any]) -> list[str]:
