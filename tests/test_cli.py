@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gangrun.cli import main
+from gangrun.cli import build_parser, main
 
 GOOD = """apiVersion: gangrun.dev/v1alpha1
 kind: ClusteredTask
@@ -123,6 +123,15 @@ def test_out_of_range_numbers_are_refused_naming_the_flag(argv, capsys):
         main(argv)
     assert e.value.code == 2
     assert "must be >=" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("command", "expected"), [
+    pytest.param(["logs", "t", "--rank", "all"], None, id="logs-rank-all-is-every-rank-as-in-run"),
+    pytest.param(["logs", "t", "--rank", "3"], 3, id="logs-one-rank"),
+    pytest.param(["logs", "t"], None, id="logs-every-rank-by-default"),
+])
+def test_logs_takes_rank_all_as_run_does(command, expected):
+    assert build_parser().parse_args(command).rank == expected
 
 
 @pytest.mark.parametrize(("flags", "field"), [

@@ -34,6 +34,8 @@ def test_run_follows_a_task_to_success_and_every_view_has_json(gangrun, tmp_path
     assert events[0]["type"] == "Submitted"
     logs = gangrun("logs", "hello", "--rank", "1").stdout
     assert "hello from rank 1 of 2" in logs and "rank 0" not in logs
+    every = gangrun("logs", "hello", "--rank", "all").stdout  # as `gangrun run --rank all`
+    assert "hello from rank 0 of 2" in every and "hello from rank 1 of 2" in every
     status = json.loads(gangrun("local", "status", "-o", "json").stdout)
     assert status["running"] is True and status["used"]["cpu"] == "0"
     assert "Succeeded" in gangrun("describe", "hello").stdout

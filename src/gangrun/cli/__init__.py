@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new events until the task ends")
     sp = cmd("logs", commands.logs, "worker output", json_out=False)
     sp.add_argument("name")
-    sp.add_argument("--rank", type=_at_least(0), default=None, help="only this global rank")
+    sp.add_argument("--rank", type=_rank_or_all, default=None, help="only this global rank, or all (the default)")
     sp.add_argument("--attempt", type=_at_least(1), default=None, help="this attempt (default: the current one)")
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
     sp = cmd("cancel", commands.cancel, "stop the task (Aborted)")
@@ -170,15 +170,16 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _rank_or_all(text: str) -> str:
+def _rank_or_all(text: str) -> int | None:
+    """`--rank` of `run` and `logs`: a global rank, or None for `all`."""
     if text == "all":
-        return text
+        return None
     try:
-        if int(text) >= 0:
-            return str(int(text))
-    except ValueError:
-        pass
-    raise argparse.ArgumentTypeError(f"expected a rank (0, 1, ...) or all, got {text!r}")
+        return _at_least(0)(text)
+    except argparse.ArgumentTypeError as e:
+        if "whole number" not in str(e):
+            raise
+    raise argparse.ArgumentTypeError(f"expected a rank (0, 1, ...) or all, got {text!r}") from None
 
 
 def _port(text: str) -> int:

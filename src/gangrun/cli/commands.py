@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         output.emit_json(view)
     else:
         print(output.prefixed(output.TIMELINE, f"submitted {run_.name} to the {args.backend} backend"), flush=True)
-        view = follow_run(run_, rank=None if args.rank == "all" else int(args.rank))
+        view = follow_run(run_, rank=args.rank)
     return 0 if view["phase"] == "Succeeded" else 1
 
 
