@@ -452,7 +452,7 @@ class Controller:
             g = t.gang
             if (g is not None and g.stopping is StopReason.DELETE and g.attempt == t.state.attempt
                     and not t.terminal and not t.cancel_requested):
-                g.stopping, g.lost = None, True
+                g.stopping, g.lost, g.lost_why = None, True, recovery.STOPPED_BY_DOWN
                 g.touch()
         self._flush()
         self.heartbeat(now)
