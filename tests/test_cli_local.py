@@ -76,3 +76,17 @@ def test_local_up_turns_checkpoint_aware_preemption_off_and_on_and_names_a_bad_s
     for never_crossed in ("nan", "5,inf"):  # a NaN step silently turned checkpoint-aware preemption off
         r = gangrun("local", "up", "--boost-steps", never_crossed, check=False)
         assert r.returncode == 2 and r.stderr.startswith("gangrun: error: --boost-steps") and r.stderr.count("\n") == 1
+
+
+def test_delete_purge_of_a_deleted_task_removes_the_checkpoints_it_kept(gangrun, tmp_path):
+    code = ("import gangrun; ck = gangrun.context().checkpoint; "
+            "ck.save(b'x', step=1) if gangrun.context().rank == 0 else None")
+    gangrun("run", str(manifest(tmp_path, "src", code)))
+    root = Path(json.loads(gangrun("get", "src", "-o", "json").stdout)["checkpointRoot"])
+    assert root.is_dir()
+    gangrun("delete", "src")
+    out = gangrun("delete", "src", "--purge").stdout
+    assert out.startswith("src: no such task; removed the checkpoints deleted tasks of that name kept, at ")
+    assert not root.exists()
+    r = gangrun("delete", "src", "--purge", check=False)
+    assert r.returncode == 2 and r.stderr.startswith('gangrun: error: unknown task "src"') and r.stderr.count("\n") == 1

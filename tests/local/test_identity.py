@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+import gangrun
 from gangrun._backends.local import LocalBackend
+from gangrun._errors import UsageError
 
 from .conftest import event_types, phase, wait_for
 from .test_scenarios import resumed_from
@@ -55,3 +59,40 @@ def test_resume_from_a_deleted_task_loads_its_newest_checkpoint_as_previous_and_
     backend.delete("train", purge=True)
     assert not Path(second["checkpointRoot"]).exists() and not Path(second["logs"]).exists()
     assert Path(first["checkpointRoot"]).is_dir(), "purge removes the deleted task's own checkpoints only"
+
+
+def test_purge_of_a_deleted_name_removes_the_checkpoints_its_tasks_kept_wherever_they_are_local(
+        backend: LocalBackend, manifest, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    backend.submit(manifest("src", nodes=1, steps=2, step_seconds=0.05, extra={"checkpoint": {"uri": str(elsewhere)}}))
+    first = wait_for(backend, "src", phase("Succeeded"))
+    backend.delete("src")
+    backend.submit(manifest("src", nodes=1, steps=2, step_seconds=0.05))
+    second = wait_for(backend, "src", phase("Succeeded"))
+    backend.delete("src")
+    assert Path(first["checkpointRoot"]).is_dir() and Path(second["checkpointRoot"]).is_dir()
+
+    removed = gangrun.purge_checkpoints("src", backend)
+    assert first["checkpointRoot"] in removed and len(removed) == 2, removed
+    assert not Path(first["checkpointRoot"]).exists() and not Path(second["checkpointRoot"]).exists()
+    with pytest.raises(UsageError, match='unknown task "src"'):
+        gangrun.purge_checkpoints("src", backend)  # nothing is left to purge
+
+
+def test_purge_is_refused_while_a_task_resumes_from_those_checkpoints_unless_forced_local(
+        backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("src", nodes=1, steps=2, step_seconds=0.05))
+    src = wait_for(backend, "src", phase("Succeeded"))
+    backend.submit(manifest("end", nodes=1, steps=300, step_seconds=0.1, extra={"checkpoint": {"resumeFrom": "src"}}))
+    wait_for(backend, "end", phase("Running"))
+    refused = r"--purge: end has not ended and resumes from the checkpoints of src \(spec\.checkpoint\.resumeFrom\)"
+    with pytest.raises(UsageError, match=refused):
+        backend.delete("src", purge=True)
+    assert backend.get("src")["phase"] == "Succeeded", "a refused purge deletes nothing"
+    backend.delete("src")
+    with pytest.raises(UsageError, match=refused):
+        gangrun.purge_checkpoints("src", backend)
+    assert Path(src["checkpointRoot"]).is_dir()
+    assert gangrun.purge_checkpoints("src", backend, force=True) == [str(Path(src["checkpointRoot"]).parent)]
+    assert not Path(src["checkpointRoot"]).exists()
+    backend.cancel("end")

@@ -68,6 +68,13 @@ def resume_source(resume_from: str, base: str) -> str:
     return f"{base.rstrip('/')}/{resume_from}" if is_task_name(resume_from) else resume_from
 
 
+def overlaps(source: str, root: str) -> bool:
+    """Whether a task loading from `source` (a resolved `resume_source`) would read from `root`: one is
+    the other or lies under it (a source naming `<base>/<name>` covers every task root of that name)."""
+    a, b = source.rstrip("/"), root.rstrip("/")
+    return bool(a and b) and (a == b or a.startswith(b + "/") or b.startswith(a + "/"))
+
+
 def describe(resume_from: str) -> str:
     """How the timeline names the source."""
     return f"task {resume_from}'s newest checkpoint" if is_task_name(resume_from) else resume_from

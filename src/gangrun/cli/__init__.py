@@ -71,9 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd("delete", commands.delete, "remove an ended task, its timeline and its logs, so that its name can be "
                                         "used again (its checkpoints are kept unless --purge)")
     sp.add_argument("name")
-    sp.add_argument("--force", action="store_true", help="cancel the task first if it has not ended")
+    sp.add_argument("--force", action="store_true", help="cancel the task first if it has not ended; with --purge, "
+                                                         "purge even what a task that has not ended resumes from")
     sp.add_argument("--purge", action="store_true",
-                    help="remove the task's checkpoints too (kept by default: spec.checkpoint.resumeFrom loads them)")
+                    help="remove the task's checkpoints too (kept by default: spec.checkpoint.resumeFrom loads them); "
+                         "of a name no task has any more: the checkpoints deleted tasks of that name kept")
     sp = cmd("ui", commands.ui, "serve a web page of the tasks and each task's timeline", json_out=False)
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     sp.add_argument("--port", type=_port, default=8265, help="port (default 8265; 0 picks a free one)")

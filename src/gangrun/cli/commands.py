@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gangrun._api import ClusteredTask, TaskRun, attach, open_backend
+from gangrun._api import ClusteredTask, TaskRun, attach, open_backend, purge_checkpoints
 from gangrun._api import submit as submit_task
 from gangrun._backends.base import Backend
 from gangrun._core.pod_template import local_ignored
@@ -172,7 +172,16 @@ def cancel(args: argparse.Namespace) -> int:
 
 
 def delete(args: argparse.Namespace) -> int:
-    deleted = _run(args).delete(force=args.force, purge=args.purge)
+    be = backend(args)
+    if args.purge and not _exists(be, args.name):  # a deleted task's kept checkpoints
+        removed = purge_checkpoints(args.name, be, force=args.force)
+        if _json(args):
+            output.emit_json({"name": args.name, "deleted": False, "purged": True, "removed": removed})
+        else:
+            print(f"{args.name}: no such task; removed the checkpoints deleted tasks of that name kept, at "
+                  + ", ".join(removed))
+        return 0
+    deleted = attach(args.name, be).delete(force=args.force, purge=args.purge)
     if _json(args):
         output.emit_json({"name": args.name, "deleted": deleted, **({"purged": deleted} if args.purge else {})})
     elif not deleted:
@@ -181,6 +190,14 @@ def delete(args: argparse.Namespace) -> int:
         print(f"{args.name}: deleted" + (" with its checkpoints" if args.purge else
                                          " (its checkpoints are kept; --purge removes them)"))
     return 0
+
+
+def _exists(be: Backend, name: str) -> bool:
+    try:
+        be.get(name)
+    except UsageError:
+        return False
+    return True
 
 
 def ui(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from gangrun._backends.local.config import Config, Paths
 from gangrun._backends.local.effects import Effects, Processes, remove_files
 from gangrun._backends.local.gang import NODE_DISRUPTION, GangTwin, StopReason
 from gangrun._backends.local.inject import inject
+from gangrun._backends.local.purge import dependents, kept_roots, purge_kept, refuse_if_depended_on
 from gangrun._backends.local.reconcile import Action, CreateJobSet, DeleteJobSet, reconcile
 from gangrun._backends.local.scheduler import boosts, may_grow_at, schedule
 from gangrun._backends.local.status import queue_positions, status
@@ -162,6 +163,9 @@ class Controller:
         task = self.task(name)
         if not task.terminal and not force:
             raise UsageError(f'task "{name}" is {task.state.phase.value}; cancel it first or use --force')
+        if purge and not force:
+            refuse_if_depended_on(name, dependents(self.tasks.values(), [self._root(task)], self.paths,
+                                                               besides=name))
         task.deleting, task.purging = True, purge
         self.cancel(name, now)
         self._reap(task)
@@ -171,11 +175,26 @@ class Controller:
         """Remove a task being deleted once it has ended and none of its workers is left."""
         if not task.deleting or not task.terminal or (task.gang is not None and task.gang.live):
             return False
-        self.store.delete(task.name)
+        self.store.delete(task.name, kept_root="" if task.purging else self._root(task))
         self.tasks.pop(task.name, None)
         self.dirty.discard(task.name)
         remove_files(self.paths, task)
         return True
+
+    def _root(self, task: LocalTask) -> str:
+        return self.paths.checkpoint_root(task.name, task.uid, task.spec.checkpoint_uri)
+
+    def purge_deleted(self, name: str, *, force: bool) -> list[str]:
+        """`delete NAME --purge` of a name no task has: remove the checkpoints deleted tasks of that name
+        kept. Returns the roots removed; a name that left none is the usual unknown-task error."""
+        if name in self.tasks:
+            raise UsageError(f'task "{name}" exists: `gangrun delete {name} --purge` removes it with its checkpoints')
+        roots = kept_roots(self.store, self.paths, name)
+        if not roots:
+            self.task(name)  # raises: unknown task, listing the known ones
+        if not force:
+            refuse_if_depended_on(name, dependents(self.tasks.values(), roots, self.paths))
+        return purge_kept(self.store, name, roots)
 
     def _live_workload(self, name: str) -> tuple[LocalTask, WorkloadTwin]:
         task = self.task(name)
