@@ -90,3 +90,7 @@ def test_delete_purge_of_a_deleted_task_removes_the_checkpoints_it_kept(gangrun,
     assert not root.exists()
     r = gangrun("delete", "src", "--purge", check=False)
     assert r.returncode == 2 and r.stderr.startswith('gangrun: error: unknown task "src"') and r.stderr.count("\n") == 1
+    # Nothing named src is left to resume from: a manifest asking for it is refused at submit, naming the field.
+    r = gangrun("submit", str(manifest(tmp_path, "end", "pass", checkpoint={"resumeFrom": "src"})), check=False)
+    assert r.returncode == 2 and r.stderr.startswith('gangrun: error: spec.checkpoint.resumeFrom: no task named "src"')
+    assert r.stderr.count("\n") == 1

@@ -10,7 +10,7 @@ import pytest
 
 import gangrun
 from gangrun._backends.local import LocalBackend
-from gangrun._errors import UsageError
+from gangrun._errors import SpecError, UsageError
 
 from .conftest import event_types, phase, wait_for
 from .test_scenarios import resumed_from
@@ -96,3 +96,29 @@ def test_purge_is_refused_while_a_task_resumes_from_those_checkpoints_unless_for
     assert gangrun.purge_checkpoints("src", backend, force=True) == [str(Path(src["checkpointRoot"]).parent)]
     assert not Path(src["checkpointRoot"]).exists()
     backend.cancel("end")
+
+
+@pytest.mark.parametrize(("resume_from", "message"), [
+    pytest.param("srcc", 'spec.checkpoint.resumeFrom: no task named "srcc" here, and no checkpoints of a deleted '
+                         "task of that name under ", id="a-typo-of-a-task-name"),
+    pytest.param("/nowhere/ckpt", "spec.checkpoint.resumeFrom: /nowhere/ckpt does not exist", id="a-missing-folder"),
+    pytest.param("file:///nowhere/ckpt", "spec.checkpoint.resumeFrom: file:///nowhere/ckpt does not exist",
+                 id="a-missing-file-uri"),
+])
+def test_a_resume_from_that_can_be_known_to_find_nothing_is_refused_at_submit_local(
+        backend: LocalBackend, manifest, resume_from: str, message: str) -> None:
+    with pytest.raises(SpecError) as e:
+        backend.submit(manifest("end", nodes=1, steps=1, extra={"checkpoint": {"resumeFrom": resume_from}}))
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+    assert backend.list() == []
+
+
+def test_a_resume_from_naming_a_task_that_exists_or_left_checkpoints_is_accepted_local(
+        backend: LocalBackend, manifest) -> None:
+    backend.submit(manifest("mid", nodes=1, steps=1, step_seconds=0.05))
+    backend.submit(manifest("end", nodes=1, steps=1, step_seconds=0.05, extra={"checkpoint": {"resumeFrom": "mid"}}))
+    wait_for(backend, "end", phase("Succeeded"))
+    wait_for(backend, "mid", phase("Succeeded"))
+    backend.delete("mid")  # its checkpoints are kept: a name still found
+    backend.submit(manifest("last", nodes=1, steps=1, step_seconds=0.05, extra={"checkpoint": {"resumeFrom": "mid"}}))
+    wait_for(backend, "last", phase("Succeeded"))

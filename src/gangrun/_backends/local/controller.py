@@ -32,6 +32,7 @@ from gangrun._backends.local.gang import NODE_DISRUPTION, GangTwin, StopReason
 from gangrun._backends.local.inject import inject
 from gangrun._backends.local.purge import dependents, kept_roots, purge_kept, refuse_if_depended_on
 from gangrun._backends.local.reconcile import Action, CreateJobSet, DeleteJobSet, reconcile
+from gangrun._backends.local.resume_check import check_resume_from
 from gangrun._backends.local.scheduler import boosts, may_grow_at, schedule
 from gangrun._backends.local.status import queue_positions, status
 from gangrun._backends.local.store import Store
@@ -110,6 +111,7 @@ class Controller:
             raise UsageError(f'a task named "{name}" already exists (phase {existing.state.phase}) with a '
                              "different manifest; choose another metadata.name or delete it first")
         admission.check_submit(spec, self.config)
+        check_resume_from(spec, self.tasks, self.paths)
         task = LocalTask(name=name, uid=str(uuid.uuid4()), seq=self.store.next_seq(), doc=doc, spec=spec,
                          state=TaskState.new(now=now))
         pc = spec.priority_class or self.config.default_priority_class
