@@ -55,6 +55,9 @@ def test_resume_from_a_deleted_task_loads_its_newest_checkpoint_as_previous_and_
     created = next(e for e in backend.events("train") if e.type.value == "GangCreated")
     assert "resumes from task train's newest checkpoint" in created.message and created.data["resumeFrom"] == "train"
     assert commits(backend, "train") == [6, 7, 8]
+    resumed = [e for e in backend.events("train") if e.type.value == "ResumedFrom"]
+    assert len(resumed) == 1 and resumed[0].data["step"] == 5 and first["uid"] in resumed[0].data["uri"]
+    assert second["resumeFromResult"] == {"found": True, "uri": resumed[0].data["uri"], "step": 5}
 
     backend.delete("train", purge=True)
     assert not Path(second["checkpointRoot"]).exists() and not Path(second["logs"]).exists()
@@ -122,3 +125,22 @@ def test_a_resume_from_naming_a_task_that_exists_or_left_checkpoints_is_accepted
     backend.delete("mid")  # its checkpoints are kept: a name still found
     backend.submit(manifest("last", nodes=1, steps=1, step_seconds=0.05, extra={"checkpoint": {"resumeFrom": "mid"}}))
     wait_for(backend, "last", phase("Succeeded"))
+
+
+def test_a_resume_that_finds_nothing_is_a_warning_on_the_timeline_and_in_the_status_local(
+        backend: LocalBackend, manifest) -> None:
+    import sys
+
+    from gangrun.cli.output import describe
+
+    # A chain: `end` resumes from `mid`, which exists (so submit accepts it) but never saved anything.
+    backend.submit(manifest("mid", nodes=1, command=[sys.executable, "-c", "pass"]))
+    backend.submit(manifest("end", nodes=1, steps=2, step_seconds=0.05, extra={"checkpoint": {"resumeFrom": "mid"}}))
+    done = wait_for(backend, "end", phase("Succeeded"))
+    events = backend.events("end")
+    warned = [e for e in events if e.type.value == "ResumeFromFoundNothing"]
+    assert len(warned) == 1 and "ResumedFrom" not in [e.type.value for e in events]
+    assert warned[0].message.startswith("warning: spec.checkpoint.resumeFrom ") and "starts from scratch" in warned[0].message
+    assert done["resumeFromResult"] == {"found": False, "uri": None, "step": None}
+    assert "Resumes from:   mid (WARNING: it held no complete checkpoint; the task started from scratch)" in describe(
+        done, events)

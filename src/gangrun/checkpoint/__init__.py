@@ -219,9 +219,12 @@ class Checkpoint:
                 part = f", sharded over {manifest.world_size} ranks: {have}"
             say(f"gangrun: loaded checkpoint from {where} (seq {cand.seq}, step {manifest.step}{part}): {uri}")
             events.loaded()
+            if not mine:
+                self._report_resume(uri, manifest.step)
             return path
         self._load_done = True
         events.loaded()
+        self._report_resume(None, None)
         also = f" nor at resumeFrom {self.resume_from}" if self.resume_from else ""
         if skipped:
             say(
@@ -232,6 +235,13 @@ class Checkpoint:
         else:
             say(f"gangrun: no checkpoint found (looked in attempts {self.attempt} to 1 under {self.root}{also})")
         return None
+
+    def _report_resume(self, uri: str | None, step: int | None) -> None:
+        """Tell the backend what resumeFrom gave (rank 0 only: every rank makes the same choice), so a
+        source that held nothing is a warning on the timeline, not a silent start from scratch."""
+        if self.resume_from and self.rank == 0:
+            events.resume_result(self._events_file, task=self.task, attempt=self.attempt, rank=self.rank,
+                                 source=self.resume_from, uri=uri, step=step)
 
     def _resume_candidates(self) -> Iterator[tuple[Storage, Candidate, str]]:
         """The saves at `resume_from`, newest first, each with its URI. Listed only once this task's own

@@ -76,7 +76,7 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
     for key, label in (("queue", "Queue"), ("priorityClass", "Priority"), ("namespace", "Namespace"),
                        ("checkpointRoot", "Checkpoints"), ("resumeFrom", "Resumes from")):
         if view.get(key) not in (None, ""):
-            out.append(f"{label + ':':<16}{view[key]}")
+            out.append(f"{label + ':':<16}{view[key]}" + (_resume_result(view) if key == "resumeFrom" else ""))
     if "executable" in view:  # local: the command's argv[0], found on the submitter's PATH at submit
         missing = "not found on the submitting PATH (the workers cannot start)"
         out.append(f"Executable:     {view['executable'] or missing}")
@@ -99,6 +99,16 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
     out.append("Events:")
     out.extend("  " + event_line(e) for e in events)
     return "\n".join(out)
+
+
+def _resume_result(view: dict[str, Any]) -> str:
+    """What resumeFrom gave the load, after its source: the checkpoint, or a warning that it held none."""
+    result = view.get("resumeFromResult")
+    if not isinstance(result, dict):
+        return ""
+    if result.get("found"):
+        return f" (loaded {result.get('uri')}, step {result.get('step')})"
+    return " (WARNING: it held no complete checkpoint; the task started from scratch)"
 
 
 LABEL_WIDTH = 30  # the accounting's values line up after their labels, at every depth
