@@ -30,7 +30,7 @@ from gangrun._backends.local.config import Config, Paths
 from gangrun._backends.local.effects import Effects, Processes, remove_files
 from gangrun._backends.local.gang import NODE_DISRUPTION, GangTwin, StopReason
 from gangrun._backends.local.inject import inject
-from gangrun._backends.local.purge import dependents, kept_roots, purge_kept, refuse_if_depended_on
+from gangrun._backends.local.purge import dependents, kept_roots, purge_kept
 from gangrun._backends.local.reconcile import Action, CreateJobSet, DeleteJobSet, reconcile
 from gangrun._backends.local.resume_check import check_resume_from
 from gangrun._backends.local.scheduler import boosts, may_grow_at, schedule
@@ -41,6 +41,7 @@ from gangrun._backends.local.workload import WorkloadTwin
 from gangrun._backends.metrics import Metrics
 from gangrun._core import elastic
 from gangrun._core.actions import RecordEvent, RequeueAt
+from gangrun._core.checkpoint_root import refuse_if_depended_on
 from gangrun._core.pod_template import local_ignored
 from gangrun._core.priority_boost import BoostPolicy
 from gangrun._core.spec import GENERATED_SUFFIX_LEN, parse_manifest

@@ -20,8 +20,7 @@ from gangrun._backends.local.config import Paths
 from gangrun._backends.local.store import Store
 from gangrun._backends.local.task import LocalTask
 from gangrun._ckpt.storage import remove_checkpoints
-from gangrun._core.checkpoint_root import FIELD, overlaps, resume_source
-from gangrun._errors import UsageError
+from gangrun._core.checkpoint_root import overlaps, resume_source
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +35,6 @@ def dependents(tasks: Iterable[LocalTask], roots: list[str], paths: Paths, *, be
         if any(overlaps(source, root) for root in roots):
             out.append(t.name)
     return sorted(out)
-
-
-def refuse_if_depended_on(name: str, names: list[str]) -> None:
-    """Raises UsageError naming the tasks that resume from `name`'s checkpoints, if any."""
-    if names:
-        raise UsageError(f"--purge: {', '.join(names)} {'has' if len(names) == 1 else 'have'} not ended and "
-                         f"{'resumes' if len(names) == 1 else 'resume'} from the checkpoints of {name} ({FIELD}); "
-                         "delete or let them end first, or add --force to remove the checkpoints anyway")
 
 
 def kept_roots(store: Store, paths: Paths, name: str) -> list[str]:
