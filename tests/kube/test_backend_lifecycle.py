@@ -264,3 +264,12 @@ def test_delete_purge_is_refused_while_a_task_resumes_from_those_checkpoints_unl
     assert "train" in api.names(TASKS)
     assert b.delete("train", purge=True, force=True) is True
     assert not fsspec.filesystem("memory").exists(f"/ck/train/{uid}")
+
+
+def test_purging_what_a_deleted_task_kept_says_where_to_look_on_kubernetes() -> None:
+    import gangrun
+
+    _, b = backend()
+    with pytest.raises(UsageError, match=r'^unknown task "train": the kubernetes backend keeps no record of a '
+                                         r"deleted task's checkpoints; they stay under <spec\.checkpoint\.uri>/train/"):
+        gangrun.purge_checkpoints("train", b)
