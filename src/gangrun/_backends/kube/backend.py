@@ -28,19 +28,13 @@ from gangrun._backends.kube.client import (
     Resource,
     connect,
 )
+from gangrun._backends.kube.dependents import resuming_from
 from gangrun._backends.kube.pending import pending_message, queue_position
 from gangrun._backends.kube.reconcile import load_accounting, load_state, task_spec
-from gangrun._backends.kube.render import (
-    CONTAINER,
-    REPLICATED_JOB,
-    check_renderable,
-    checkpoint_root,
-    render_jobset,
-    resume_uri,
-)
+from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB, check_renderable, checkpoint_root, render_jobset
 from gangrun._ckpt.storage import remove_checkpoints
 from gangrun._core import jobset, kueue
-from gangrun._core.checkpoint_root import overlaps, refuse_if_depended_on
+from gangrun._core.checkpoint_root import refuse_if_depended_on
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
@@ -191,7 +185,9 @@ class KubeBackend:
         task = self._task(name)
         purged = self._purgeable(task) if purge else None
         if purged is not None and not force:
-            refuse_if_depended_on(name, self._resuming_from(purged, besides=name))
+            with self._calling("list"):
+                items = self.api.list(TASKS, self.namespace).get("items") or []
+            refuse_if_depended_on(name, resuming_from(items, purged, besides=name, now=system_clock()))
         state = load_state(task, now=system_clock())
         if not state.phase.terminal:
             if not force:
@@ -227,21 +223,6 @@ class KubeBackend:
                              "nodes or volumes, which this client cannot reach; delete without --purge and "
                              "remove that folder there")
         return root
-
-    def _resuming_from(self, root: str, *, besides: str) -> builtins.list[str]:
-        """The tasks of the namespace that have not ended and resume from `root` (spec.checkpoint.resumeFrom)."""
-        with self._calling("list"):
-            items = self.api.list(TASKS, self.namespace).get("items") or []
-        out = []
-        for t in items:
-            try:
-                spec = task_spec(t)
-            except SpecError:  # a task no controller can run resumes from nothing
-                continue
-            if (spec.name != besides and spec.resume_from and overlaps(resume_uri(spec), root)
-                    and not load_state(t, now=system_clock()).phase.terminal):
-                out.append(spec.name)
-        return sorted(out)
 
     def cancel(self, name: str) -> bool:
         task = self._task(name)

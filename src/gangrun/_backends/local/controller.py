@@ -30,7 +30,7 @@ from gangrun._backends.local.config import Config, Paths
 from gangrun._backends.local.effects import Effects, Processes, remove_files
 from gangrun._backends.local.gang import NODE_DISRUPTION, GangTwin, StopReason
 from gangrun._backends.local.inject import inject
-from gangrun._backends.local.purge import dependents, kept_roots, purge_kept
+from gangrun._backends.local.purge import dependents, purge_deleted
 from gangrun._backends.local.reconcile import Action, CreateJobSet, DeleteJobSet, reconcile
 from gangrun._backends.local.resume_check import check_resume_from
 from gangrun._backends.local.scheduler import boosts, may_grow_at, schedule
@@ -188,16 +188,8 @@ class Controller:
         return self.paths.checkpoint_root(task.name, task.uid, task.spec.checkpoint_uri)
 
     def purge_deleted(self, name: str, *, force: bool) -> list[str]:
-        """`delete NAME --purge` of a name no task has: remove the checkpoints deleted tasks of that name
-        kept. Returns the roots removed; a name that left none is the usual unknown-task error."""
-        if name in self.tasks:
-            raise UsageError(f'task "{name}" exists: `gangrun delete {name} --purge` removes it with its checkpoints')
-        roots = kept_roots(self.store, self.paths, name)
-        if not roots:
-            self.task(name)  # raises: unknown task, listing the known ones
-        if not force:
-            refuse_if_depended_on(name, dependents(self.tasks.values(), roots, self.paths))
-        return purge_kept(self.store, name, roots)
+        """`delete NAME --purge` of a name no task has (`purge.purge_deleted`)."""
+        return purge_deleted(self.store, self.paths, self.tasks, name, force=force)
 
     def _live_workload(self, name: str) -> tuple[LocalTask, WorkloadTwin]:
         task = self.task(name)

@@ -13,14 +13,15 @@ naming those tasks; `--force` removes it anyway.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gangrun._backends.local.config import Paths
 from gangrun._backends.local.store import Store
 from gangrun._backends.local.task import LocalTask
 from gangrun._ckpt.storage import remove_checkpoints
-from gangrun._core.checkpoint_root import overlaps, resume_source
+from gangrun._core.checkpoint_root import overlaps, refuse_if_depended_on, resume_source
+from gangrun._errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -62,3 +63,17 @@ def purge_kept(store: Store, name: str, roots: list[str]) -> list[str]:
                 store.forget_kept(name, remembered)
         removed.append(root)
     return removed
+
+
+def purge_deleted(store: Store, paths: Paths, tasks: Mapping[str, LocalTask], name: str, *, force: bool) -> list[str]:
+    """`delete NAME --purge` of a name no task has: remove the checkpoints deleted tasks of that name kept.
+    Returns the roots removed. Raises UsageError for a live name, a name that left nothing, or (unless
+    `force`) checkpoints a task that has not ended resumes from."""
+    if name in tasks:
+        raise UsageError(f'task "{name}" exists: `gangrun delete {name} --purge` removes it with its checkpoints')
+    roots = kept_roots(store, paths, name)
+    if not roots:
+        raise UsageError(f'unknown task "{name}", and no deleted task of that name left checkpoints')
+    if not force:
+        refuse_if_depended_on(name, dependents(tasks.values(), roots, paths))
+    return purge_kept(store, name, roots)
