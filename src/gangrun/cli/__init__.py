@@ -177,11 +177,12 @@ def _rank_or_all(text: str) -> int | None:
     if text == "all":
         return None
     try:
-        return _at_least(0)(text)
-    except argparse.ArgumentTypeError as e:
-        if "whole number" not in str(e):
-            raise
-    raise argparse.ArgumentTypeError(f"expected a rank (0, 1, ...) or all, got {text!r}") from None
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a rank (0, 1, ...) or all, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _port(text: str) -> int:

@@ -167,8 +167,8 @@ class Controller:
         if not task.terminal and not force:
             raise UsageError(f'task "{name}" is {task.state.phase.value}; cancel it first or use --force')
         if purge and not force:
-            refuse_if_depended_on(name, dependents(self.tasks.values(), [self._root(task)], self.paths,
-                                                               besides=name))
+            users = dependents(self.tasks.values(), [self._root(task)], self.paths, besides=name)
+            refuse_if_depended_on(name, users)
         task.deleting, task.purging = True, purge
         self.cancel(name, now)
         self._reap(task)
