@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gangrun.cli import main
+from gangrun.cli import build_parser, main
 
 GOOD = """apiVersion: gangrun.dev/v1alpha1
 kind: ClusteredTask
@@ -62,6 +62,36 @@ def test_validate_shows_the_kubernetes_fields_and_what_a_local_run_ignores(tmp_p
     assert (spec["shmSize"], spec["gpuResource"], spec["restartOnDisruption"]) == (str(8 * 2**30), "nvidia.com/gpu", False)
 
 
+ELASTIC_JOB = GOOD.replace("spec: {nodes: 2, command: [python, train.py]}", """spec:
+  nodes: 4
+  minNodes: 2
+  resizeCooldown: 90s
+  command: [python, train.py]
+  terminationGracePeriod: 45s
+  env: {LR: "0.1", DATA: /data}
+  checkpoint: {resumeFrom: pretrain}
+""")
+
+
+def test_validate_shows_elasticity_grace_resume_source_and_env_in_text_and_json(tmp_path, capsys):
+    f = tmp_path / "t.yaml"
+    f.write_text(ELASTIC_JOB)
+    assert main(["validate", str(f), "-o", "json"]) == 0
+    spec = json.loads(capsys.readouterr().out)["spec"]
+    assert (spec["minNodes"], spec["resizeCooldown"], spec["terminationGracePeriod"]) == (2, 90.0, 45.0)
+    assert (spec["resumeFrom"], spec["env"]) == ("pretrain", {"LR": "0.1", "DATA": "/data"})
+    assert main(["validate", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "elastic: 2 to 4 node(s), grows back at most once per 1m30s" in out
+    assert "terminationGracePeriod 45s" in out
+    assert "resumes from task pretrain's newest checkpoint" in out
+    assert "env DATA=/data, LR=0.1" in out
+    f.write_text(GOOD)  # the defaults are shown too: a gang that is not elastic runs on all its nodes
+    assert main(["validate", str(f), "-o", "json"]) == 0
+    spec = json.loads(capsys.readouterr().out)["spec"]
+    assert (spec["minNodes"], spec["terminationGracePeriod"], spec["resumeFrom"], spec["env"]) == (2, 30.0, None, {})
+
+
 @pytest.mark.parametrize(("text", "message"), [
     (GOOD.replace("nodes: 2", "nodes: 0"), "gangrun: error: spec.nodes: must be >= 1, got 0"),
     ("spec: [", "gangrun: error: "),
@@ -95,10 +125,21 @@ def test_out_of_range_numbers_are_refused_naming_the_flag(argv, capsys):
     assert "must be >=" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("command", "expected"), [
+    pytest.param(["logs", "t", "--rank", "all"], None, id="logs-rank-all-is-every-rank-as-in-run"),
+    pytest.param(["logs", "t", "--rank", "3"], 3, id="logs-one-rank"),
+    pytest.param(["logs", "t"], None, id="logs-every-rank-by-default"),
+])
+def test_logs_takes_rank_all_as_run_does(command, expected):
+    assert build_parser().parse_args(command).rank == expected
+
+
 @pytest.mark.parametrize(("flags", "field"), [
     (["--boost-min", "50", "--boost-max", "10"], "--boost-max"),
     (["--boost-steps", "600,30"], "--boost-steps"),
     (["--boost-steps", "later"], "--boost-steps"),
+    (["--boost-steps", "nan"], "--boost-steps"),
+    (["--boost-steps", "30,inf"], "--boost-steps"),
     (["--boost-starved-max", "500"], "--boost-starved-max"),
 ])
 def test_a_bad_priority_boost_band_is_one_error_naming_the_flag(flags, field, capsys):

@@ -34,6 +34,8 @@ def test_run_follows_a_task_to_success_and_every_view_has_json(gangrun, tmp_path
     assert events[0]["type"] == "Submitted"
     logs = gangrun("logs", "hello", "--rank", "1").stdout
     assert "hello from rank 1 of 2" in logs and "rank 0" not in logs
+    every = gangrun("logs", "hello", "--rank", "all").stdout  # as `gangrun run --rank all`
+    assert "hello from rank 0 of 2" in every and "hello from rank 1 of 2" in every
     status = json.loads(gangrun("local", "status", "-o", "json").stdout)
     assert status["running"] is True and status["used"]["cpu"] == "0"
     assert "Succeeded" in gangrun("describe", "hello").stdout
@@ -71,3 +73,24 @@ def test_local_up_turns_checkpoint_aware_preemption_off_and_on_and_names_a_bad_s
     assert r.returncode == 2 and r.stderr.startswith("gangrun: error: --boost-steps") and "Traceback" not in r.stderr
     r = gangrun("local", "up", "--boost-steps", "soon", check=False)
     assert r.returncode == 2 and "--boost-steps" in r.stderr and r.stderr.count("\n") == 1
+    for never_crossed in ("nan", "5,inf"):  # a NaN step silently turned checkpoint-aware preemption off
+        r = gangrun("local", "up", "--boost-steps", never_crossed, check=False)
+        assert r.returncode == 2 and r.stderr.startswith("gangrun: error: --boost-steps") and r.stderr.count("\n") == 1
+
+
+def test_delete_purge_of_a_deleted_task_removes_the_checkpoints_it_kept(gangrun, tmp_path):
+    code = ("import gangrun; ck = gangrun.context().checkpoint; "
+            "ck.save(b'x', step=1) if gangrun.context().rank == 0 else None")
+    gangrun("run", str(manifest(tmp_path, "src", code)))
+    root = Path(json.loads(gangrun("get", "src", "-o", "json").stdout)["checkpointRoot"])
+    assert root.is_dir()
+    gangrun("delete", "src")
+    out = gangrun("delete", "src", "--purge").stdout
+    assert out.startswith("src: no such task; removed the checkpoints deleted tasks of that name kept, at ")
+    assert not root.exists()
+    r = gangrun("delete", "src", "--purge", check=False)
+    assert r.returncode == 2 and r.stderr.startswith('gangrun: error: unknown task "src"') and r.stderr.count("\n") == 1
+    # Nothing named src is left to resume from: a manifest asking for it is refused at submit, naming the field.
+    r = gangrun("submit", str(manifest(tmp_path, "end", "pass", checkpoint={"resumeFrom": "src"})), check=False)
+    assert r.returncode == 2 and r.stderr.startswith('gangrun: error: spec.checkpoint.resumeFrom: no task named "src"')
+    assert r.stderr.count("\n") == 1

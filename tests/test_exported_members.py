@@ -8,7 +8,7 @@ import sys
 import gangrun
 
 PUBLIC = ["BackendError", "Checkpoint", "ClusteredTask", "Context", "GangrunError", "SpecError", "TaskRun",
-          "UsageError", "WaitTimeout", "attach", "context", "submit"]
+          "UsageError", "WaitTimeout", "attach", "context", "purge_checkpoints", "submit"]
 
 
 def test_all_is_sorted_and_is_exactly_the_public_names() -> None:

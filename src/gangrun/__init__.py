@@ -5,6 +5,7 @@ Launching (scripts, notebooks):
     task = gangrun.ClusteredTask.from_file("train.yaml")    # or ClusteredTask(name=..., nodes=2, command=[...])
     run = gangrun.submit(task, backend="local")             # -> TaskRun: status, wait, logs, events, cancel, delete
     gangrun.attach("train")                                 # a TaskRun for a task that exists
+    gangrun.purge_checkpoints("train")                      # what deleted tasks of that name kept
 
 Inside a worker: `gangrun.context()` (rank, world size, attempt) and its `checkpoint`.
 """
@@ -16,7 +17,7 @@ from gangrun._errors import BackendError, GangrunError, SpecError, UsageError, W
 from gangrun.checkpoint import Checkpoint
 
 if _typing.TYPE_CHECKING:
-    from gangrun._api import ClusteredTask, TaskRun, attach, submit
+    from gangrun._api import ClusteredTask, TaskRun, attach, purge_checkpoints, submit
 
 __all__ = [
     "BackendError",
@@ -30,12 +31,13 @@ __all__ = [
     "WaitTimeout",
     "attach",
     "context",
+    "purge_checkpoints",
     "submit",
 ]
 
 # The launching API is imported on first use: a worker process only needs `context()`, and every
 # worker of every gang imports gangrun at start.
-_LAZY = {"ClusteredTask", "TaskRun", "attach", "submit"}
+_LAZY = {"ClusteredTask", "TaskRun", "attach", "purge_checkpoints", "submit"}
 
 
 def __getattr__(name: str) -> _typing.Any:

@@ -66,3 +66,25 @@ def test_the_worker_gets_resume_from_from_its_environment(base: Path) -> None:
     ctx = gangrun.Context.from_env(env, install_stop_handler=False)
     assert ctx.checkpoint.resume_from == str(base / "train")
     assert ctx.checkpoint.load().read_bytes() == b"step-8" and ctx.checkpoint.loaded_from == "previous"
+
+
+@pytest.mark.parametrize(("where", "own", "want"), [
+    pytest.param("train", False, [("train", 8)], id="found-reports-what-it-loaded"),
+    pytest.param("nothing", False, [("nothing", None)], id="nothing-there-reports-a-miss"),
+    pytest.param("train", True, [], id="the-tasks-own-checkpoint-reports-nothing-of-resume-from"),
+])
+def test_rank_0_reports_what_resume_from_gave_its_load_to_the_events_file(
+        base: Path, where: str, own: bool, want: list) -> None:
+    import json
+
+    if own:
+        saves(base / "other" / "mine", 1, [1])
+    events_file = base / "events.jsonl"
+    for rank in (0, 1):  # every rank loads; only rank 0 reports
+        ck = Checkpoint.for_path(str(base / "other" / "mine"), attempt=1, resume_from=str(base / where), rank=rank,
+                                 events_file=str(events_file))
+        ck.load()
+    lines = [json.loads(x) for x in events_file.read_text().splitlines()] if events_file.exists() else []
+    reports = [d for d in lines if d["type"] == "resume_from"]
+    assert [(Path(d["source"]).name, d["step"]) for d in reports] == want
+    assert all(d["rank"] == 0 and (d["uri"] is None) == (d["step"] is None) for d in reports)

@@ -7,9 +7,9 @@ import pytest
 from builders import T0, at, make_gang, make_workload, state_in
 from gangrun._core import jobset, kueue
 from gangrun._core.engine import ActionKind, decide
-from gangrun._core.observation import NOT_FOUND, observed
+from gangrun._core.observation import NOT_FOUND, Observation, observed
 from gangrun._core.phases import Phase
-from gangrun._core.policy import Policy
+from gangrun._core.policy import Policy, RetryKind
 from gangrun._core.state import TaskState
 
 P = Policy()
@@ -147,3 +147,16 @@ def test_s9_a_new_attempt_gets_a_fresh_gang():
     assert retry.state.attempt == 2 and not retry.state.started and not retry.state.gang_seen
     create = decide(Policy(retries=1), retry.state, NOT_FOUND, now=at(6))
     assert create.action.kind is ActionKind.CREATE_GANG and create.action.attempt == 2
+
+
+def test_a_gang_its_backend_stopped_is_said_so_not_deleted_outside_gangrun():
+    # The local control plane stopped (`local down`) ends its gangs: the next one finds them gone, and
+    # the attempt's reason names that, not a deletion by someone else. Still a system retry.
+    why = "was stopped with the local control plane"
+    d = decide(Policy(retries=0), state_in(Phase.RUNNING, started=True), Observation(gang_gone=why), now=at(5))
+    assert d.action.kind is ActionKind.RETRY and d.action.retry is RetryKind.SYSTEM
+    ended = d.state.attempts[0]
+    assert ended.code == "ControlPlaneStopped" and "outside gangrun" not in ended.reason
+    assert ended.reason.startswith("the gang of attempt 1 was stopped with the local control plane")
+    unknown = decide(Policy(retries=0), state_in(Phase.RUNNING, started=True), NOT_FOUND, now=at(5)).state.attempts[0]
+    assert unknown.code == "ResourceDeletedExternally" and "deleted outside gangrun" in unknown.reason

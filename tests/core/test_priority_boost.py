@@ -126,6 +126,8 @@ def test_a_task_boost_counts_only_its_preemptions() -> None:
     ({"steps": ()}, "--boost-steps"),
     ({"steps": (60.0, 30.0)}, "--boost-steps"),
     ({"steps": (0.0, 30.0)}, "--boost-steps"),
+    pytest.param({"steps": (float("nan"),)}, "--boost-steps", id="nan-would-turn-the-boost-off"),
+    pytest.param({"steps": (30.0, float("inf"))}, "--boost-steps", id="inf-is-a-step-never-crossed"),
     ({"starved_max": 100}, "--boost-starved-max"),
     ({"starved_max": -1}, "--boost-starved-max"),
 ])

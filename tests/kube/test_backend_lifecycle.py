@@ -245,3 +245,31 @@ def test_logs_follow_streams_each_round_of_pods_once_until_the_task_ends() -> No
     api.rounds.append([(second, ["resumed at step 2", "done"])])
     api.on_end = lambda: set_status(api, "train", succeeded)
     assert list(b.logs("train", rank=0, follow=True)) == ["step 1", "step 2 (preempted)", "resumed at step 2", "done"]
+
+
+def test_delete_purge_is_refused_while_a_task_resumes_from_those_checkpoints_unless_forced() -> None:
+    import fsspec
+
+    api, b = backend()
+    b.submit(parse_manifest(manifest(checkpoint={"uri": "memory://ck"})))
+    b.submit(parse_manifest(manifest("end", checkpoint={"uri": "memory://ck", "resumeFrom": "train"})))
+    b.submit(parse_manifest(manifest("done", checkpoint={"uri": "memory://ck", "resumeFrom": "train"})))
+    set_status(api, "done", succeeded)  # an ended task loads nothing any more: not a dependent
+    uid = api.obj(TASKS, "ml", "train")["metadata"]["uid"]
+    fsspec.filesystem("memory").pipe({f"/ck/train/{uid}/attempt-1/ckpt-000001/manifest.json": b"{}"})
+    set_status(api, "train", succeeded)
+    refused = r"^--purge: end has not ended and resumes from the checkpoints of train \(spec\.checkpoint\.resumeFrom\)"
+    with pytest.raises(UsageError, match=refused):
+        b.delete("train", purge=True)
+    assert "train" in api.names(TASKS)
+    assert b.delete("train", purge=True, force=True) is True
+    assert not fsspec.filesystem("memory").exists(f"/ck/train/{uid}")
+
+
+def test_purging_what_a_deleted_task_kept_says_where_to_look_on_kubernetes() -> None:
+    import gangrun
+
+    _, b = backend()
+    with pytest.raises(UsageError, match=r'^unknown task "train": the kubernetes backend keeps no record of a '
+                                         r"deleted task's checkpoints; they stay under <spec\.checkpoint\.uri>/train/"):
+        gangrun.purge_checkpoints("train", b)

@@ -48,6 +48,9 @@ def test_restart_rebuilds_admission_before_starting_anything(backend: LocalBacke
     backend.up()
     # urgent's gang died with the daemon: its next attempt competes with its priority and wins again.
     wait_for(backend, "urgent", lambda v: v["attempt"] == 2 and v["phase"] == "Running")
+    lost = backend.get("urgent")["attempts"][0]
+    assert (lost["code"], lost["reason"].split(";")[0]) == (
+        "ControlPlaneStopped", "the gang of attempt 1 ended when the local control plane's process died")
     v = backend.get("train")
     assert waiting(v) and v["accounting"]["preemptionsByCause"] == {"Preempted": 1}
     assert event_types(backend, "train").count("Admitted") == 1  # never readmitted in between
@@ -82,6 +85,21 @@ def test_time_the_daemon_was_dead_is_not_gang_up_time_and_the_timeline_stays_in_
     assert acct["gangUpSeconds"] == pytest.approx(up.total_seconds(), abs=0.01)
     assert acct["gangUpSeconds"] >= up_before
     assert acct["workLost"][0]["cause"] == "ControlPlaneDown"
+
+
+def test_a_gang_stopped_by_local_down_is_said_so_not_deleted_outside_gangrun(backend: LocalBackend,
+                                                                          manifest) -> None:
+    backend.submit(manifest("train", nodes=1, steps=30))
+    wait_for(backend, "train", checkpointed(2))
+    assert backend.down() is True
+    backend.up()
+    v = wait_for(backend, "train", lambda v: v["attempt"] == 2)
+    first = v["attempts"][0]
+    assert first["code"] == "ControlPlaneStopped" and "outside gangrun" not in first["reason"]
+    assert first["reason"].startswith("the gang of attempt 1 was stopped with the local control plane "
+                                      "(gangrun local down)")
+    assert v["systemRetriesUsed"] == 1 and v["userRetriesUsed"] == 0
+    backend.cancel("train")
 
 
 def test_a_removed_socket_comes_back_and_status_says_running(backend: LocalBackend) -> None:

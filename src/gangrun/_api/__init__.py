@@ -2,7 +2,7 @@
 
     task.py      ClusteredTask: a validated manifest, from keywords or a file
     backends.py  which backend a call means ("local", "kubernetes", $GANGRUN_BACKEND or an instance)
-    run.py       TaskRun, submit, attach: status, wait, logs, events, cancel, delete
+    run.py       TaskRun, submit, attach: status, wait, logs, events, cancel, delete; purge_checkpoints
     watch.py     what `gangrun run` shows: timeline events and worker output, interleaved
 
 Every call is synchronous and starts no event loop, so it works the same from a script, a thread or a
@@ -11,7 +11,7 @@ the CLI is a thin layer over this package.
 """
 
 from gangrun._api.backends import open_backend
-from gangrun._api.run import TaskRun, attach, submit
+from gangrun._api.run import TaskRun, attach, purge_checkpoints, submit
 from gangrun._api.task import ClusteredTask
 
-__all__ = ["ClusteredTask", "TaskRun", "attach", "open_backend", "submit"]
+__all__ = ["ClusteredTask", "TaskRun", "attach", "open_backend", "purge_checkpoints", "submit"]

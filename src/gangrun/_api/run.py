@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from gangrun._api import arguments
 from gangrun._api.backends import open_backend
 from gangrun._api.task import ClusteredTask
-from gangrun._backends.base import Backend, SupportsFollow
+from gangrun._backends.base import Backend, SupportsFollow, SupportsPurgeDeleted
 from gangrun._core.phases import TERMINAL
 from gangrun._core.pod_template import local_ignored
 from gangrun._errors import IgnoredLocally, UsageError, WaitTimeout
@@ -155,3 +155,21 @@ def attach(name: str, backend: str | Backend | None = None, *, namespace: str | 
     be = open_backend(backend, namespace=namespace, kubeconfig=kubeconfig, context=context, home=home)
     be.get(name)
     return TaskRun(name, be)
+
+
+def purge_checkpoints(name: str, backend: str | Backend | None = None, *, force: bool = False,
+                      namespace: str | None = None, kubeconfig: str | None = None, context: str | None = None,
+                      home: str | Path | None = None) -> list[str]:
+    """Remove the checkpoints that deleted tasks named `name` kept (deleted without `purge`); returns
+    where they were. `gangrun delete NAME --purge` of a name no task has.
+
+    A name that no deleted task left checkpoints under is a UsageError, and so is a task that has not
+    ended and resumes from them (`spec.checkpoint.resumeFrom`), unless `force`. The Kubernetes backend
+    keeps no record of a deleted task, so there the error says where its checkpoints are.
+    """
+    name = arguments.task_name(name)
+    be = open_backend(backend, namespace=namespace, kubeconfig=kubeconfig, context=context, home=home)
+    if not isinstance(be, SupportsPurgeDeleted):
+        raise UsageError(f'unknown task "{name}": the {be.name} backend keeps no record of a deleted task\'s '
+                         f"checkpoints; they stay under <spec.checkpoint.uri>/{name}/, to be removed there")
+    return be.purge_deleted(name, force=force)

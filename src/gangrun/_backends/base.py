@@ -63,6 +63,15 @@ class SupportsFollow(Protocol):
 
 
 @runtime_checkable
+class SupportsPurgeDeleted(Protocol):
+    def purge_deleted(self, name: str, *, force: bool = False) -> builtins.list[str]:
+        """Remove the checkpoints that deleted tasks of `name` kept (`delete` without `purge`); returns
+        where they were. A name no deleted task left checkpoints under is a UsageError, as is a live task
+        that resumes from them unless `force`."""
+        ...
+
+
+@runtime_checkable
 class SupportsLogTail(Protocol):
     def log_tail(self, name: str, *, rank: int | None = None, attempt: int | None = None, max_lines: int,
                  max_bytes: int) -> tuple[builtins.list[str], bool]:

@@ -7,7 +7,10 @@ When the backend sets ``GANGRUN_EVENTS_FILE``, the SDK appends one JSON line to 
   and whether it was a ``final`` save (made after the stop notice, in the grace period);
 - ``first_step``: this process's first training step after its load (or after it started, when it
   loads nothing). A step is a save, a ``ctx.should_stop()`` call or an explicit ``ctx.progress()``;
-  the time from the gang's start to it is the gang's restoring time, which is not productive.
+  the time from the gang's start to it is the gang's restoring time, which is not productive;
+- ``resume_from``: what rank 0's load found at ``spec.checkpoint.resumeFrom`` (``source``) when the
+  task had nothing of its own: the checkpoint it loaded (``uri``, ``step``), or ``uri`` null when
+  there was nothing there and the task starts from scratch.
 
 Each line is written with a single ``write`` on an ``O_APPEND`` descriptor, so lines from many ranks
 and processes never interleave (a short line is written atomically by the kernel in append mode).
@@ -27,6 +30,7 @@ log = logging.getLogger("gangrun")
 EVENTS_FILE_ENV = "GANGRUN_EVENTS_FILE"
 COMMITTED = "checkpoint_committed"
 FIRST_STEP = "first_step"
+RESUME = "resume_from"
 
 _stepped: set[str] = set()  # events files this process has reported its first step (since its load) to
 _step_lock = threading.Lock()
@@ -55,6 +59,15 @@ def checkpoint_committed(
     if taken_at is not None:
         doc.update(takenAt=taken_at, saveSeconds=round(max(0.0, t - taken_at), 3), final=final)
     _append(events_file, doc)
+
+
+def resume_result(events_file: str | None, *, task: str | None, attempt: int, rank: int, source: str,
+                  uri: str | None, step: int | None = None, now: float | None = None) -> None:
+    """Append a ``resume_from`` line: what a load found at resumeFrom `source` (`uri` None: nothing)."""
+    if not events_file:
+        return
+    _append(events_file, {"type": RESUME, "task": task, "attempt": attempt, "rank": rank, "source": source,
+                          "uri": uri, "step": step, "time": time.time() if now is None else now})
 
 
 def loaded() -> None:

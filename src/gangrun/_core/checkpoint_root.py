@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from gangrun._errors import SpecError
+from gangrun._errors import SpecError, UsageError
 
 FIELD = "spec.checkpoint.resumeFrom"
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -66,6 +66,23 @@ def resume_source(resume_from: str, base: str) -> str:
     if not resume_from:
         return ""
     return f"{base.rstrip('/')}/{resume_from}" if is_task_name(resume_from) else resume_from
+
+
+def overlaps(source: str, root: str) -> bool:
+    """Whether a task loading from `source` (a resolved `resume_source`) would read from `root`: one is
+    the other or lies under it (a source naming `<base>/<name>` covers every task root of that name)."""
+    a, b = source.rstrip("/"), root.rstrip("/")
+    return bool(a and b) and (a == b or a.startswith(b + "/") or b.startswith(a + "/"))
+
+
+def refuse_if_depended_on(name: str, dependents: list[str]) -> None:
+    """`delete --purge` of `name`'s checkpoints while `dependents` (tasks that have not ended) resume from
+    them: raises UsageError naming them; nothing when there are none."""
+    if dependents:
+        one = len(dependents) == 1
+        raise UsageError(f"--purge: {', '.join(dependents)} {'has' if one else 'have'} not ended and "
+                         f"{'resumes' if one else 'resume'} from the checkpoints of {name} ({FIELD}); "
+                         "delete or let them end first, or add --force to remove the checkpoints anyway")
 
 
 def describe(resume_from: str) -> str:

@@ -39,6 +39,7 @@ from gangrun._core.eviction import (
 from gangrun._core.observation import Disruption, Gang, Observation
 from gangrun._core.phases import Phase
 from gangrun._core.policy import (
+    CONTROL_PLANE_STOPPED,
     DELETED_EXTERNALLY,
     GANG_EVICTED,
     MAX_RUNTIME_EXCEEDED,
@@ -100,7 +101,7 @@ def decide(policy: Policy, state: TaskState, obs: Observation, *, now: datetime)
         return Decision(state=state)
     gang = obs.gang
     if gang is None:
-        return _gang_missing(policy, state, now=now)
+        return _gang_missing(policy, state, gone=obs.gang_gone, now=now)
     ev = classify_eviction(obs.workload, obs.workload_read)
     if ev.kind not in NO_EVICTION:  # recorded the first time it shows: readmission overwrites it
         state = state.with_eviction_seen(ev, at=now)
@@ -132,12 +133,13 @@ def cancel(state: TaskState, *, now: datetime, reason: str = "cancelled by the u
 # -- steps ------------------------------------------------------------------------------------------
 
 
-def _gang_missing(policy: Policy, state: TaskState, *, now: datetime) -> Decision:
+def _gang_missing(policy: Policy, state: TaskState, *, gone: str, now: datetime) -> Decision:
     if not state.gang_seen:
         info = state.info.advance(Phase.QUEUED, state.info.reason if state.phase is Phase.QUEUED else "task submitted")
         return Decision(state=state.with_info(info), action=Action(kind=ActionKind.CREATE_GANG, attempt=state.attempt))
-    message = f"the gang of attempt {state.attempt} was deleted outside gangrun"
-    return _end(policy, state, RetryKind.SYSTEM, code=DELETED_EXTERNALLY,
+    code = CONTROL_PLANE_STOPPED if gone else DELETED_EXTERNALLY
+    message = f"the gang of attempt {state.attempt} {gone or 'was deleted outside gangrun'}"
+    return _end(policy, state, RetryKind.SYSTEM, code=code,
                 message=message + "; this does not count against the task's retries", now=now)
 
 

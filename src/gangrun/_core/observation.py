@@ -119,6 +119,9 @@ class WorkloadRead(StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class Observation:
     gang: Gang | None = None  # None: the gang of this attempt does not exist
+    # With no gang: how it went when its backend knows gangrun itself ended it, completing "the gang of
+    # attempt N ..." (the local control plane was stopped); "" = unknown, read as a deletion by someone else.
+    gang_gone: str = ""
     workload: Workload | None = None
     workload_read: WorkloadRead = WorkloadRead.NOT_FOUND
     workload_error: str = ""  # why it could not be read, for the log

@@ -25,6 +25,7 @@ MAX_SYSTEM_FAILURES_EXCEEDED = "MaxSystemFailuresExceeded"
 MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
 QUEUE_NOT_FOUND = "KueueLocalQueueNotFound"
 DELETED_EXTERNALLY = "ResourceDeletedExternally"
+CONTROL_PLANE_STOPPED = "ControlPlaneStopped"  # the gang ended with the control plane that ran it (local)
 UNEXPECTED_DELETION = "UnexpectedObjectDeletion"
 WORKER_FAILED = "WorkerFailed"
 WORKER_CANNOT_START = "WorkerCannotStart"

@@ -25,6 +25,7 @@ priority class 100 above its own.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -49,8 +50,11 @@ class BoostPolicy:
     def __post_init__(self) -> None:
         if self.high < self.low:
             raise UsageError(f"--boost-max: must be at least --boost-min ({self.low}), got {self.high}")
-        if not self.steps or any(s <= 0 for s in self.steps) or list(self.steps) != sorted(set(self.steps)):
-            raise UsageError(f"--boost-steps: must be positive node-seconds in increasing order, got "
+        # `not s > 0` and isfinite: a NaN compares false with everything, so it would pass `s <= 0` and the
+        # sort, and no gang's work at risk would ever cross it (the boost silently off); inf is never crossed.
+        if (not self.steps or any(not (s > 0 and math.isfinite(s)) for s in self.steps)
+                or list(self.steps) != sorted(set(self.steps))):
+            raise UsageError(f"--boost-steps: must be finite, positive node-seconds in increasing order, got "
                              f"{','.join(str(s) for s in self.steps) or 'none'}")
         if not 0 <= self.starved_max <= self.high - self.low:
             raise UsageError(f"--boost-starved-max: must be from 0 to --boost-max minus --boost-min "

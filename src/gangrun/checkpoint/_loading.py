@@ -44,6 +44,7 @@ class Loading:
 
     root: str
     attempt: int
+    task: str | None
     rank: int
     world_size: int | None
     shard_timeout: float
@@ -56,6 +57,7 @@ class Loading:
     loaded_seq: int | None
     loaded_world_size: int | None
     _storage: Storage
+    _events_file: str | None
     _root_path: str
     _attempt_path: str
     _storage_options: dict[str, Any] | None
@@ -226,11 +228,14 @@ class Loading:
             part = f", sharded over {manifest.world_size} ranks: {have}"
         say(f"gangrun: loaded checkpoint from {said} (seq {cand.seq}, step {manifest.step}{part}): {uri}")
         events.loaded()
+        if where == "resumeFrom":
+            self._report_resume(uri, manifest.step)
         return path
 
     def _took_nothing(self, skipped: int) -> None:
         self._load_done = True
         events.loaded()
+        self._report_resume(None, None)
         also = f" nor at resumeFrom {self.resume_from}" if self.resume_from else ""
         if skipped:
             say(
@@ -240,6 +245,13 @@ class Loading:
             )
         else:
             say(f"gangrun: no checkpoint found (looked in attempts {self.attempt} to 1 under {self.root}{also})")
+
+    def _report_resume(self, uri: str | None, step: int | None) -> None:
+        """Tell the backend what resumeFrom gave (rank 0 only: every rank makes the same choice), so a
+        source that held nothing is a warning on the timeline, not a silent start from scratch."""
+        if self.resume_from and self.rank == 0:
+            events.resume_result(self._events_file, task=self.task, attempt=self.attempt, rank=self.rank,
+                                 source=self.resume_from, uri=uri, step=step)
 
     def _resume_candidates(self) -> Iterator[tuple[Storage, Candidate, str]]:
         """The saves at `resume_from`, newest first, each with its URI. Listed only once this task's own

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new events until the task ends")
     sp = cmd("logs", commands.logs, "worker output", json_out=False)
     sp.add_argument("name")
-    sp.add_argument("--rank", type=_at_least(0), default=None, help="only this global rank")
+    sp.add_argument("--rank", type=_rank_or_all, default=None, help="only this global rank, or all (the default)")
     sp.add_argument("--attempt", type=_at_least(1), default=None, help="this attempt (default: the current one)")
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
     sp = cmd("cancel", commands.cancel, "stop the task (Aborted)")
@@ -71,9 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd("delete", commands.delete, "remove an ended task, its timeline and its logs, so that its name can be "
                                         "used again (its checkpoints are kept unless --purge)")
     sp.add_argument("name")
-    sp.add_argument("--force", action="store_true", help="cancel the task first if it has not ended")
+    sp.add_argument("--force", action="store_true", help="cancel the task first if it has not ended; with --purge, "
+                                                         "purge even what a task that has not ended resumes from")
     sp.add_argument("--purge", action="store_true",
-                    help="remove the task's checkpoints too (kept by default: spec.checkpoint.resumeFrom loads them)")
+                    help="remove the task's checkpoints too (kept by default: spec.checkpoint.resumeFrom loads them); "
+                         "of a name no task has any more: the checkpoints deleted tasks of that name kept")
     sp = cmd("ui", commands.ui, "serve a web page of the tasks and each task's timeline", json_out=False)
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     sp.add_argument("--port", type=_port, default=8265, help="port (default 8265; 0 picks a free one)")
@@ -170,15 +172,17 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _rank_or_all(text: str) -> str:
+def _rank_or_all(text: str) -> int | None:
+    """`--rank` of `run` and `logs`: a global rank, or None for `all`."""
     if text == "all":
-        return text
+        return None
     try:
-        if int(text) >= 0:
-            return str(int(text))
+        value = int(text)
     except ValueError:
-        pass
-    raise argparse.ArgumentTypeError(f"expected a rank (0, 1, ...) or all, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a rank (0, 1, ...) or all, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _port(text: str) -> int:

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gangrun._api import ClusteredTask, TaskRun, attach, open_backend
+from gangrun._api import ClusteredTask, TaskRun, attach, open_backend, purge_checkpoints
 from gangrun._api import submit as submit_task
 from gangrun._backends.base import Backend
 from gangrun._core.pod_template import local_ignored
 from gangrun._core.priority_boost import BoostPolicy
 from gangrun._core.spec import TaskSpec
-from gangrun._core.units import format_bytes
+from gangrun._core.units import format_bytes, format_duration
 from gangrun._errors import UsageError
 from gangrun.cli import output
 from gangrun.cli.follow import TERMINAL, follow_run
@@ -62,8 +62,9 @@ def validate(args: argparse.Namespace) -> int:
               f"{s['nodes']} node(s) x {s['nprocPerNode']} process(es), "
               f"retries {s['retries']}, maxRestarts {s['maxRestarts']}, "
               f"resumeAfterPreemption {str(s['resumeAfterPreemption']).lower()}, "
-              f"restartOnDisruption {str(s['restartOnDisruption']).lower()}, queue {s['queue']}")
-        for line in output.pod_template_lines(s):
+              f"restartOnDisruption {str(s['restartOnDisruption']).lower()}, queue {s['queue']}, "
+              f"terminationGracePeriod {format_duration(spec.termination_grace)}")
+        for line in [*output.run_lines(s), *output.pod_template_lines(s)]:
             print(f"  {line}")
     return 0
 
@@ -78,7 +79,11 @@ def spec_summary(spec: TaskSpec) -> dict[str, Any]:
             "maxRestarts": spec.failure_policy.max_restarts,
             "resumeAfterPreemption": spec.failure_policy.resume_after_preemption,
             "restartOnDisruption": spec.failure_policy.restart_on_disruption,
+            "minNodes": spec.least_nodes, "resizeCooldown": spec.resize_cooldown.total_seconds(),
+            "terminationGracePeriod": spec.termination_grace.total_seconds(),
+            "workingDir": spec.working_dir, "image": spec.image or None, "env": dict(spec.env),
             "queue": spec.queue, "priorityClass": spec.priority_class, "checkpointUri": spec.checkpoint_uri,
+            "resumeFrom": spec.resume_from or None,
             "shmSize": str(spec.shm_size) if spec.shm_size is not None else None, "gpuResource": spec.gpu_resource,
             "podTemplate": spec.pod_template or None, "ignoredLocally": local_ignored(spec.pod_template)}
 
@@ -96,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         output.emit_json(view)
     else:
         print(output.prefixed(output.TIMELINE, f"submitted {run_.name} to the {args.backend} backend"), flush=True)
-        view = follow_run(run_, rank=None if args.rank == "all" else int(args.rank))
+        view = follow_run(run_, rank=args.rank)
     return 0 if view["phase"] == "Succeeded" else 1
 
 
@@ -167,7 +172,16 @@ def cancel(args: argparse.Namespace) -> int:
 
 
 def delete(args: argparse.Namespace) -> int:
-    deleted = _run(args).delete(force=args.force, purge=args.purge)
+    be = backend(args)
+    if args.purge and not _exists(be, args.name):  # a deleted task's kept checkpoints
+        removed = purge_checkpoints(args.name, be, force=args.force)
+        if _json(args):
+            output.emit_json({"name": args.name, "deleted": False, "purged": True, "removed": removed})
+        else:
+            print(f"{args.name}: no such task; removed the checkpoints deleted tasks of that name kept, at "
+                  + ", ".join(removed))
+        return 0
+    deleted = attach(args.name, be).delete(force=args.force, purge=args.purge)
     if _json(args):
         output.emit_json({"name": args.name, "deleted": deleted, **({"purged": deleted} if args.purge else {})})
     elif not deleted:
@@ -176,6 +190,14 @@ def delete(args: argparse.Namespace) -> int:
         print(f"{args.name}: deleted" + (" with its checkpoints" if args.purge else
                                          " (its checkpoints are kept; --purge removes them)"))
     return 0
+
+
+def _exists(be: Backend, name: str) -> bool:
+    try:
+        be.get(name)
+    except UsageError:
+        return False
+    return True
 
 
 def ui(args: argparse.Namespace) -> int:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from gangrun._core.checkpoint_root import describe as describe_resume_from
 from gangrun._core.timeline import Event
-from gangrun._core.units import format_bytes
+from gangrun._core.units import format_bytes, format_duration
 
 
 def emit_json(doc: Any) -> None:
@@ -75,7 +76,7 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
     for key, label in (("queue", "Queue"), ("priorityClass", "Priority"), ("namespace", "Namespace"),
                        ("checkpointRoot", "Checkpoints"), ("resumeFrom", "Resumes from")):
         if view.get(key) not in (None, ""):
-            out.append(f"{label + ':':<16}{view[key]}")
+            out.append(f"{label + ':':<16}{view[key]}" + (_resume_result(view) if key == "resumeFrom" else ""))
     if "executable" in view:  # local: the command's argv[0], found on the submitter's PATH at submit
         missing = "not found on the submitting PATH (the workers cannot start)"
         out.append(f"Executable:     {view['executable'] or missing}")
@@ -98,6 +99,16 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
     out.append("Events:")
     out.extend("  " + event_line(e) for e in events)
     return "\n".join(out)
+
+
+def _resume_result(view: dict[str, Any]) -> str:
+    """What resumeFrom gave the load, after its source: the checkpoint, or a warning that it held none."""
+    result = view.get("resumeFromResult")
+    if not isinstance(result, dict):
+        return ""
+    if result.get("found"):
+        return f" (loaded {result.get('uri')}, step {result.get('step')})"
+    return " (WARNING: it held no complete checkpoint; the task started from scratch)"
 
 
 LABEL_WIDTH = 30  # the accounting's values line up after their labels, at every depth
@@ -233,6 +244,20 @@ def _clock(t: datetime) -> str:
 
 def _clock_s(iso: str | None) -> str:
     return _clock(datetime.fromisoformat(iso)) if iso else "-"
+
+
+def run_lines(summary: dict[str, Any]) -> list[str]:
+    """What `validate` adds about how the gang runs: its elasticity, where it resumes from, its environment."""
+    out = []
+    if summary["minNodes"] < summary["nodes"]:
+        cooldown = format_duration(timedelta(seconds=summary["resizeCooldown"]))
+        out.append(f"elastic: {summary['minNodes']} to {summary['nodes']} node(s), grows back at most once per "
+                   f"{cooldown}")
+    if summary.get("resumeFrom"):
+        out.append(f"resumes from {describe_resume_from(summary['resumeFrom'])} when it has none of its own")
+    if summary.get("env"):
+        out.append("env " + ", ".join(f"{k}={v}" for k, v in sorted(summary["env"].items())))
+    return out
 
 
 def pod_template_lines(summary: dict[str, Any]) -> list[str]:

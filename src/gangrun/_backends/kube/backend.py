@@ -28,11 +28,13 @@ from gangrun._backends.kube.client import (
     Resource,
     connect,
 )
+from gangrun._backends.kube.dependents import resuming_from
 from gangrun._backends.kube.pending import pending_message, queue_position
 from gangrun._backends.kube.reconcile import load_accounting, load_state, task_spec
 from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB, check_renderable, checkpoint_root, render_jobset
 from gangrun._ckpt.storage import remove_checkpoints
 from gangrun._core import jobset, kueue
+from gangrun._core.checkpoint_root import refuse_if_depended_on
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
@@ -182,6 +184,10 @@ class KubeBackend:
         to cancel a running one (its workers get their grace period) and waits a bounded time for that."""
         task = self._task(name)
         purged = self._purgeable(task) if purge else None
+        if purged is not None and not force:
+            with self._calling("list"):
+                items = self.api.list(TASKS, self.namespace).get("items") or []
+            refuse_if_depended_on(name, resuming_from(items, purged, besides=name, now=system_clock()))
         state = load_state(task, now=system_clock())
         if not state.phase.terminal:
             if not force:

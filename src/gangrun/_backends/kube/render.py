@@ -80,6 +80,11 @@ def checkpoint_path(spec: TaskSpec, attempt: int, uid: str | None = None) -> str
     return ckroot.attempt_path(checkpoint_root(spec, uid), attempt)
 
 
+def resume_uri(spec: TaskSpec) -> str:
+    """GANGRUN_RESUME_FROM of the task's workers: spec.checkpoint.resumeFrom as a URI ("" without it)."""
+    return ckroot.resume_source(spec.resume_from, _base(spec))
+
+
 def _base(spec: TaskSpec) -> str:
     return spec.checkpoint_uri or DEFAULT_CHECKPOINT_ROOT
 
@@ -222,7 +227,7 @@ def worker_env(spec: TaskSpec, name: str, attempt: int, uid: str | None = None) 
                          prev_checkpoint_path=checkpoint_path(spec, attempt - 1, uid),
                          stop_file=f"{pod_template.NOTICE_DIR}/{STOP_NOTICE_FILE}",
                          events_file=f"{pod_template.RUN_DIR}/{EVENTS_FILE}",
-                         resume_from=ckroot.resume_source(spec.resume_from, _base(spec)))
+                         resume_from=resume_uri(spec))
     env = [value(k, v) for k, v in gang.items()]
     env += [
         field(wenv.RESTART_ATTEMPT, jobset.RESTART_ATTEMPT_FIELD_PATH),

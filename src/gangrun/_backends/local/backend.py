@@ -228,6 +228,11 @@ class LocalBackend:
             time.sleep(0.1)
         raise DaemonUnavailable(f'task "{name}" was cancelled but its workers did not stop within {timeout:.0f}s')
 
+    def purge_deleted(self, name: str, *, force: bool = False) -> builtins.list[str]:
+        """`SupportsPurgeDeleted`: remove the checkpoints deleted tasks of `name` kept; returns where they
+        were. Refused while a task that has not ended resumes from them, unless `force`."""
+        return builtins.list(self._call("purge", {"name": name, "force": force}, start=True))
+
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
              follow: bool = False) -> Iterator[str]:
         files, prefix = self._log_files(name, rank, attempt)

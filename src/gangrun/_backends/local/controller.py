@@ -30,7 +30,9 @@ from gangrun._backends.local.config import Config, Paths
 from gangrun._backends.local.effects import Effects, Processes, remove_files
 from gangrun._backends.local.gang import NODE_DISRUPTION, GangTwin, StopReason
 from gangrun._backends.local.inject import inject
+from gangrun._backends.local.purge import dependents, purge_deleted
 from gangrun._backends.local.reconcile import Action, CreateJobSet, DeleteJobSet, reconcile
+from gangrun._backends.local.resume_check import check_resume_from
 from gangrun._backends.local.scheduler import boosts, may_grow_at, schedule
 from gangrun._backends.local.status import queue_positions, status
 from gangrun._backends.local.store import Store
@@ -39,6 +41,7 @@ from gangrun._backends.local.workload import WorkloadTwin
 from gangrun._backends.metrics import Metrics
 from gangrun._core import elastic
 from gangrun._core.actions import RecordEvent, RequeueAt
+from gangrun._core.checkpoint_root import refuse_if_depended_on
 from gangrun._core.pod_template import local_ignored
 from gangrun._core.priority_boost import BoostPolicy
 from gangrun._core.spec import GENERATED_SUFFIX_LEN, parse_manifest
@@ -109,6 +112,7 @@ class Controller:
             raise UsageError(f'a task named "{name}" already exists (phase {existing.state.phase}) with a '
                              "different manifest; choose another metadata.name or delete it first")
         admission.check_submit(spec, self.config)
+        check_resume_from(spec, self.tasks, self.paths)
         task = LocalTask(name=name, uid=str(uuid.uuid4()), seq=self.store.next_seq(), doc=doc, spec=spec,
                          state=TaskState.new(now=now))
         pc = spec.priority_class or self.config.default_priority_class
@@ -162,6 +166,9 @@ class Controller:
         task = self.task(name)
         if not task.terminal and not force:
             raise UsageError(f'task "{name}" is {task.state.phase.value}; cancel it first or use --force')
+        if purge and not force:
+            users = dependents(self.tasks.values(), [self._root(task)], self.paths, besides=name)
+            refuse_if_depended_on(name, users)
         task.deleting, task.purging = True, purge
         self.cancel(name, now)
         self._reap(task)
@@ -171,11 +178,18 @@ class Controller:
         """Remove a task being deleted once it has ended and none of its workers is left."""
         if not task.deleting or not task.terminal or (task.gang is not None and task.gang.live):
             return False
-        self.store.delete(task.name)
+        self.store.delete(task.name, kept_root="" if task.purging else self._root(task))
         self.tasks.pop(task.name, None)
         self.dirty.discard(task.name)
         remove_files(self.paths, task)
         return True
+
+    def _root(self, task: LocalTask) -> str:
+        return self.paths.checkpoint_root(task.name, task.uid, task.spec.checkpoint_uri)
+
+    def purge_deleted(self, name: str, *, force: bool) -> list[str]:
+        """`delete NAME --purge` of a name no task has (`purge.purge_deleted`)."""
+        return purge_deleted(self.store, self.paths, self.tasks, name, force=force)
 
     def _live_workload(self, name: str) -> tuple[LocalTask, WorkloadTwin]:
         task = self.task(name)
@@ -451,7 +465,7 @@ class Controller:
             g = t.gang
             if (g is not None and g.stopping is StopReason.DELETE and g.attempt == t.state.attempt
                     and not t.terminal and not t.cancel_requested):
-                g.stopping, g.lost = None, True
+                g.stopping, g.lost, g.lost_why = None, True, recovery.STOPPED_BY_DOWN
                 g.touch()
         self._flush()
         self.heartbeat(now)

@@ -314,6 +314,8 @@ class Daemon:
             result = ctl.cancel(a["name"], now)
         elif op == "delete":
             result = ctl.delete(a["name"], force=bool(a.get("force")), purge=bool(a.get("purge")), now=now)
+        elif op == "purge":
+            result = ctl.purge_deleted(a["name"], force=bool(a.get("force")))
         elif op == "evict":
             ctl.evict(a["name"], a["reason"], now)
         elif op == "deactivate":

@@ -23,7 +23,7 @@ from gangrun._backends.local.render import Launch, launch, worker_env
 from gangrun._backends.local.task import LocalTask
 from gangrun._ckpt import events
 from gangrun._ckpt.storage import remove_checkpoints
-from gangrun._core.timeline import Event, EventType
+from gangrun._core.timeline import Event, EventType, resume_event
 from gangrun._core.worker_env import new_start
 
 log = logging.getLogger(__name__)
@@ -136,10 +136,12 @@ def _checkpoint_event(line: bytes, *, attempt: int, now: datetime) -> Event | No
         doc = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(doc, dict) or doc.get("type") not in (events.COMMITTED, events.FIRST_STEP):
+    if not isinstance(doc, dict) or doc.get("type") not in (events.COMMITTED, events.FIRST_STEP, events.RESUME):
         return None
     # Stamped when it is read, so the timeline stays in order; when it happened is in the data.
     at = _time(doc.get("time"), now)
+    if doc["type"] == events.RESUME:
+        return resume_event(doc, attempt=attempt, at=at, now=now)
     if doc["type"] == events.FIRST_STEP:
         return Event(time=now, type=EventType.FIRST_STEP, attempt=doc.get("attempt", attempt),
                      message=f"rank {doc.get('rank', 0)} took its first step after its load (step {doc.get('step')})",

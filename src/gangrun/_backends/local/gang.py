@@ -110,6 +110,7 @@ class GangTwin:
     disruption: Disruption | None = None  # the newest worker lost to its node, and the round it was in
     disrupted_node: int = -1  # the node it ran on
     lost: bool = False  # its workers vanished with an earlier daemon
+    lost_why: str = ""  # how (recovery.STOPPED_BY_DOWN, ...), for the attempt's reason
     events_offset: int = 0  # how far the SDK's checkpoint events file of this attempt has been read
     resizes: int = 0  # restarts that were resizes of an elastic gang (counted towards nothing)
     resize_to: int = 0  # the size a stop for a resize restarts at
@@ -376,8 +377,8 @@ class GangTwin:
                     "reason": self.disruption.reason, "message": self.disruption.message,
                     "worker": self.disruption.worker, "restartAttempt": self.disruption.restart_attempt,
                     "node": self.disrupted_node},
-                "lost": self.lost, "eventsOffset": self.events_offset, "resizes": self.resizes,
-                "resizeTo": self.resize_to}
+                "lost": self.lost, "lostWhy": self.lost_why, "eventsOffset": self.events_offset,
+                "resizes": self.resizes, "resizeTo": self.resize_to}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> GangTwin:
@@ -395,6 +396,7 @@ class GangTwin:
                    kill_at=time_in(d.get("killAt")), port=int(d.get("port", 0)),
                    first_failure=d.get("firstFailure", ""), pending_failure=d.get("pendingFailure", ""),
                    disruption=_disruption_in(d.get("disruption")), lost=bool(d.get("lost", False)),
+                   lost_why=str(d.get("lostWhy", "")),
                    disrupted_node=int((d.get("disruption") or {}).get("node", -1)),
                    events_offset=int(d.get("eventsOffset", 0)), resizes=int(d.get("resizes", 0)),
                    resize_to=int(d.get("resizeTo", 0)))

@@ -20,6 +20,10 @@ from gangrun._backends.local.task import LocalTask, read_rows
 from gangrun._core.timeline import Event, EventType
 
 log = logging.getLogger(__name__)
+# How a lost gang went, completing "the gang of attempt N ..." in its attempt's reason: gangrun's own
+# control plane ended it, which is not a deletion by someone else.
+STOPPED_BY_DOWN = "was stopped with the local control plane (gangrun local down)"
+DIED_WITH_DAEMON = "ended when the local control plane's process died"
 KillLeftovers = Callable[[list[tuple[int, int]]], object]  # (pgid, start time) of every recorded worker
 
 
@@ -40,6 +44,8 @@ def load(store: Store, effects: Effects, *, now: datetime,
             continue
         data = {"downFrom": down_from.isoformat(), "downTo": now.isoformat()} if g.up and down_from else {}
         effects.apply(task, g.workers_gone(now=now), now)
+        if g.lost and not g.lost_why:
+            g.lost_why = DIED_WITH_DAEMON
         task.record(Event(time=now, type=EventType.CONTROL_PLANE, attempt=g.attempt, data=data,
                           message=f"the local control plane was down{since} until "
                                   f"{now.isoformat(timespec='seconds')}; the workers of this gang were gone"))

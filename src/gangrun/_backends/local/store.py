@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_task ON events (task, id);
 CREATE TABLE IF NOT EXISTS config (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS kept (name TEXT NOT NULL, root TEXT NOT NULL, PRIMARY KEY (name, root));
 """
 
 
@@ -110,11 +111,21 @@ class Store:
                            (_j(row.state), _j(row.workload), _j(row.gang), _j(row.acct), row.name))
                 self._add_events(db, row.name, events)
 
-    def delete(self, name: str) -> None:
-        """A task and its timeline, gone together."""
+    def delete(self, name: str, *, kept_root: str = "") -> None:
+        """A task and its timeline, gone together; `kept_root`, the checkpoints it leaves, is remembered
+        under its name (`kept`) so that a later purge of the name finds them wherever they are."""
         with self.transaction() as db:
             db.execute("DELETE FROM tasks WHERE name=?", (name,))
             db.execute("DELETE FROM events WHERE task=?", (name,))
+            if kept_root:
+                db.execute("INSERT OR IGNORE INTO kept (name, root) VALUES (?, ?)", (name, kept_root))
+
+    def kept(self, name: str) -> list[str]:
+        """The checkpoint roots deleted tasks of `name` left (see `delete`)."""
+        return [r for (r,) in self.db.execute("SELECT root FROM kept WHERE name=? ORDER BY root", (name,))]
+
+    def forget_kept(self, name: str, root: str) -> None:
+        self.db.execute("DELETE FROM kept WHERE name=? AND root=?", (name, root))
 
     def rows(self) -> list[Row]:
         """Every task row; a row whose JSON does not parse comes back with `spec` None (`Row.broken`)."""

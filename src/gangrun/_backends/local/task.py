@@ -44,6 +44,8 @@ class LocalTask:
     deleting: bool = False  # `delete --force`: removed once its workers are gone
     purging: bool = False  # `delete --purge`: its checkpoints are removed with it
     wake_at: datetime | None = None  # the engine asked to decide again by then
+    # What spec.checkpoint.resumeFrom gave the newest load that used it: {"found", "uri", "step"}; None: not yet.
+    resumed: dict[str, Any] | None = None
     events: list[Event] = field(default_factory=list)  # recorded, not yet persisted
     saved: tuple[Any, ...] = ()  # fingerprint() as last persisted
 
@@ -62,14 +64,14 @@ class LocalTask:
                    gang=GangTwin.from_json(row.gang) if row.gang else None,
                    cancel_requested=bool(row.acct.get("cancelRequested", False)),
                    deleting=bool(row.acct.get("deleting", False)), purging=bool(row.acct.get("purging", False)),
-                   wake_at=time_in(row.acct.get("wakeAt")))
+                   wake_at=time_in(row.acct.get("wakeAt")), resumed=row.acct.get("resumed"))
         task.saved = task.fingerprint()
         return task
 
     def to_row(self) -> Row:
         extra = {"uid": self.uid, "accounting": self.acct.for_storage(), "cancelRequested": self.cancel_requested,
                  "deleting": self.deleting, "purging": self.purging,
-                 "wakeAt": time_out(self.wake_at)}
+                 "wakeAt": time_out(self.wake_at), "resumed": self.resumed}
         return Row(name=self.name, seq=self.seq, spec=self.doc, state=self.state.for_storage(),
                    workload=self.workload.for_json() if self.workload else None,
                    gang=self.gang.for_json() if self.gang else None, acct=extra)
@@ -82,6 +84,9 @@ class LocalTask:
         before = self.acct
         self.events.append(event)
         self.acct = self.acct.apply(event)
+        if event.type in (EventType.RESUMED_FROM, EventType.RESUME_FOUND_NOTHING):
+            self.resumed = {"found": event.type is EventType.RESUMED_FROM, "uri": event.data.get("uri"),
+                            "step": event.data.get("step")}
         if self.acct.final_saves != before.final_saves:
             warning = grace.newly_short(before.final_saves, self.acct.final_saves, self.grace_seconds)
             if warning:
@@ -96,7 +101,7 @@ class LocalTask:
     def fingerprint(self) -> tuple[Any, ...]:
         """Changes whenever something worth persisting changed (the twins count their own changes)."""
         g, wl = self.gang, self.workload
-        return (self.state, self.acct, self.cancel_requested, self.deleting, self.purging, self.wake_at,
+        return (self.state, self.acct, self.cancel_requested, self.deleting, self.purging, self.wake_at, self.resumed,
                 (g.attempt, g.generation) if g else None, (wl.attempt, wl.generation) if wl else None)
 
     @property
@@ -132,6 +137,7 @@ def view(task: LocalTask, config: Config, paths: Paths, *, now: datetime,
         "uid": task.uid,
         "checkpointRoot": paths.checkpoint_root(task.name, task.uid, spec.checkpoint_uri),
         "resumeFrom": spec.resume_from or None,
+        "resumeFromResult": task.resumed,
         "logs": str(paths.logs(task.name, task.uid)),
         "accounting": accounting_view(task.acct, grace_seconds=task.grace_seconds, now=now,
                                       preemptions=causes, waited=waited),
