@@ -117,11 +117,14 @@ def test_worker_crash_restarts_the_whole_gang_inside_the_attempt_from_its_own_ch
     assert done["accounting"]["workLost"][0]["cause"] == "WorkerFailed"
 
 
-def test_worker_crash_without_restarts_left_fails_with_jobsets_reason(backend: LocalBackend, manifest) -> None:
+def test_worker_crash_with_max_restarts_0_fails_saying_the_worker_failed_and_no_restarts_are_allowed(
+        backend: LocalBackend, manifest) -> None:
     backend.submit(manifest("train", steps=8, env={"CRASH_AT_STEP": "2", "CRASH_RANK": "1"}))
     done = wait_for(backend, "train", phase("Failed"))
     assert done["code"] == "MaxRetriesExceeded"
-    assert "ReachedMaxRestarts" in done["message"] and "worker rank 1 (node 1) exited with code 3" in done["message"]
+    assert ("WorkerFailed: worker rank 1 (node 1) exited with code 3 (no restarts allowed: maxRestarts is 0)"
+            in done["message"]), done["message"]
+    assert "ReachedMaxRestarts" not in done["message"]  # JobSet's word for it, not what a user expects
 
 
 def test_max_runtime_exceeded_ends_the_attempt(backend: LocalBackend, manifest) -> None:
