@@ -65,6 +65,10 @@ def test_s11_preempted_gang_resumes_from_step_6_on_attempt_1(backend: LocalBacke
     assert 0 < acct["goodput"] <= 1
     # Both starts are restoring until the workers' first step; the readmitted gang is up once they run.
     assert types.count("FirstStep") >= 2 and "WorkersRunning" in types
+    # Each names what its start loaded: nothing at first, then the step the readmitted gang resumed from.
+    firsts = [e.message for e in events if e.type.value == "FirstStep" and e.message.startswith("rank 0 ")]
+    assert firsts[0] == "rank 0 took its first step (nothing to load: a fresh start)", firsts
+    assert firsts[-1] == f"rank 0 took its first step after loading step {step}", firsts
     assert acct["restoringSeconds"] > 0 and acct["badputSeconds"]["restoring"] == acct["restoringSeconds"]
     assert acct["badputSeconds"]["waitingForReadmission"] > 0
     assert acct["lastCheckpoint"]["takenAt"] <= acct["lastCheckpoint"]["at"]

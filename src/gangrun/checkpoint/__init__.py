@@ -218,10 +218,10 @@ class Checkpoint:
                 have = f"rank {self.rank}'s part" if path is not None else f"no part for rank {self.rank}"
                 part = f", sharded over {manifest.world_size} ranks: {have}"
             say(f"gangrun: loaded checkpoint from {where} (seq {cand.seq}, step {manifest.step}{part}): {uri}")
-            events.loaded()
+            events.loaded(found=True, step=manifest.step)
             return path
         self._load_done = True
-        events.loaded()
+        events.loaded(found=False)
         also = f" nor at resumeFrom {self.resume_from}" if self.resume_from else ""
         if skipped:
             say(
