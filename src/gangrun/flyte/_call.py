@@ -105,6 +105,7 @@ def run_call(folder: Path, rank: int) -> int:
                                           f"({type(e).__name__}: {e}); a local run's outputs must pickle".encode())
             return 0
         _write(folder / RESULT, data)
+        (folder / RESULT_ERROR).unlink(missing_ok=True)  # an earlier attempt's: this attempt's value is the one
     return 0
 
 
