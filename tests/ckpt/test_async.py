@@ -12,6 +12,7 @@ import time
 import pytest
 
 from gangrun import Checkpoint
+from gangrun._backends.local.effects import first_step_message
 from gangrun._ckpt import writer
 from gangrun._errors import CommitFailed
 
@@ -167,6 +168,20 @@ def test_the_first_step_after_a_load_is_reported_once(tmp_path) -> None:
     ckpt.save(b"b", step=2)
     steps = [e for x in events.read_text().splitlines() if (e := json.loads(x))["type"] == "first_step"]
     assert [(e["task"], e["attempt"], e["rank"], e["step"]) for e in steps] == [("train", 1, 0, 1)]
+
+
+def test_the_first_step_report_names_the_step_loaded_not_the_step_saved_or_a_fresh_start(tmp_path) -> None:
+    events = tmp_path / "events.jsonl"
+    ckpt = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1, task="train", rank=0, events_file=str(events))
+    ckpt.load()
+    ckpt.save(b"a", step=15)
+    again = Checkpoint.for_path(str(tmp_path / "ck"), attempt=1, task="train", rank=0, events_file=str(events))
+    again.load()  # a restarted process loads step 15
+    again.save(b"b", step=16)
+    steps = [e for x in events.read_text().splitlines() if (e := json.loads(x))["type"] == "first_step"]
+    assert [(e["step"], e["loaded"], e["loadedStep"]) for e in steps] == [(15, False, None), (16, True, 15)]
+    assert [first_step_message(e) for e in steps] == ["rank 0 took its first step (nothing to load: a fresh start)",
+                                                      "rank 0 took its first step after loading step 15"]
 
 
 def test_a_save_asking_whether_it_is_the_final_one_does_not_make_the_program_a_listener(tmp_path) -> None:

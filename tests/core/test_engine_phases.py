@@ -75,6 +75,22 @@ def test_s2_phase_table(state, obs, want_phase, want_reason, want_action):
     assert d.action.kind is want_action
 
 
+@pytest.mark.parametrize(("max_restarts", "used", "want"), [
+    pytest.param(0, 0, "WorkerFailed: pod train-workers-0-1: exit code 3 (no restarts allowed: maxRestarts is 0)",
+                 id="max-restarts-0-says-no-restarts-are-allowed"),
+    pytest.param(2, 2, "WorkerFailed: pod train-workers-0-1: exit code 3 (after 2 of 2 restarts)",
+                 id="restarts-used-up-says-how-many"),
+])
+def test_a_gang_failed_for_reaching_max_restarts_says_the_worker_failed_not_jobsets_reason(
+        max_restarts: int, used: int, want: str) -> None:
+    gang = make_gang().ready().restarts(used).worker_failed().failed(
+        jobset.REACHED_MAX_RESTARTS, jobset.reached_max_restarts_message("train-workers-0")).obj()
+    d = decide(Policy(max_restarts=max_restarts), state_in(Phase.RUNNING, started=True), observed(gang), now=at(10))
+    assert d.state.phase is Phase.FAILED and d.action.kind is ActionKind.FAIL
+    assert d.state.message.startswith(want), d.state.message
+    assert "ReachedMaxRestarts" not in d.state.message and "max number of restarts" not in d.state.message
+
+
 def test_s2_queue_not_found_fails_permanently_before_start():
     wl = make_workload("team-a").quota("False", kueue.INADMISSIBLE, kueue.local_queue_missing_message("team-a")).obj()
     d = decide(Policy(retries=3), state_in(Phase.WAITING_FOR_RESOURCES), observed(make_gang().suspended().obj(), wl),

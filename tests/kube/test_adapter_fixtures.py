@@ -172,5 +172,8 @@ def test_succeeded_and_failed_pairs_end_the_attempt() -> None:
     assert d.action.kind is ActionKind.SUCCEED and d.state.phase is Phase.SUCCEEDED
     d = step(Policy(), started_state(), "jobset-failed", "workload-failed")
     assert d.action.kind is ActionKind.FAIL and d.state.phase is Phase.FAILED
-    # The attempt ended on JobSet's reason; with no retry left the task's code says so.
-    assert d.state.attempts[-1].code == "ReachedMaxRestarts" and d.state.code == "MaxRetriesExceeded"
+    # JobSet's ReachedMaxRestarts ends the attempt as what it is to a user, a worker that failed with no
+    # restart allowed (the code the engine gives the same failure when it sees it first); with no retry
+    # left the task's code says so.
+    assert d.state.attempts[-1].code == "WorkerFailed" and d.state.code == "MaxRetriesExceeded"
+    assert "(no restarts allowed: maxRestarts is 0)" in d.state.message, d.state.message

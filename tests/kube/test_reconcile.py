@@ -368,6 +368,22 @@ def test_a_worker_lost_to_a_drain_restarts_the_gang_in_the_attempt_and_its_peers
     assert status["accounting"]["workLost"][0]["cause"] == "EvictionByEvictionAPI"
 
 
+@pytest.mark.parametrize(("max_restarts", "cause", "says"), [
+    pytest.param(1, "Restart", "; the whole gang restarts", id="restart-left-says-restart"),
+    pytest.param(0, "WorkerFailed", "; no restart left: the gang stops", id="no-restart-left-says-worker-failed"),
+])
+def test_a_peers_failure_tells_the_surviving_workers_which_worker_failed_not_cause_unknown(
+        max_restarts: int, cause: str, says: str) -> None:
+    task = Task(failurePolicy={"maxRestarts": max_restarts})
+    js = running(task)
+    _, actions = task.step(js, pods=[PODS[0], terminated(PODS[1], code=3)], t=30)
+    (a,) = notices(actions)
+    notice = json.loads(a.notice)
+    assert a.names == ("train-1-workers-0-0-abcde",)  # the survivor; the failed worker's pod is done
+    assert notice["cause"] == cause, notice
+    assert "train-1-workers-0-1-abcde" in notice["message"] and notice["message"].endswith(says), notice
+
+
 def test_the_status_carries_the_accounting_folded_from_the_timeline() -> None:
     task = Task(failurePolicy={"resumeAfterPreemption": True})
     task.step(t=0)

@@ -92,4 +92,5 @@ def test_with_restart_on_disruption_off_a_lost_node_is_an_ordinary_failure(backe
     wait_for(backend, "train", lambda v: v["phase"] == "Running" and all(w["running"] for w in v["gang"]["workers"]))
     backend.evict("train", "NodeDisruption")
     done = wait_for(backend, "train", phase("Failed"))
-    assert done["code"] == "MaxRetriesExceeded" and "ReachedMaxRestarts" in done["message"]
+    assert done["code"] == "MaxRetriesExceeded" and "WorkerFailed" in done["message"]
+    assert "(no restarts allowed: maxRestarts is 0)" in done["message"], done["message"]

@@ -65,6 +65,10 @@ def test_s11_preempted_gang_resumes_from_step_6_on_attempt_1(backend: LocalBacke
     assert 0 < acct["goodput"] <= 1
     # Both starts are restoring until the workers' first step; the readmitted gang is up once they run.
     assert types.count("FirstStep") >= 2 and "WorkersRunning" in types
+    # Each names what its start loaded: nothing at first, then the step the readmitted gang resumed from.
+    firsts = [e.message for e in events if e.type.value == "FirstStep" and e.message.startswith("rank 0 ")]
+    assert firsts[0] == "rank 0 took its first step (nothing to load: a fresh start)", firsts
+    assert firsts[-1] == f"rank 0 took its first step after loading step {step}", firsts
     assert acct["restoringSeconds"] > 0 and acct["badputSeconds"]["restoring"] == acct["restoringSeconds"]
     assert acct["badputSeconds"]["waitingForReadmission"] > 0
     assert acct["lastCheckpoint"]["takenAt"] <= acct["lastCheckpoint"]["at"]
@@ -117,11 +121,14 @@ def test_worker_crash_restarts_the_whole_gang_inside_the_attempt_from_its_own_ch
     assert done["accounting"]["workLost"][0]["cause"] == "WorkerFailed"
 
 
-def test_worker_crash_without_restarts_left_fails_with_jobsets_reason(backend: LocalBackend, manifest) -> None:
+def test_worker_crash_with_max_restarts_0_fails_saying_the_worker_failed_and_no_restarts_are_allowed(
+        backend: LocalBackend, manifest) -> None:
     backend.submit(manifest("train", steps=8, env={"CRASH_AT_STEP": "2", "CRASH_RANK": "1"}))
     done = wait_for(backend, "train", phase("Failed"))
     assert done["code"] == "MaxRetriesExceeded"
-    assert "ReachedMaxRestarts" in done["message"] and "worker rank 1 (node 1) exited with code 3" in done["message"]
+    assert ("WorkerFailed: worker rank 1 (node 1) exited with code 3 (no restarts allowed: maxRestarts is 0)"
+            in done["message"]), done["message"]
+    assert "ReachedMaxRestarts" not in done["message"]  # JobSet's word for it, not what a user expects
 
 
 def test_max_runtime_exceeded_ends_the_attempt(backend: LocalBackend, manifest) -> None:

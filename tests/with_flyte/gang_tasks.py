@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import time
+from typing import Any
 
 import flyte
 
@@ -39,6 +40,21 @@ def flaky() -> int:
     if ctx.attempt == 1 and ctx.rank == 1:
         raise RuntimeError("first attempt fails")
     return int(ctx.attempt or 0)
+
+
+@env.task(retries=1)
+def fails_each_attempt_differently() -> int:
+    """Attempt 1 fails on rank 1, attempt 2 on rank 0, each with its own error."""
+    ctx = gangrun.context()
+    if ctx.rank == (1 if ctx.attempt == 1 else 0):
+        raise RuntimeError(f"attempt {ctx.attempt} fails on rank {ctx.rank}")
+    return 0
+
+
+@env.task(retries=2)
+def unpicklable() -> Any:
+    """Returns a lock, which no pickler takes."""
+    return threading.Lock()
 
 
 @env.task
@@ -81,3 +97,12 @@ async def _sleep(seconds: float) -> None:
     import asyncio
 
     await asyncio.sleep(seconds)
+
+
+unknown_class = flyte.TaskEnvironment(name="gangunknown", plugin_config=gangrun.flyte.Gang(
+    nodes=1, resources=SMALL, priority_class="urgent"))  # a valid name the local backend does not have
+
+
+@unknown_class.task
+def of_an_unknown_priority_class() -> int:
+    return 1

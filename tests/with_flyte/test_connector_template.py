@@ -8,13 +8,12 @@ import json
 import tomllib
 from pathlib import Path
 
-from google.protobuf import json_format
-
 from .conftest import require_flyte
 
-require_flyte()
+require_flyte()  # before anything of the flyte extra (protobuf here): without it the module skips
 
 from flyte.connectors import ConnectorRegistry  # noqa: E402
+from google.protobuf import json_format  # noqa: E402
 
 import gangrun  # noqa: E402
 from gangrun.flyte._remote import manifest_doc  # noqa: E402

@@ -33,7 +33,11 @@ from gangrun.flyte._task import CUSTOM_KEY  # noqa: E402
     ({"nodes": 2, "priority_class": "Not A Class!"}, "spec.priorityClass", ""),
     ({"nodes": 2, "resources": {"cpu": "lots"}}, "spec.resources.cpu", ""),
     ({"nodes": 2, "options": {"nprocs": 2}}, "spec.nprocs", "unknown field"),
-    ({"nodes": 2, "options": {"nodes": 3}}, "Gang.options.nodes", "a field of Gang itself"),
+    ({"nodes": 2, "options": {"nodes": 3}}, "Gang.options.nodes", "a field of Gang itself: give nodes= to Gang"),
+    pytest.param({"nodes": 2, "options": {"command": ["x"]}}, "Gang.options.command",
+                 "the task's function is every rank's command", id="command-names-no-field-gang-lacks"),
+    pytest.param({"nodes": 2, "options": {"generate_name": "x-"}}, "Gang.options.generate_name",
+                 "named after the Flyte task", id="name-comes-from-the-task"),
     ({"nodes": 2, "min_nodes": 3}, "spec.minNodes", "must be at most spec.nodes (2)"),
 ])
 def test_a_bad_gang_value_fails_when_the_gang_is_made_naming_the_field(kwargs: dict, field: str, says: str) -> None:

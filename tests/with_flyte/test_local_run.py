@@ -103,6 +103,35 @@ def test_an_error_in_a_rank_raises_in_the_caller_with_the_gangs_reason_and_the_r
     assert "rank 1: ValueError: rank 1 does not like this input" in message
 
 
+def test_the_final_error_names_the_last_attempts_failure_never_an_earlier_ones(home: Path) -> None:
+    with pytest.raises(flyte.errors.RuntimeUserError) as raised:
+        run_local(gang_tasks.fails_each_attempt_differently)
+    message = str(raised.value)
+    assert "rank 0: RuntimeError: attempt 2 fails on rank 0" in message
+    assert "attempt 1" not in message, message  # attempt 1's error file is not this failure's
+    assert the_gang(home)["attempt"] == 2
+
+
+def test_a_return_value_that_cannot_be_pickled_is_one_user_error_naming_its_type_and_is_not_retried(
+        home: Path) -> None:
+    with pytest.raises(flyte.errors.RuntimeUserError) as raised:
+        run_local(gang_tasks.unpicklable)
+    message = str(raised.value)
+    assert raised.value.code == "ResultNotPicklable"
+    assert "rank 0 returned, but its return value, a _thread.lock, cannot be pickled" in message, message
+    gang = the_gang(home)
+    assert (gang["attempt"], gang["userRetriesUsed"]) == (1, 0)  # retries=2 and none spent on it
+
+
+def test_an_unknown_priority_class_is_refused_when_the_call_submits_in_one_line_and_starts_no_gang(
+        home: Path) -> None:
+    with pytest.raises(flyte.errors.RuntimeUserError) as raised:
+        run_local(gang_tasks.of_an_unknown_priority_class)
+    assert str(raised.value).startswith('spec.priorityClass: unknown priority class "urgent"; known: low (100)')
+    assert "\n" not in str(raised.value)
+    assert LocalBackend(home).list() == []
+
+
 def test_flyte_retries_are_the_gangs_user_retries_and_flyte_starts_no_second_gang(home: Path) -> None:
     assert gang_tasks.flaky.retries.count == 0 and gang_tasks.flaky.gang_retries == 1
     assert run_local(gang_tasks.flaky) == 2  # rank 0's value on the gang's second attempt
@@ -132,19 +161,55 @@ flyte.with_runcontext(mode="local").run(gang_tasks.sleepy)
 """
 
 
-def test_ctrl_c_on_a_script_waiting_for_a_local_flyte_run_cancels_the_gang(home: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS)])}
-    script = subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+def start_script(home: Path, tmp: Path, cwd: Path) -> subprocess.Popen[str]:
+    """SCRIPT in a process of its own, its temporary files in `tmp`, its output on a pipe (stderr on stdout)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS)]), "TMPDIR": str(tmp)}
+    tmp.mkdir()
+    return subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def assert_no_call_folder_left(tmp: Path) -> None:
+    """No `gangrun-flyte-*` folder of the call is left. (Flyte's own local run makes an empty raw-data
+    folder there, `tmpXXXXXXXX`, on every run, and leaves it: that one is Flyte's.)"""
+    left = [p.name for p in tmp.iterdir() if p.name.startswith("gangrun")]
+    assert not left, f"the call left {left} behind"
+
+
+@pytest.mark.parametrize("sig", [
+    pytest.param(signal.SIGINT, id="ctrl-c"),
+    pytest.param(signal.SIGTERM, id="sigterm"),
+    pytest.param(signal.SIGHUP, id="sighup-closed-terminal"),
+])
+def test_ctrl_c_sigterm_or_sighup_on_a_script_waiting_for_a_local_flyte_run_cancels_the_gang_and_leaves_no_files(
+        home: Path, tmp_path: Path, sig: signal.Signals) -> None:
+    script = start_script(home, tmp_path / "tmp", tmp_path)
     try:
         gang = the_gang(home, lambda v: v["phase"] == "Running", "the gang running")
-        script.send_signal(signal.SIGINT)
+        script.send_signal(sig)
         out, _ = script.communicate(timeout=TIMEOUT)
     finally:
         script.kill()
-    assert f"[gangrun] {gang['name']}: cancelled, its Flyte call ended with the process" in out
+    assert f"[gangrun] {gang['name']}: cancelled, its Flyte call ended with the process" in out, out[-3000:]
     final = the_gang(home, lambda v: v["phase"] != "Running", "the gang to end")
     assert (final["phase"], final["reason"]) == ("Aborted", "cancelled by the user")
+    assert_no_call_folder_left(tmp_path / "tmp")
+
+
+def test_ctrl_c_on_a_piped_run_whose_reader_is_gone_still_cancels_the_gang_and_leaves_no_files(
+        home: Path, tmp_path: Path) -> None:
+    script = start_script(home, tmp_path / "tmp", tmp_path)
+    try:
+        the_gang(home, lambda v: v["phase"] == "Running", "the gang running")
+        assert script.stdout is not None
+        script.stdout.close()  # `... | head -1` has exited: every later write is a broken pipe
+        script.send_signal(signal.SIGINT)
+        script.wait(timeout=TIMEOUT)
+    finally:
+        script.kill()
+    final = the_gang(home, lambda v: v["phase"] != "Running", "the gang to end")
+    assert (final["phase"], final["reason"]) == ("Aborted", "cancelled by the user")
+    assert_no_call_folder_left(tmp_path / "tmp")
 
 
 def test_flyte_run_local_on_the_command_line_runs_the_task_as_a_gang(home: Path, tmp_path: Path) -> None:

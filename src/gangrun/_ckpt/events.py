@@ -7,7 +7,9 @@ When the backend sets ``GANGRUN_EVENTS_FILE``, the SDK appends one JSON line to 
   and whether it was a ``final`` save (made after the stop notice, in the grace period);
 - ``first_step``: this process's first training step after its load (or after it started, when it
   loads nothing). A step is a save, a ``ctx.should_stop()`` call or an explicit ``ctx.progress()``;
-  the time from the gang's start to it is the gang's restoring time, which is not productive;
+  the time from the gang's start to it is the gang's restoring time, which is not productive. ``step``
+  is the step the caller named then (None if it named none); ``loaded`` whether its load found a
+  checkpoint and ``loadedStep`` that checkpoint's step (both absent when the process never loaded);
 - ``resume_from``: what rank 0's load found at ``spec.checkpoint.resumeFrom`` (``source``) when the
   task had nothing of its own: the checkpoint it loaded (``uri``, ``step``), or ``uri`` null when
   there was nothing there and the task starts from scratch.
@@ -33,6 +35,7 @@ FIRST_STEP = "first_step"
 RESUME = "resume_from"
 
 _stepped: set[str] = set()  # events files this process has reported its first step (since its load) to
+_load: dict[str, Any] = {}  # what this process's newest load found: {"loaded": bool, "loadedStep": int | None}
 _step_lock = threading.Lock()
 
 
@@ -70,10 +73,13 @@ def resume_result(events_file: str | None, *, task: str | None, attempt: int, ra
                           "uri": uri, "step": step, "time": time.time() if now is None else now})
 
 
-def loaded() -> None:
-    """This process restored a checkpoint: its next step is the first one after the load."""
+def loaded(*, found: bool, step: int | None = None) -> None:
+    """This process loaded (`found`: a checkpoint of `step`; else it found none and starts afresh): its next
+    step is the first one after the load, and its report says what was loaded."""
     with _step_lock:
         _stepped.clear()
+        _load.clear()
+        _load.update(loaded=found, loadedStep=step if found else None)
 
 
 def first_step(events_file: str | None, *, task: str | None, attempt: int | None, rank: int,
@@ -85,8 +91,9 @@ def first_step(events_file: str | None, *, task: str | None, attempt: int | None
         if events_file in _stepped:
             return
         _stepped.add(events_file)
+        load = dict(_load)
     _append(events_file, {"type": FIRST_STEP, "task": task, "attempt": attempt, "rank": rank, "step": step,
-                          "time": time.time() if now is None else now})
+                          "time": time.time() if now is None else now, **load})
 
 
 def _append(events_file: str, doc: dict[str, Any]) -> None:

@@ -163,9 +163,23 @@ def _failed(policy: Policy, state: TaskState, gang: Gang, now: datetime) -> Deci
         kind = RetryKind.USER if ev.user_caused and not policy.resume_after_preemption else RetryKind.SYSTEM
         message = ev.summary() + "; the gang failed while it was being evicted"
         return _end_by_eviction(policy, state, ev, kind=kind, message=message, now=now)
+    if gang.restarts_exhausted:  # a worker failed with no restart left: say that, not JobSet's wording
+        return _worker_failed(policy, state, gang, now, fallback=cond.message)
     detail = cond.message + (f"; {gang.first_failure}" if gang.first_failure else "")
     message = failure_message(cond.reason or WORKER_FAILED, detail, retries_left=policy.retries_left(state))
     return _end(policy, state, RetryKind.USER, code=cond.reason or WORKER_FAILED, message=message, now=now)
+
+
+def _worker_failed(policy: Policy, state: TaskState, gang: Gang, now: datetime, *, fallback: str) -> Decision:
+    """The attempt ends because a worker failed and the gang may not restart again: the worker's failure
+    (`fallback` when no worker is known) and the restarts used, or that none are allowed (maxRestarts 0)."""
+    detail = gang.first_failure or fallback
+    if policy.max_restarts == 0:
+        detail += " (no restarts allowed: maxRestarts is 0)"
+    else:
+        detail += f" (after {gang.restarts_count_towards_max} of {policy.max_restarts} restarts)"
+    message = failure_message(WORKER_FAILED, detail, retries_left=policy.retries_left(state))
+    return _end(policy, state, RetryKind.USER, code=WORKER_FAILED, message=message, now=now)
 
 
 def _being_deleted(policy: Policy, state: TaskState, gang: Gang, now: datetime) -> Decision | None:
@@ -297,10 +311,7 @@ def _fatal(policy: Policy, state: TaskState, gang: Gang, now: datetime) -> Decis
     if policy.restart_on_disruption and gang.disruption_pending:
         return None  # the gang restarts for it without counting (see _disrupted)
     if gang.jobs_failed > 0 and gang.restarts_count_towards_max >= policy.max_restarts and not gang.restarting:
-        detail = gang.first_failure or "a worker failed"
-        detail += f" (after {gang.restarts_count_towards_max} of {policy.max_restarts} restarts)"
-        message = failure_message(WORKER_FAILED, detail, retries_left=policy.retries_left(state))
-        return _end(policy, state, RetryKind.USER, code=WORKER_FAILED, message=message, now=now)
+        return _worker_failed(policy, state, gang, now, fallback="a worker failed")
     return None
 
 

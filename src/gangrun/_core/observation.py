@@ -70,6 +70,13 @@ class Gang:
         return cond if cond is not None and cond.is_true else None
 
     @property
+    def restarts_exhausted(self) -> bool:
+        """JobSet failed it for a worker's failure with no restart left (`ReachedMaxRestarts`, also when
+        maxRestarts is 0 and no restart was ever allowed)."""
+        cond = self.failed
+        return cond is not None and cond.reason == jobset.REACHED_MAX_RESTARTS
+
+    @property
     def restarting(self) -> bool:
         return is_condition_true(self.conditions, jobset.RESTARTING)
 

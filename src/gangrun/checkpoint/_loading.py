@@ -227,14 +227,14 @@ class Loading:
             have = f"rank {self.rank}'s part" if path is not None else f"no part for rank {self.rank}"
             part = f", sharded over {manifest.world_size} ranks: {have}"
         say(f"gangrun: loaded checkpoint from {said} (seq {cand.seq}, step {manifest.step}{part}): {uri}")
-        events.loaded()
+        events.loaded(found=True, step=manifest.step)
         if where == "resumeFrom":
             self._report_resume(uri, manifest.step)
         return path
 
     def _took_nothing(self, skipped: int) -> None:
         self._load_done = True
-        events.loaded()
+        events.loaded(found=False)
         self._report_resume(None, None)
         also = f" nor at resumeFrom {self.resume_from}" if self.resume_from else ""
         if skipped:

@@ -47,9 +47,11 @@ class Gang:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        taken = sorted(set(self.options) & set(_OWN_KEYWORDS))
+        taken = sorted(set(self.options) & (set(_OWN_KEYWORDS) | set(_SET_BY_PLUGIN)))
         if taken:
-            raise SpecError(f"Gang.options.{taken[0]}", f"is a field of Gang itself: give {taken[0]}= to Gang")
+            key = taken[0]
+            raise SpecError(f"Gang.options.{key}",
+                            _SET_BY_PLUGIN.get(key) or f"is a field of Gang itself: give {key}= to Gang")
         self.manifest(name_prefix="check", command=["true"])  # validates every field now, naming it
 
     def manifest(self, *, name_prefix: str, command: Sequence[str], retries: int = 0,
@@ -66,8 +68,14 @@ class Gang:
             **{**self.options, **more})
 
 
-_OWN_KEYWORDS = ("name", "generate_name", "nodes", "nproc_per_node", "command", "resume_after_preemption", "retries",
-                 "max_restarts", "queue", "priority_class", "resources", "min_nodes")
+_OWN_KEYWORDS = ("nodes", "nproc_per_node", "resume_after_preemption", "retries", "max_restarts", "queue",
+                 "priority_class", "resources", "min_nodes")
+# Manifest keywords the plugin sets itself, none of them a field of Gang: why each cannot be given.
+_SET_BY_PLUGIN = {
+    "name": "cannot be set: each call's gang is named after the Flyte task (with a unique suffix)",
+    "generate_name": "cannot be set: each call's gang is named after the Flyte task (with a unique suffix)",
+    "command": "cannot be set: the task's function is every rank's command",
+}
 
 
 def gang_name_prefix(task_name: str) -> str:

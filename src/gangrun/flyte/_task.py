@@ -3,7 +3,9 @@
 In a local Flyte run (`flyte.with_runcontext(mode="local").run(task, ...)`) a call submits a
 `ClusteredTask` to gangrun's local backend whose every rank runs the function
 (`gangrun.flyte._worker`), prints the gang's timeline and output as `gangrun run` does, and returns
-rank 0's return value. A failed or cancelled gang raises in the caller with the gang's reason.
+rank 0's return value. A failed or cancelled gang raises in the caller with the gang's reason. A call
+still waiting when its process ends (Ctrl+C, SIGTERM, SIGHUP, any normal exit) cancels its gang, and the
+call's folder is removed however it ends.
 
 On a cluster Flyte's connector (`gangrun.flyte.connector`) makes the gang, and each rank runs Flyte's
 own entrypoint, which calls the function here: a call from inside a gang runs the function itself.
@@ -21,12 +23,14 @@ import inspect
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import flyte
@@ -121,10 +125,44 @@ def _cancel_waiting_gangs() -> None:
     for name, (run, folder) in list(_LIVE.items()):
         try:
             if run.cancel():
-                print(f"[gangrun] {name}: cancelled, its Flyte call ended with the process", file=sys.stderr)
+                _say(f"[gangrun] {name}: cancelled, its Flyte call ended with the process")
         except GangrunError as e:
-            print(f"[gangrun] {name}: could not cancel it: {e}", file=sys.stderr)
-        shutil.rmtree(folder, ignore_errors=True)
+            _say(f"[gangrun] {name}: could not cancel it: {e}")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+            _LIVE.pop(name, None)
+
+
+def _say(line: str) -> None:
+    """A line on stderr, if it can still be written: a piped run whose reader is gone (Ctrl+C on `... | tee`)
+    must still cancel every gang and remove every folder."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # a broken pipe, a closed stream
+        pass
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _end_like_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM or SIGHUP: cancel the waiting calls' gangs as the end of the process does, then end by the
+    signal as the process would have without this handler."""
+    _cancel_waiting_gangs()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def install_stop_signals() -> None:
+    """Make SIGTERM and SIGHUP (a `kill`, a closed terminal) cancel the gangs of the calls still waiting, as Ctrl+C
+    does; without it the process ends at once and its gangs run on with nobody to collect their results. Only a
+    signal left at its default (which ends the process without a word) is taken; only from the main thread (the
+    only one that may set handlers); never inside a gang (a rank's SIGTERM is its stop notice)."""
+    if os.environ.get("GANGRUN_TASK") or threading.current_thread() is not threading.main_thread():
+        return
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _end_like_ctrl_c)
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
@@ -151,10 +189,16 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyn
 def _outcome(name: str, final: dict[str, Any], folder: Path) -> Any:
     phase, reason = final["phase"], final.get("reason") or ""
     if phase == "Succeeded":
+        problem = _call.read_result_error(folder)
+        if problem is not None:  # one error, raised once: no rerun of the gang makes the value pickle
+            raise flyte.errors.RuntimeUserError("ResultNotPicklable", f"gangrun task {name}: rank 0 returned, but "
+                                                                      f"{problem}")
         return _call.read_result(folder)
-    errors = "".join(f"; rank {r}: {e}" for r, e in _call.read_errors(folder).items())
+    last = _call.read_errors(folder, attempt=int(final.get("attempt") or 1))
+    errors = "".join(f"; rank {r}: {e}" for r, e in last.items())
     code = "GangAborted" if phase == "Aborted" else "GangFailed"
     raise flyte.errors.RuntimeUserError(code, f"gangrun task {name} {phase.lower()}: {reason}{errors}")
 
 
 TaskPluginRegistry.register(Gang, GangTask)
+install_stop_signals()

@@ -74,7 +74,8 @@ def load_state(
     then earlier ones), resharding if it was written by another world size. Returns what was
     loaded, or None (state_dict untouched) when there is no checkpoint yet."""
     loaded = load(resolve(checkpoint, storage_options), state_dict)
-    events.loaded()  # the next step is the first one after the load
+    # The next step is the first one after the load, and its report names the step loaded.
+    events.loaded(found=loaded is not None, step=loaded.step if loaded is not None else None)
     return loaded
 
 

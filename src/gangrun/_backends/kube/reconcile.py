@@ -39,7 +39,7 @@ from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.render import check_renderable, jobset_name
 from gangrun._checkpoint_report import Commit
 from gangrun._core import elastic as sizes
-from gangrun._core import grace, kueue
+from gangrun._core import grace, kueue, stop_causes
 from gangrun._core.accounting import Accounting
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.conditions import Condition, find_condition, set_condition
@@ -333,7 +333,7 @@ def stop_cause(spec: TaskSpec, d: Decision, gang: Gang | None, *, now: datetime)
     """(cause, message, deadline) of the stop this step starts, or None when the gang goes on.
 
     The causes are those the local backend writes: Kueue's Evicted reason, the code of the error that
-    ends the attempt, Aborted, NodeDisruption.
+    ends the attempt, Aborted, NodeDisruption, Restart (a peer failed; gangrun._core.stop_causes).
     """
     grace = spec.termination_grace
     kind = d.action.kind
@@ -351,6 +351,12 @@ def stop_cause(spec: TaskSpec, d: Decision, gang: Gang | None, *, now: datetime)
         return ev.reason or ev.kind.value, ev.message, ev.at + grace
     if gang is not None and gang.disruption_pending and spec.failure_policy.restart_on_disruption:
         return NODE_DISRUPTION, d.state.info.reason, now + grace
+    if gang is not None and gang.first_failure and not gang.completed:
+        # A worker of this round failed: JobSet restarts the whole gang, or fails it with no restart left,
+        # and its peers learn which worker failed before their pods go.
+        if gang.restarts_count_towards_max < spec.failure_policy.max_restarts:
+            return stop_causes.RESTART, stop_causes.restart_message(gang.first_failure), now + grace
+        return stop_causes.WORKER_FAILED, stop_causes.no_restart_left_message(gang.first_failure), now + grace
     return None
 
 

@@ -131,6 +131,18 @@ def remove_files(paths: Paths, task: LocalTask) -> None:
             log.warning("gangrun: could not remove the checkpoints of deleted task %s at %s: %s", task.name, root, e)
 
 
+def first_step_message(doc: dict[str, Any]) -> str:
+    """A worker's first step as its report says: after loading which step, or from a fresh start; never the
+    step of its first save, which is not what it loaded."""
+    who = f"rank {doc.get('rank', 0)} took its first step"
+    if "loaded" not in doc:  # it never loaded: nothing to say about a load
+        return who
+    if not doc["loaded"]:
+        return f"{who} (nothing to load: a fresh start)"
+    step = doc.get("loadedStep")
+    return f"{who} after loading step {step}" if step is not None else f"{who} after loading its checkpoint"
+
+
 def _checkpoint_event(line: bytes, *, attempt: int, now: datetime) -> Event | None:
     try:
         doc = json.loads(line)
@@ -144,8 +156,7 @@ def _checkpoint_event(line: bytes, *, attempt: int, now: datetime) -> Event | No
         return resume_event(doc, attempt=attempt, at=at, now=now)
     if doc["type"] == events.FIRST_STEP:
         return Event(time=now, type=EventType.FIRST_STEP, attempt=doc.get("attempt", attempt),
-                     message=f"rank {doc.get('rank', 0)} took its first step after its load (step {doc.get('step')})",
-                     data={"at": at.isoformat(), "rank": doc.get("rank", 0)})
+                     message=first_step_message(doc), data={"at": at.isoformat(), "rank": doc.get("rank", 0)})
     step = doc.get("step")
     what = f"step {step}" if step is not None else f"seq {doc.get('seq')}"
     data = {"step": step, "seq": doc.get("seq"), "uri": doc.get("uri"), "committedAt": at.isoformat()}

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from gangrun._core import jobset
+from gangrun._core import jobset, stop_causes
 from gangrun._core.conditions import FALSE, TRUE, Condition, find_condition, set_condition
 from gangrun._core.elastic import RESIZE
 from gangrun._core.observation import Disruption, Gang
@@ -298,11 +298,13 @@ class GangTwin:
                 self.restarts += 1  # JobSet counts the restart when it decides it
                 self.restarts_count_towards_max += 1
                 self._set(jobset.RESTARTING, TRUE, jobset.DEFAULT_FAILURE_POLICY, jobset.restarting_message(job), now)
-                effects = self.stop(StopReason.RESTART, grace=grace, now=now)
+                notice = (stop_causes.RESTART, stop_causes.restart_message(self.first_failure))
+                effects = self.stop(StopReason.RESTART, grace=grace, now=now, notice=notice)
             else:
                 self._set(jobset.FAILED, TRUE, jobset.REACHED_MAX_RESTARTS,
                           jobset.reached_max_restarts_message(job), now)
-                effects = self.stop(StopReason.FAIL, grace=grace, now=now)
+                notice = (stop_causes.WORKER_FAILED, stop_causes.no_restart_left_message(self.first_failure))
+                effects = self.stop(StopReason.FAIL, grace=grace, now=now, notice=notice)
             return effects + (self._stopped(now=now) if not self.live else [])
         if all(x.exit_code == 0 for x in self.workers):
             self._set(jobset.COMPLETED, TRUE, jobset.ALL_JOBS_COMPLETED, jobset.MSG_COMPLETED, now)
