@@ -16,6 +16,8 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -96,14 +98,26 @@ def interrupted_gang(backend: LocalBackend, script: Path, tmp: Path, *, name: st
     path.write_text(yaml.safe_dump(doc))
     backend.submit(load_manifest(path))
     slow = 600.0  # starting a worker imports the framework: long on a loaded machine
-    for step in at[:2]:
-        wait_for(backend, name, checkpointed(step), timeout=slow, what=f"a checkpoint of step >= {step}")
+    started = time.monotonic()
+
+    def readmitted_past(times: int, step: int) -> Callable[[dict[str, Any]], bool]:
+        """Running again after `times` readmissions, with a checkpoint of `step` or later."""
+        def pred(v: dict[str, Any]) -> bool:
+            back = sum(1 for e in v.get("evictions") or [] if e.get("readmittedAt"))
+            return back >= times and v["phase"] == "Running" and checkpointed(step)(v)
+
+        return pred
+
+    for times, step in enumerate(at[:2]):
+        wait_for(backend, name, readmitted_past(times, step), timeout=slow, what=f"a checkpoint of step >= {step}")
+        print(f"[{time.monotonic() - started:.0f}s] evicting after step {step}'s checkpoint", flush=True)
         backend.evict(name, "Preempted")
-        wait_for(backend, name, lambda v: v["phase"] != "Running", timeout=slow, what="the stop")
-    view = wait_for(backend, name, checkpointed(at[2]), timeout=slow, what=f"a checkpoint of step >= {at[2]}")
+    view = wait_for(backend, name, readmitted_past(2, at[2]), timeout=slow, what=f"a checkpoint of step >= {at[2]}")
     assert view["attempt"] == 1, "a preemption keeps the attempt"
+    print(f"[{time.monotonic() - started:.0f}s] killing rank 1 after step {at[2]}'s checkpoint", flush=True)
     os.kill(view["gang"]["workers"][1]["pid"], signal.SIGKILL)
     done = wait_for(backend, name, phase("Succeeded"), timeout=slow)
+    print(f"[{time.monotonic() - started:.0f}s] succeeded", flush=True)
     assert done["attempt"] == 2, "the SIGKILL cost one retry, the preemptions none"
     return [line for attempt in (1, 2) for line in backend.logs(name, attempt=attempt)]
 

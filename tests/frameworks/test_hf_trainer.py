@@ -61,10 +61,36 @@ def test_resume_hands_every_rank_rank_0s_files_and_its_own_rng_state(tmp_path: P
 def test_trainer_preempted_twice_and_killed_once_logs_the_uninterrupted_loss_at_every_step(backend, tmp_path: Path) -> None:
     straight = start_torchrun(EXAMPLE, tmp_path / "straight", MAX_STEPS=str(STEPS))
     try:
-        lines = interrupted_gang(backend, EXAMPLE, tmp_path, name="hf-trainer", steps=STEPS, at=(10, 20, 30),
-                                 env={"STEP_SECONDS": "0.3"})  # fmt: skip
+        lines = interrupted_gang(backend, EXAMPLE, tmp_path, name="hf-trainer", steps=STEPS, at=(5, 15, 25),
+                                 env={"STEP_SECONDS": "1.5"})  # fmt: skip
     finally:
         baseline = finish(straight)
     assert sum("loaded checkpoint from this attempt" in line for line in lines) >= 2 * 2, "two readmissions, 2 ranks"
     assert sum("loaded checkpoint from previous attempt 1" in line for line in lines) == 2, "the retry, 2 ranks"
     compare(losses(baseline), losses(lines), STEPS)
+
+
+def test_save_every_asks_the_trainer_to_save_at_every_nth_step(tmp_path: Path) -> None:
+    from transformers import TrainerControl, TrainerState
+
+    from gangrun.transformers import GangCallback
+
+    cb = GangCallback(save_every=5, checkpoint=Checkpoint.for_path(str(tmp_path / "ck")))
+    saves = [s for s in range(1, 13) if cb.on_step_end(None, TrainerState(global_step=s), TrainerControl()).should_save]
+    assert saves == [5, 10]
+    assert not cb.stopped, "no stop was requested"
+
+
+def test_after_the_stops_save_the_process_exits_0_instead_of_returning_from_train(tmp_path: Path) -> None:
+    from transformers import TrainerControl, TrainerState
+
+    from gangrun.transformers import GangCallback
+
+    cb = GangCallback(checkpoint=Checkpoint.for_path(str(tmp_path / "ck")))
+    assert cb.on_train_end(None, TrainerState(), TrainerControl()) is not None, "a run that was not stopped returns"
+    cb.stopped = True
+    with pytest.raises(SystemExit) as exited:
+        cb.on_train_end(None, TrainerState(), TrainerControl())
+    assert exited.value.code == 0
+    cb.exit_on_stop = False
+    assert cb.on_train_end(None, TrainerState(), TrainerControl()) is not None
