@@ -1,4 +1,4 @@
-"""What the framework integrations (gangrun.transformers, gangrun.lightning) share: the task's
+"""What a framework integration (gangrun.transformers; a Lightning one would too) needs: the task's
 checkpoint, and a folder of a few files to hand to it without copying them."""
 
 from __future__ import annotations
