@@ -84,7 +84,7 @@ class Daemon:
     # -- Processes (what the controller may do to workers) ----------------------------------------------
 
     def start(self, gang: GangTwin, worker: Worker, launch: Launch, env: dict[str, str]) -> tuple[int, int]:
-        mark = orphans.mark(self.paths.home, gang.name, gang.restarts, worker.rank)
+        mark = orphans.mark(self.paths.home, gang.name, gang.restarts, worker.rank, nonce=time.time_ns())
         p = launcher.spawn(launch.argv, env={**env, orphans.MARK: mark}, cwd=launch.cwd,
                            log=log_path(launch, gang, worker))
         try:

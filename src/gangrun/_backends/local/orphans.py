@@ -4,7 +4,7 @@ A worker's process group (`launcher.py`) does not hold a child started in a new 
 (`setsid`, `Popen(start_new_session=True)`: data loaders, tools), so killing the group leaves it
 running; PR_SET_PDEATHSIG does not cover it either. Two things find such a process again:
 
-- **a mark**: every worker starts with `GANGRUN_LOCAL_WORKER=<gang>/<restart round>/<rank>@<home>`,
+- **a mark**: every worker starts with `GANGRUN_LOCAL_WORKER=<gang>/<round>/<rank>/<nonce>@<home>`,
   which everything it starts inherits (a process keeps the environment it was exec'd with in
   /proc/<pid>/environ). A marked process whose worker is no longer running is ended (SIGKILL), as a
   pod's leftovers die with its container. The mark is read and the signal sent through a pidfd, so a
@@ -37,9 +37,11 @@ MARK = "GANGRUN_LOCAL_WORKER"
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def mark(home: Path, gang: str, restart: int, rank: int) -> str:
-    """The value of MARK for one worker of one restart round."""
-    return f"{gang}/{restart}/{rank}@{home}"
+def mark(home: Path, gang: str, restart: int, rank: int, *, nonce: int) -> str:
+    """The value of MARK for one worker process. `nonce` tells apart two starts of the same worker (a
+    readmitted gang runs the same restart round again), so a leftover of the first is never kept for
+    the second."""
+    return f"{gang}/{restart}/{rank}/{nonce}@{home}"
 
 
 def become_subreaper() -> bool:
@@ -88,7 +90,7 @@ class Orphans:
         prefix = f"{MARK}=".encode()
         me, done = os.getpid(), 0
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) in (me, *self.workers):
+            if not entry.name.isdigit() or int(entry.name) == me or int(entry.name) in self.workers:
                 continue
             pid = int(entry.name)
             fields = proc_stat(pid)
