@@ -124,7 +124,8 @@ class Daemon:
         signal.signal(signal.SIGTERM, lambda *_: None)
         signal.signal(signal.SIGINT, lambda *_: None)
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
-        orphans.become_subreaper()
+        if not orphans.become_subreaper():  # the marks still find what workers leave; init reaps it
+            log.warning("gangrun local control plane: cannot become the child subreaper of the workers")
         # Before anything starts: what a dead daemon's workers left, in their process groups or not.
         self.ctl.load(self.clock(), kill_leftovers=lambda groups: (launcher.kill_leftovers(groups),
                                                                    self.orphans.sweep(keep_running=False)))
