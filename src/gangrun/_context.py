@@ -93,6 +93,9 @@ class Context:
         Without torch.distributed it is this process's own `stop_requested`: there is no group to
         ask without a collective of its own, and scripts without one do not wait on each other, so
         a rank that stops alone strands nobody. torch is never imported for this.
+
+        Once it answered True, the process does not exit 0: a clean exit becomes 143 (stopped, not
+        done), so the rank runs again when its gang does.
         """
         self.progress()
         local = self.stop_requested
@@ -104,7 +107,10 @@ class Context:
             return local
         from gangrun.torch._stop import agree
 
-        return agree(local)
+        if agree(local):
+            notice.stopped()  # a peer's stop: this rank must not exit 0 either (notice.py)
+            return True
+        return False
 
     def progress(self, step: int | None = None) -> None:
         """Tell gangrun that training is making progress (call it once per step, or at least once after

@@ -214,15 +214,22 @@ def test_a_taken_report_port_leaves_the_worker_running_without_a_live_report(
     assert "cannot serve the live checkpoint report" in capsys.readouterr().err
 
 
+PEER_STOP = """
+import os, time, torch.distributed as dist, gangrun
+dist.init_process_group("gloo")
+ctx = gangrun.context()
+steps = 0
+while not ctx.should_stop() and steps < 4000:  # the first call imports gangrun.torch: seconds
+    time.sleep(0.05)
+    steps += 1
+    if steps == 3:
+        print("ready", flush=True)
+"""
+
+
 # -- one start id for every pod of a start (B7): the first node's launcher mints it, the others ask --
 
 START_WORKER = "import os; print('start', os.environ.get('GANGRUN_START'), flush=True)"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_b7_every_pod_of_a_start_gets_the_start_id_the_first_node_s_launcher_minted(tmp_path: Path) -> None:
@@ -284,3 +291,29 @@ def test_b7_a_stopping_launcher_no_longer_gives_out_its_start_id() -> None:
         assert served() is None
     finally:
         launch.STOPPING.clear()
+
+
+def test_a_pod_whose_rank_was_stopped_only_by_a_peer_exits_stopped_not_completed(tmp_path: Path) -> None:
+    # Issue 27, item 9: SIGTERM reaches pod 0 only; pod 1's worker leaves its loop because should_stop()
+    # agreed across the gang, and exits 0. Its launcher got no SIGTERM, so only the SDK can say "stopped".
+    pytest.importorskip("torch")
+    port = str(_free_port())
+    launchers = []
+    for index in (0, 1):
+        env = {**_pod_env(tmp_path / str(index)), "JOB_COMPLETION_INDEX": str(index), "NNODES": "2", "WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "GANGRUN_TASK": "train", "GANGRUN_ATTEMPT": "1",
+               "GANGRUN_GRACE_PERIOD": "30", "OMP_NUM_THREADS": "1"}
+        (tmp_path / str(index)).mkdir()
+        launchers.append(subprocess.Popen([sys.executable, "-m", "gangrun.launch", "--", sys.executable, "-c", PEER_STOP],
+                                          env=env, stdout=subprocess.PIPE, text=True))
+    try:
+        for p in launchers:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        launchers[0].send_signal(signal.SIGTERM)
+        assert launchers[1].wait(timeout=120) == 143, "the peer's pod would be a completed index"
+        assert launchers[0].wait(timeout=120) == 143
+    finally:
+        for p in launchers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -94,3 +94,43 @@ def test_s5_example_gang_preempted_resumes_from_its_own_sharded_checkpoint(backe
     before = [m.group(1) for m in before if m]
     assert before and before[0] == after, "the curve continues where it stopped:\n" + "\n".join(lines)
     assert any("step 60 saved" in line for line in lines), "and training finishes"
+
+
+# Round 0: every rank trains until ctx.should_stop(); the test SIGTERMs rank 0 only, which lingers, so
+# rank 1, stopped through the collective alone, exits first. Round 1: every rank finishes at once.
+PEER_STOP = """
+import os, sys, time, torch.distributed as dist, gangrun
+dist.init_process_group("gloo")
+ctx = gangrun.context()
+if int(os.environ["JOBSET_RESTART_ATTEMPT"]) == 0:
+    steps = 0
+    while not ctx.should_stop() and steps < 2000:  # the first call imports gangrun.torch: seconds
+        time.sleep(0.05)
+        steps += 1
+        if steps == 3:
+            print(f"ready pid={os.getpid()}", flush=True)
+    if ctx.stop_requested:
+        time.sleep(1.5)
+    print(f"left the loop own_signal={ctx.stop_requested}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_rank_stopped_only_through_should_stop_does_not_complete_its_gang(backend, manifest,
+                                                                             tmp_path: Path) -> None:
+    import signal
+    import time
+
+    script = tmp_path / "peer_stop.py"
+    script.write_text(PEER_STOP)
+    backend.submit(manifest("peer", nodes=2, command=[sys.executable, str(script)], max_restarts=1, grace="10s",
+                            env={"OMP_NUM_THREADS": "1"}))
+    deadline = time.monotonic() + 90
+    while (ready := [line for line in backend.logs("peer", rank=0) if "ready pid=" in line]) == []:
+        assert time.monotonic() < deadline, "rank 0 never reached its loop"
+        time.sleep(0.2)
+    os.kill(int(ready[0].split("pid=")[1]), signal.SIGTERM)  # a stop that reaches rank 0 only
+    done = wait_for(backend, "peer", phase("Succeeded"))
+    exits = [e.data for e in backend.events("peer") if e.type.value == "WorkerExited"]
+    assert exits and exits[0]["rank"] == 1 and exits[0]["code"] == 143, exits
+    assert done["restartAttempt"] == 1, "the stopped round did not count as the task's end"

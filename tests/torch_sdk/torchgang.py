@@ -71,14 +71,15 @@ class Gang:
             argv = [sys.executable, str(WORKER), mode]
             self.procs.append(subprocess.Popen(argv, env=wenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
 
-    def wait(self, timeout: float = 120) -> list[dict[str, Any]]:
-        """Wait for every rank; fails naming a rank that did not exit 0. Returns each rank's last JSON line."""
+    def wait(self, timeout: float = 120, *, status: int = 0) -> list[dict[str, Any]]:
+        """Wait for every rank; fails naming a rank that did not exit with `status`. Returns each rank's
+        last JSON line."""
         out: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout
         try:
             for rank, p in enumerate(self.procs):
                 stdout, stderr = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-                assert p.returncode == 0, f"rank {rank} exited {p.returncode}:\n{stderr[-4000:]}"
+                assert p.returncode == status, f"rank {rank} exited {p.returncode}:\n{stderr[-4000:]}"
                 lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
                 out.append(lines[-1] if lines else {})
         finally:

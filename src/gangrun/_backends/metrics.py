@@ -128,6 +128,18 @@ class Metrics:
         return prom.generate_latest(self.registry).decode()
 
 
+def http_answer(request: bytes, render: Callable[[], str]) -> bytes:
+    """The whole HTTP/1.0 answer to `request` (its head at least): `render()` for GET /metrics, else 404.
+    For a single-threaded server that cannot use `serve`'s thread."""
+    line = request.split(b"\r\n", 1)[0].split()
+    path = line[1].split(b"?")[0] if len(line) > 1 else b""
+    if path == b"/metrics":
+        status, ctype, body = "200 OK", CONTENT_TYPE, render().encode()
+    else:
+        status, ctype, body = "404 Not Found", "text/plain; charset=utf-8", b"not found\n"
+    return f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+
+
 def serve(port: int, routes: dict[str, Callable[[], tuple[int, str]]], *,
           host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """Serve GET routes (`path -> () -> (status, text)`) on `host`:`port` from a daemon thread."""

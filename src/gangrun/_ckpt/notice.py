@@ -18,10 +18,19 @@ decides how the process ends:
 
 Installed only from the main thread (Python delivers signals there); a previous Python handler is
 still called after the notice is recorded.
+
+A stopped process never reports success: once a stop reached it (its own notice, or `stopped()`,
+which `ctx.should_stop()` calls when it answers True, also when only a peer got the SIGTERM), an
+exit that would be 0 is 143 instead (`_exit_as_stopped`, an atexit hook). A worker that left its
+loop for a stop has not finished the task: an exit 0 would make its index (its Kubernetes pod, a
+local worker) complete, and it would not run again after a readmission. An exit that is already a
+failure (an uncaught exception) keeps its status; one through ``sys.exit(n)`` becomes 143 too,
+since atexit cannot tell it from 0 (both are non-zero: a failure either way).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -98,6 +107,7 @@ class _StopState:
     def reset(self) -> None:
         """Back to the state at import: no notice, no hooks, no handler installed."""
         self.notice: StopNotice | None = None
+        self.stopped = False  # this process left its work for a stop a peer got (`stopped()`)
         self.hooks: list[Callable[[StopNotice], object]] = []
         self.listening = False
         self.installed = False
@@ -191,6 +201,31 @@ def uninstall() -> None:
 def stop_requested() -> bool:
     STATE.listening = True
     return STATE.notice is not None
+
+
+def stopped() -> None:
+    """This process leaves its work because its gang stops (`ctx.should_stop()` said so): it must not
+    exit 0 (see the module docstring)."""
+    STATE.stopped = True
+
+
+def _exit_as_stopped() -> None:
+    """At exit: turn a clean exit of a stopped process into EXIT_STATUS.
+
+    Registered when this module is imported, so it runs after the atexit handlers registered later
+    (torch's, the checkpoint cache's); the few registered earlier are run here, since `os._exit`
+    skips them: the second flush of saves in flight, and logging's."""
+    if not (STATE.stopped or STATE.notice is not None) or getattr(sys, "last_value", None) is not None:
+        return
+    writer.flush_at_exit()
+    say(f"gangrun: stopped before the end of the task; exiting with status {EXIT_STATUS}, not 0")
+    logging.shutdown()
+    _flush_stdio()
+    cache.cleanup()
+    STATE.exit(EXIT_STATUS)
+
+
+atexit.register(_exit_as_stopped)
 
 
 def stopping() -> bool:

@@ -107,7 +107,8 @@ def flush_all(timeout: float | None) -> bool:
     return ACTIVE.wait_idle(timeout)
 
 
-def _flush_at_exit() -> None:
+def flush_at_exit() -> None:
+    """Wait (until the stop deadline, if any) for the saves in flight, at exit."""
     if ACTIVE.count == 0:
         return
     timeout = None if exit_deadline is None else max(0.0, exit_deadline - time.time())
@@ -127,5 +128,5 @@ def _flush_at_exit() -> None:
 # way. They run before non-daemon threads are joined, though, so atexit flushes again for the saves
 # such a thread started after the main thread returned (a no-op when nothing is in flight).
 if hasattr(threading, "_register_atexit"):
-    threading._register_atexit(_flush_at_exit)
-atexit.register(_flush_at_exit)
+    threading._register_atexit(flush_at_exit)
+atexit.register(flush_at_exit)

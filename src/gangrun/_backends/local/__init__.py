@@ -16,6 +16,7 @@ The modules mirror the Kubernetes backend's: the same concept has the same name 
     workload.py    the Workload twin and Kueue's condition write order
     gang.py        the JobSet twin: gangs of processes, restarts, suspension, node loss
     launcher.py    starting and killing workers so none is orphaned
+    orphans.py     ending what workers started in other sessions (a mark, the daemon as subreaper)
     store.py       SQLite
     config.py      files under GANGRUN_HOME, quota, queues, priority classes
 """

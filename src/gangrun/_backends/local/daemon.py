@@ -15,7 +15,8 @@ LOCK_PATIENCE, since clients probe the lock). Single threaded on purpose: `preex
 respect to the others.
 
 `down` (or SIGTERM): every live gang is stopped (stop notice, SIGTERM, SIGKILL at its deadline),
-no new gang is started, and the daemon exits once no worker is left.
+no new gang is started, and the daemon exits once no worker is left, after ending whatever the
+workers started in other sessions (`orphans.py`: the daemon is their subreaper).
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ from subprocess import Popen
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.local import launcher, protocol
+from gangrun._backends.local import launcher, orphans, protocol
 from gangrun._backends.local.config import Paths
 from gangrun._backends.local.controller import Controller
 from gangrun._backends.local.gang import GangTwin, Worker
 from gangrun._backends.local.render import Launch, log_path
 from gangrun._backends.local.store import Store
-from gangrun._backends.metrics import CONTENT_TYPE
+from gangrun._backends.metrics import http_answer
 from gangrun._core.exit_status import exit_status
 from gangrun._errors import DaemonUnavailable, GangrunError
 
@@ -78,11 +79,14 @@ class Daemon:
         self.http: socket.socket | None = None  # 127.0.0.1:<metrics port>, when one is configured
         self.http_port = 0
         self.next_heartbeat = self.clock()
+        self.orphans = orphans.Orphans(paths.home)  # what the workers started, whatever its session
 
     # -- Processes (what the controller may do to workers) ----------------------------------------------
 
     def start(self, gang: GangTwin, worker: Worker, launch: Launch, env: dict[str, str]) -> tuple[int, int]:
-        p = launcher.spawn(launch.argv, env=env, cwd=launch.cwd, log=log_path(launch, gang, worker))
+        mark = orphans.mark(self.paths.home, gang.name, gang.restarts, worker.rank, nonce=time.time_ns())
+        p = launcher.spawn(launch.argv, env={**env, orphans.MARK: mark}, cwd=launch.cwd,
+                           log=log_path(launch, gang, worker))
         try:
             fd = os.pidfd_open(p.pid)  # EMFILE is possible: then nobody would ever see this worker exit
         except OSError:
@@ -90,6 +94,7 @@ class Daemon:
             p.wait()
             raise
         self.sel.register(fd, selectors.EVENT_READ, ("exit", gang.task, gang.attempt, worker.rank, p, fd))
+        self.orphans.started(p.pid, mark)
         return p.pid, launcher.start_time(p.pid) or 0
 
     def signal(self, pgids: Iterable[int], sig: int) -> None:
@@ -104,6 +109,8 @@ class Daemon:
         code = exit_status(p.wait())
         self.sel.unregister(fd)
         os.close(fd)
+        self.orphans.exited(p.pid)
+        self.orphans.sweep()  # what it started in other sessions: its orphans are the daemon's now
         self.ctl.on_exit(task, attempt, rank, code, self.clock())
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -117,7 +124,11 @@ class Daemon:
         signal.signal(signal.SIGTERM, lambda *_: None)
         signal.signal(signal.SIGINT, lambda *_: None)
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
-        self.ctl.load(self.clock(), kill_leftovers=launcher.kill_leftovers)
+        if not orphans.become_subreaper():  # the marks still find what workers leave; init reaps it
+            log.warning("gangrun local control plane: cannot become the child subreaper of the workers")
+        # Before anything starts: what a dead daemon's workers left, in their process groups or not.
+        self.ctl.load(self.clock(), kill_leftovers=lambda groups: (launcher.kill_leftovers(groups),
+                                                                   self.orphans.sweep(keep_running=False)))
         self._serve_metrics()
         log.info("gangrun local control plane: pid %s, %d tasks", os.getpid(), len(self.ctl.tasks))
         try:
@@ -132,6 +143,7 @@ class Daemon:
                 for key, _ in self.sel.select(self._timeout()):
                     self._guarded(partial(self._dispatch, key))
         finally:
+            self.orphans.sweep(keep_running=False)
             self.ctl.mark_lost_on_shutdown(self.clock())
             for conn in self.down_conns:
                 _reply(conn, protocol.ok(True))
@@ -183,26 +195,22 @@ class Daemon:
         self.http, self.http_port = http, port
 
     def _answer_http(self, conn: socket.socket, buf: bytearray) -> None:
-        if not self._received(conn, buf, end=b"\r\n\r\n", limit=1 << 16):
+        if not protocol.received(conn, buf, end=b"\r\n\r\n", limit=1 << 16):
             return
-        line = bytes(buf).split(b"\r\n", 1)[0].split()
-        path = line[1].split(b"?")[0] if len(line) > 1 else b""
-        if path == b"/metrics":
-            status, ctype, body = "200 OK", CONTENT_TYPE, self.ctl.render_metrics(self.clock()).encode()
-        else:
-            status, ctype, body = "404 Not Found", "text/plain; charset=utf-8", b"not found\n"
-        head = f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        self.sel.unregister(conn)
         conn.setblocking(True)
         conn.settimeout(5)
-        _reply(conn, head + body)
+        _reply(conn, http_answer(bytes(buf), lambda: self.ctl.render_metrics(self.clock())))
 
     def _housekeeping(self) -> None:
-        """Every HEARTBEAT: say we are alive, and bring our socket back if someone removed it."""
+        """Every HEARTBEAT: say we are alive, end orphans, and bring our socket back if someone removed it."""
         now = self.clock()
         if now < self.next_heartbeat:
             return
         self.next_heartbeat = now + HEARTBEAT
         self._guarded(self.ctl.heartbeat)
+        if self.orphans.due():
+            self.orphans.sweep()
         try:
             st = self.paths.socket.stat()
             here = (st.st_dev, st.st_ino) == self.socket_id
@@ -249,24 +257,10 @@ class Daemon:
                 pass
             self._begin_shutdown()
 
-    def _received(self, conn: socket.socket, buf: bytearray, *, end: bytes, limit: int) -> bool:
-        """Read what `conn` has into `buf`. Returns True (and stops watching `conn`) once the request is
-        whole: `end` arrived, the peer closed, or `limit` bytes came; False to wait for more."""
-        try:
-            chunk = conn.recv(1 << 16)
-        except BlockingIOError:
-            return False
-        except OSError:
-            chunk = b""
-        buf += chunk
-        if chunk and end not in buf and len(buf) < limit:
-            return False
-        self.sel.unregister(conn)
-        return True
-
     def _read(self, conn: socket.socket, buf: bytearray) -> None:
-        if not self._received(conn, buf, end=b"\n", limit=protocol.MAX_LINE):
+        if not protocol.received(conn, buf, end=b"\n", limit=protocol.MAX_LINE):
             return
+        self.sel.unregister(conn)
         conn.setblocking(True)
         conn.settimeout(10)
         if not buf.strip():

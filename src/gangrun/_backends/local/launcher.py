@@ -11,6 +11,8 @@ Three guards, because one is not enough:
 3. A worker's descendants are not covered by (2), so the daemon records (pgid, start time) of every
    worker; on restart it kills what is left of those groups, matching start times so that a reused
    pid is never hit (`kill_leftovers`).
+
+What a worker starts in another session or process group escapes all three: `orphans.py` ends it.
 """
 
 from __future__ import annotations

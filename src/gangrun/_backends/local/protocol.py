@@ -21,6 +21,19 @@ from gangrun._errors import DaemonUnavailable, GangrunError
 MAX_LINE = 64 * 2**20
 
 
+def received(conn: socket.socket, buf: bytearray, *, end: bytes, limit: int) -> bool:
+    """Read what the non-blocking `conn` has into `buf`. Returns True once the request is whole (`end`
+    arrived, the peer closed, or `limit` bytes came: the caller stops watching `conn`), False to wait."""
+    try:
+        chunk = conn.recv(1 << 16)
+    except BlockingIOError:
+        return False
+    except OSError:
+        chunk = b""
+    buf += chunk
+    return not (chunk and end not in buf and len(buf) < limit)
+
+
 def encode(doc: dict[str, Any]) -> bytes:
     return (json.dumps(doc, separators=(",", ":"), default=str) + "\n").encode()
 
