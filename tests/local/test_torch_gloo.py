@@ -94,3 +94,45 @@ def test_s5_example_gang_preempted_resumes_from_its_own_sharded_checkpoint(backe
     before = [m.group(1) for m in before if m]
     assert before and before[0] == after, "the curve continues where it stopped:\n" + "\n".join(lines)
     assert any("step 60 saved" in line for line in lines), "and training finishes"
+
+
+def _epoch_losses(lines: list[str]) -> dict[tuple[int, int], set[float]]:
+    """(rank, epoch) -> every mean loss printed for it (an epoch ended again after a resume prints again)."""
+    out: dict[tuple[int, int], set[float]] = {}
+    for line in lines:
+        if '"epoch"' in line:
+            r = json.loads(line[line.index("{") :])
+            out.setdefault((r["rank"], r["epoch"]), set()).add(r["loss"])
+    return out
+
+
+@pytest.mark.slow
+def test_ddp_ranks_with_their_own_rng_streams_preempted_twice_train_as_if_never_stopped(
+    backend, manifest, tmp_path: Path
+) -> None:
+    """tests/local/ddp_per_rank.py: dropout and shuffling draw from per-rank streams, saved as
+    `per_rank`. Preempted twice, every rank's loss of every epoch is the uninterrupted run's, to the bit."""
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    script = str(Path(__file__).with_name("ddp_per_rank.py"))
+    env = {"PYTHONPATH": src, "OMP_NUM_THREADS": "1", "STEP_SECONDS": "0.15"}
+
+    def run(name: str) -> None:
+        backend.submit(manifest(name, nodes=2, command=[sys.executable, script], cpu="1", resume=True, grace="60s",
+                                env=env))  # fmt: skip
+
+    run("straight")
+    wait_for(backend, "straight", phase("Succeeded"), timeout=240)
+    want = _epoch_losses(list(backend.logs("straight")))
+    assert sorted(want) == [(r, e) for r in range(2) for e in range(6)] and all(len(v) == 1 for v in want.values())
+    assert want[(0, 5)] != want[(1, 5)], "the ranks draw from streams of their own"
+
+    run("preempted")
+    for at in (9, 27):  # a committed checkpoint at or after that step, then a preemption
+        wait_for(backend, "preempted", checkpointed(at), what=f"a committed checkpoint at step >= {at}", timeout=240)
+        backend.evict("preempted", "Preempted")
+    done = wait_for(backend, "preempted", phase("Succeeded"), timeout=240)
+    assert done["attempt"] == 1, "a preemption keeps the attempt"
+    lines = list(backend.logs("preempted"))
+    resumes = [json.loads(line[line.index("{") :]) for line in lines if '"resumed_at"' in line]
+    assert sorted((r["rank"], r["per_rank"]) for r in resumes) == [(0, True), (0, True), (1, True), (1, True)], resumes
+    assert _epoch_losses(lines) == want, "every rank's epoch losses are the uninterrupted run's"
