@@ -1,6 +1,8 @@
 """torch on the local backend: a torch.distributed script runs unchanged in a local gang, and the
 examples/ddp gang (DDP and FSDP2 over gloo, 2 nodes x 2 processes) resumes from its own sharded
-checkpoint after a preemption, its loss curve continuing where it stopped (S5, S10, B3).
+checkpoint after a preemption, its loss curve continuing where it stopped (S5, S10, B3), and a DDP
+gang whose ranks draw from random streams of their own trains through two preemptions exactly as
+without them, its streams saved as `per_rank`.
 
 torch is the optional `torch` extra: skipped where it is missing, except under CI=true, where a
 missing torch fails these tests instead.
