@@ -1,6 +1,8 @@
 """torch on the local backend: a torch.distributed script runs unchanged in a local gang, and the
 examples/ddp gang (DDP and FSDP2 over gloo, 2 nodes x 2 processes) resumes from its own sharded
-checkpoint after a preemption, its loss curve continuing where it stopped (S5, S10, B3).
+checkpoint after a preemption, its loss curve continuing where it stopped (S5, S10, B3), and a DDP
+gang whose ranks draw from random streams of their own trains through two preemptions exactly as
+without them, its streams saved as `per_rank`.
 
 torch is the optional `torch` extra: skipped where it is missing, except under CI=true, where a
 missing torch fails these tests instead.
@@ -134,3 +136,45 @@ def test_a_rank_stopped_only_through_should_stop_does_not_complete_its_gang(back
     exits = [e.data for e in backend.events("peer") if e.type.value == "WorkerExited"]
     assert exits and exits[0]["rank"] == 1 and exits[0]["code"] == 143, exits
     assert done["restartAttempt"] == 1, "the stopped round did not count as the task's end"
+
+
+def _epoch_losses(lines: list[str]) -> dict[tuple[int, int], set[float]]:
+    """(rank, epoch) -> every mean loss printed for it (an epoch ended again after a resume prints again)."""
+    out: dict[tuple[int, int], set[float]] = {}
+    for line in lines:
+        if '"epoch"' in line:
+            r = json.loads(line[line.index("{") :])
+            out.setdefault((r["rank"], r["epoch"]), set()).add(r["loss"])
+    return out
+
+
+@pytest.mark.slow
+def test_ddp_ranks_with_their_own_rng_streams_preempted_twice_train_as_if_never_stopped(
+    backend, manifest, tmp_path: Path
+) -> None:
+    """tests/local/ddp_per_rank.py: dropout and shuffling draw from per-rank streams, saved as
+    `per_rank`. Preempted twice, every rank's loss of every epoch is the uninterrupted run's, to the bit."""
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    script = str(Path(__file__).with_name("ddp_per_rank.py"))
+    env = {"PYTHONPATH": src, "OMP_NUM_THREADS": "1", "STEP_SECONDS": "0.15"}
+
+    def run(name: str) -> None:
+        backend.submit(manifest(name, nodes=2, command=[sys.executable, script], cpu="1", resume=True, grace="60s",
+                                env=env))  # fmt: skip
+
+    run("straight")
+    wait_for(backend, "straight", phase("Succeeded"), timeout=240)
+    want = _epoch_losses(list(backend.logs("straight")))
+    assert sorted(want) == [(r, e) for r in range(2) for e in range(6)] and all(len(v) == 1 for v in want.values())
+    assert want[(0, 5)] != want[(1, 5)], "the ranks draw from streams of their own"
+
+    run("preempted")
+    for at in (9, 27):  # a committed checkpoint at or after that step, then a preemption
+        wait_for(backend, "preempted", checkpointed(at), what=f"a committed checkpoint at step >= {at}", timeout=240)
+        backend.evict("preempted", "Preempted")
+    done = wait_for(backend, "preempted", phase("Succeeded"), timeout=240)
+    assert done["attempt"] == 1, "a preemption keeps the attempt"
+    lines = list(backend.logs("preempted"))
+    resumes = [json.loads(line[line.index("{") :]) for line in lines if '"resumed_at"' in line]
+    assert sorted((r["rank"], r["per_rank"]) for r in resumes) == [(0, True), (0, True), (1, True), (1, True)], resumes
+    assert _epoch_losses(lines) == want, "every rank's epoch losses are the uninterrupted run's"

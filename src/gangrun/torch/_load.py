@@ -10,7 +10,7 @@ raises CheckpointError (see `load`): that is a mismatch older checkpoints would 
 
 DCP reshards on load: each rank reads the pieces of every saved shard that overlap what its own
 state dict holds, so a checkpoint written by 4 ranks loads on 2 (or 8). `LoadedState.resharded`
-says when that happened.
+says when that happened. Values passed as `per_rank` load on the rank that saved them (_per_rank.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from gangrun._ckpt.catalog import Candidate
 from gangrun._ckpt.layout import DATA, join
 from gangrun._ckpt.logs import say
 from gangrun._errors import CheckpointError
-from gangrun.torch import _dcp, _files, _gang
+from gangrun.torch import _dcp, _files, _gang, _per_rank
 from gangrun.torch._save import INFO
 from gangrun.torch._target import Target
 
@@ -47,6 +47,7 @@ class LoadedState:
     loaded_from: Literal["own", "previous"]
     world_size: int  # the world size the checkpoint was written with
     resharded: bool  # True when that differs from this gang's
+    per_rank: bool = False  # this rank's per_rank values were loaded (False: the checkpoint has none for it)
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,10 @@ class _Choice:
     step: int | None
     world_size: int
     resumed: bool = False  # found at resume_from, not under the task's own root
+    per_rank: tuple[int, ...] = ()  # the ranks that saved per_rank values
 
 
-def load(target: Target, state_dict: dict[str, Any]) -> LoadedState | None:
+def load(target: Target, state_dict: dict[str, Any], per_rank: dict[str, Any] | None = None) -> LoadedState | None:
     group = _gang.side_group()
     world = _gang.world_size()
     choice: _Choice | str | None = None
@@ -77,9 +79,12 @@ def load(target: Target, state_dict: dict[str, Any]) -> LoadedState | None:
         return None
     source = (target.resumed() if choice.resumed else None) or target
     uri = source.uri_for_path(choice.path)
+    me = _per_rank.own_rank()
+    mine = per_rank is not None and _per_rank.loads_section(me, choice.per_rank)
+    request = _per_rank.with_section(state_dict, per_rank if mine else None, me)
     try:
         dcp_load(
-            state_dict, storage_reader=_dcp.reader(source, join(choice.path, DATA)), process_group=group,
+            request, storage_reader=_dcp.reader(source, join(choice.path, DATA)), process_group=group,
             no_dist=group is None,
         )  # fmt: skip
     except CheckpointException as e:
@@ -88,15 +93,21 @@ def load(target: Target, state_dict: dict[str, Any]) -> LoadedState | None:
         # renamed, a shape changed), which an older checkpoint would not cure; falling back
         # would silently start training from an older state, or from scratch.
         raise CheckpointError(f"could not load torch checkpoint {uri} into this state dict: {_first(e)}") from e
+    if request is not state_dict:  # DCP replaced the copy's plain values, not the caller's
+        state_dict.update((k, request[k]) for k in state_dict)
     own = not choice.resumed and choice.attempt == target.attempt
     where = ("this attempt" if own else f"previous attempt {choice.attempt}" if not choice.resumed else
              f"spec.checkpoint.resumeFrom {target.resume_from}")
     resharded = choice.world_size != world
     shape = f"{choice.world_size} ranks" + (f", resharded to {world}" if resharded else "")
     say(f"gangrun: loaded torch checkpoint from {where} (seq {choice.seq}, step {choice.step}, {shape}): {uri}")
+    if per_rank is not None and not mine:
+        saved = ", ".join(map(str, choice.per_rank)) or "none"
+        say(f"gangrun: rank {me}: no per_rank values of this rank in the checkpoint (ranks that saved some: "
+            f"{saved}; of {choice.world_size}); per_rank left as it was")  # fmt: skip
     return LoadedState(
         uri=uri, attempt=choice.attempt, seq=choice.seq, step=choice.step, loaded_from="own" if own else "previous",
-        world_size=choice.world_size, resharded=resharded,
+        world_size=choice.world_size, resharded=resharded, per_rank=mine,
     )  # fmt: skip
 
 
@@ -130,10 +141,11 @@ def _committed_in(target: Target, candidates: Iterator[Candidate], *, resumed: b
                     raise CheckpointError(f"{f.path} has {have} bytes, manifest says {f.size}")
             info = json.loads(storage.read_bytes(join(data, INFO)))
             world = int(info["world_size"])
+            saved_per_rank = tuple(int(r) for r in info.get("per_rank", ()))
         except (CheckpointError, OSError, ValueError, KeyError, TypeError) as e:
             say(f"gangrun: skipping torch checkpoint {uri}: {e}; trying the next one", logging.WARNING)
             continue
-        yield _Choice(cand.path, cand.attempt, cand.seq, manifest.step, world, resumed)
+        yield _Choice(cand.path, cand.attempt, cand.seq, manifest.step, world, resumed, saved_per_rank)
 
 
 def _first(e: CheckpointException) -> str:
@@ -142,5 +154,5 @@ def _first(e: CheckpointException) -> str:
     failures = getattr(e, "failures", None) or {}
     for rank, err in sorted(failures.items()):
         cause = err[0] if isinstance(err, tuple) else err  # DCP pairs each rank's exception with its traceback
-        return f"rank {rank}: {cause}"
-    return str(e)
+        return _per_rank.readable(f"rank {rank}: {cause}")
+    return _per_rank.readable(str(e))

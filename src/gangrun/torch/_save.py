@@ -8,8 +8,9 @@ One save, on every rank at the same step:
 2. Every rank writes its shards there with DCP (``__<rank>_<n>.distcp``); DCP's coordinator writes
    ``.metadata`` only after every rank's writes succeeded.
 3. Every rank reports its files (size, CRC-32) or its error to rank 0, which writes
-   ``gangrun-torch.json`` (world size, step) and commits: the manifest, then the rename (local) or
-   the manifest as the last object (object stores). Readers ignore everything before that (commit.py).
+   ``gangrun-torch.json`` (world size, step, the ranks that saved `per_rank` values: _per_rank.py)
+   and commits: the manifest, then the rename (local) or the manifest as the last object (object
+   stores). Readers ignore everything before that (commit.py).
 4. Rank 0 tells every rank whether the commit happened, so every rank returns or raises alike.
 
 A rank killed at any point leaves a folder that is never committed: rank 0 commits only with every
@@ -50,7 +51,7 @@ from gangrun._ckpt.layout import entry_name, join
 from gangrun._ckpt.logs import say
 from gangrun._ckpt.manifest import FileEntry, Manifest
 from gangrun._errors import CheckpointError, CommitFailed
-from gangrun.torch import _dcp, _files, _gang
+from gangrun.torch import _dcp, _files, _gang, _per_rank
 from gangrun.torch._target import Target
 
 log = logging.getLogger("gangrun")
@@ -83,6 +84,7 @@ class _Report:
     rank: int
     files: tuple[FileEntry, ...]
     error: str | None
+    per_rank: bool = False  # this rank saved a per_rank section
 
 
 class Saver:
@@ -96,8 +98,11 @@ class Saver:
         self._last_seq = 0
         self._staged: dict[str, Any] | None = None  # staging buffers, reused from save to save
 
-    def save(self, state_dict: dict[str, Any], *, step: int | None, blocking: bool) -> StateSave:
+    def save(
+        self, state_dict: dict[str, Any], *, step: int | None, blocking: bool, per_rank: dict[str, Any] | None = None
+    ) -> StateSave:
         t = self.target
+        state_dict = _per_rank.with_section(state_dict, per_rank, _gang.rank())
         taken = (time.time(), notice.stopping())  # the state as of now, and whether the gang is stopping
         events.first_step(os.environ.get(EVENTS_FILE_ENV) or None, task=t.task, attempt=t.attempt, rank=_gang.rank(),
                           step=step, now=taken[0])
@@ -186,7 +191,8 @@ class Saver:
         try:
             w = _dcp.writer(t, data_dir)
             dcp_save(state_dict, storage_writer=w, process_group=group, no_dist=group is None)
-            report = _Report(me, tuple(_files.entry(t.storage, data_dir, rel) for rel in w.written), None)
+            files = tuple(_files.entry(t.storage, data_dir, rel) for rel in w.written)
+            report = _Report(me, files, None, per_rank=_per_rank.KEY in state_dict)
         except (Exception, CheckpointException) as e:  # reported: rank 0 aborts instead of committing without this rank
             report = _Report(me, (), f"rank {me}: {e!r}")
         reports = _gang.gather(report, group)
@@ -208,7 +214,8 @@ class Saver:
         try:
             if errors:
                 raise CheckpointError("; ".join(errors))
-            info = json.dumps({"format": 1, "world_size": len(reports), "step": step}).encode()
+            info = json.dumps({"format": 1, "world_size": len(reports), "step": step,
+                               "per_rank": [r.rank for r in reports if r.per_rank]}).encode()  # fmt: skip
             t.storage.write_bytes(join(data_dir, INFO), info)
             files = [f for r in reports for f in r.files]
             files += [_files.entry(t.storage, data_dir, n) for n in (_dcp.METADATA, INFO)]
