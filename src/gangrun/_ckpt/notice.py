@@ -44,6 +44,7 @@ from types import FrameType
 
 from gangrun._ckpt import cache, writer
 from gangrun._ckpt.logs import say
+from gangrun._core import stop_causes
 from gangrun._errors import WorkerEnvError
 
 log = logging.getLogger("gangrun")
@@ -232,6 +233,13 @@ def stopping() -> bool:
     """Whether a stop notice came, read without telling gangrun that the program handles the stop
     (a save asks it to say whether it is the final one; the program has not listened for that)."""
     return STATE.notice is not None
+
+
+def peer_lost_at() -> float | None:
+    """When a stop notice said that a peer of this process is gone (its cause is one of
+    `stop_causes.PEER_LOST`), or None."""
+    n = STATE.notice
+    return n.received_at if n is not None and n.cause in stop_causes.PEER_LOST else None
 
 
 def on_stop(fn: Callable[[StopNotice], object]) -> None:

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from gangrun._ckpt.layout import join
-from gangrun._ckpt.shards import _Polls
+from gangrun._ckpt.polls import Polls
 from gangrun._ckpt.storage import Storage
 from gangrun._errors import CheckpointError
 
@@ -88,7 +88,7 @@ def wait(storage: Storage, attempt_dir: str, start: str, *, rank: int, timeout: 
          stopping: Callable[[], bool]) -> ResumePoint:
     """On a rank other than 0: the point rank 0 chose for `start`, once it is written. Raises
     CheckpointError when rank 0 has not chosen within `timeout` seconds, or the gang is stopping."""
-    for _ in _Polls(timeout=timeout, local=storage.local):
+    for _ in Polls(timeout=timeout, local=storage.local):
         point = read(storage, attempt_dir, start)
         if point is not None:
             return point

@@ -39,7 +39,6 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from gangrun._ckpt import catalog, transfer
@@ -56,6 +55,7 @@ from gangrun._ckpt.layout import (
 )
 from gangrun._ckpt.logs import say
 from gangrun._ckpt.manifest import ManifestError, Part
+from gangrun._ckpt.polls import Polls, peer_lost
 from gangrun._ckpt.storage import Storage
 from gangrun._errors import CommitFailed
 
@@ -125,33 +125,6 @@ class ShardSave:
         return join(self.pending.location, PARTS, part_name(rank) + suffix)
 
 
-class _Polls:
-    """Look again and again until `timeout` seconds pass: ``for _ in _Polls(...): if done(): break``.
-
-    A look at a local folder costs microseconds, so it is repeated often (the ranks of a save finish
-    close together, and every wasted interval is added to the save); a look at an object store is
-    a request, so it backs off to a few per second. `restart()` gives the full timeout again.
-    """
-
-    def __init__(self, *, timeout: float, local: bool) -> None:
-        self.timeout = timeout
-        self._first, self._most = (0.0005, 0.005) if local else (0.01, 0.2)
-        self.restart()
-
-    def restart(self) -> None:
-        self._deadline = time.monotonic() + self.timeout
-        self._delay = self._first
-
-    def __iter__(self) -> Iterator[None]:
-        while True:
-            yield
-            left = self._deadline - time.monotonic()
-            if left <= 0:
-                return
-            time.sleep(min(self._delay, left))
-            self._delay = min(self._most, self._delay * 2)
-
-
 @dataclass(frozen=True)
 class _Rendezvous:
     seq: int
@@ -215,7 +188,7 @@ def open_save(
         return save
     found: _Rendezvous | None = None
     passed_over = False
-    for _ in _Polls(timeout=timeout, local=storage.local):
+    for _ in Polls(timeout=timeout, local=storage.local):
         found = _read_rendezvous(storage, join(attempt_dir, name))
         if found is not None and found.leftover(since):
             if not passed_over:
@@ -269,7 +242,7 @@ def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
 
 
 def _await_abandoned(save: ShardSave, timeout: float) -> str | None:
-    for _ in _Polls(timeout=timeout, local=save.storage.local):
+    for _ in Polls(timeout=timeout, local=save.storage.local):
         why = _abandoned(save)
         if why is not None:
             return why
@@ -336,11 +309,12 @@ def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, 
     wanted = {part_name(r) + ".json": r for r in range(world_size)}
     failed: list[int] = []
     missing: list[int] = list(range(world_size))
-    for _ in _Polls(timeout=timeout, local=storage.local):
+    lost: str | None = None
+    for _ in Polls(timeout=timeout, local=storage.local):
         names = set(storage.list_names(parts_dir))
         failed = [r for r in range(world_size) if part_name(r) + ".failed" in names]
         missing = [r for n, r in wanted.items() if n not in names]
-        if failed or not missing:
+        if failed or not missing or (lost := peer_lost()):
             break
     what = f"sharded save of step {save.step}"
     if failed:
@@ -349,6 +323,9 @@ def collect(save: ShardSave, world_size: int, *, timeout: float) -> tuple[Part, 
         except Exception:  # the marker's presence is what matters
             why = ""
         raise ShardSaveAbandoned(failed_parts(save.step, failed, why or "(no reason given)"))
+    if missing and lost:
+        raise ShardSaveAbandoned(f"{what} abandoned: rank(s) {_ranks(missing)} had not written their part when the "
+                                 f"gang was stopped for a lost peer ({lost})")
     if missing:
         raise ShardSaveAbandoned(f"{what} abandoned: rank(s) {_ranks(missing)} did not finish within {timeout:.0f}s")
     parts: list[Part] = []
@@ -377,7 +354,7 @@ def wait_committed(save: ShardSave, part: Part, *, timeout: float) -> ShardSave:
     part's data is durable already, and the marker still comes after it.
     """
     storage = save.storage
-    polls = _Polls(timeout=timeout, local=storage.local)
+    polls = Polls(timeout=timeout, local=storage.local)
     for _ in polls:
         if storage.exists(join(save.pending.final, MANIFEST)):
             return save
@@ -403,6 +380,9 @@ def wait_committed(save: ShardSave, part: Part, *, timeout: float) -> ShardSave:
             if storage.exists(join(save.pending.final, MANIFEST)):
                 return save
             raise ShardSaveAbandoned(f"sharded save of step {save.step} was abandoned (see rank 0's log)")
+        if lost := peer_lost():  # rank 0 may be the one lost: nobody would commit
+            raise ShardSaveAbandoned(f"sharded save of step {save.step}: not committed when the gang was stopped "
+                                     f"for a lost peer ({lost})")
     raise ShardSaveAbandoned(f"sharded save of step {save.step}: not committed within {timeout:.0f}s")
 
 

@@ -3,16 +3,21 @@ them (the notice itself, `{"cause", "message", "deadline"}`, is gangrun._ckpt.no
 
 A worker failed: while restarts are left the whole gang restarts (cause `Restart`), else it stops (cause
 `WorkerFailed`). Either way the surviving ranks learn which worker failed, instead of a stop whose cause
-is unknown.
+is unknown. A worker lost with its node stops its peers with cause `NodeDisruption`.
+
+`PEER_LOST` are the causes that say a peer is gone: a sharded save still waiting for a part when one of
+them arrives is given up after a moment, not at the end of the grace period (gangrun._ckpt.shards).
 """
 
 from __future__ import annotations
 
 from gangrun._core.policy import WORKER_FAILED
 
-__all__ = ["RESTART", "WORKER_FAILED", "no_restart_left_message", "restart_message"]
+__all__ = ["NODE_DISRUPTION", "PEER_LOST", "RESTART", "WORKER_FAILED", "no_restart_left_message", "restart_message"]
 
 RESTART = "Restart"  # a peer failed and the whole gang restarts (failurePolicy.maxRestarts)
+NODE_DISRUPTION = "NodeDisruption"  # a peer was lost with its node
+PEER_LOST = frozenset({RESTART, WORKER_FAILED, NODE_DISRUPTION})
 
 
 def restart_message(failure: str) -> str:

@@ -57,7 +57,7 @@ WARNING_EVENTS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.AT
                             EventType.DISRUPTED, EventType.GRACE_TOO_SHORT})
 LIVE_PHASES = ("Pending", "Running")
 # Stop-notice causes besides Kueue's Evicted reasons and error codes (the local backend's words).
-ABORTED, ATTEMPT_ENDED, NODE_DISRUPTION = "Aborted", "AttemptEnded", "NodeDisruption"
+ABORTED, ATTEMPT_ENDED, NODE_DISRUPTION = "Aborted", "AttemptEnded", stop_causes.NODE_DISRUPTION
 # metadata keys parse_manifest knows; the API server adds others (finalizers, ownerReferences, ...).
 _MANIFEST_METADATA = ("name", "namespace", "labels", "annotations")
 

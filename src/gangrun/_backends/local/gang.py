@@ -70,7 +70,7 @@ class WriteNotice:
 
 
 Effect = StartRound | Signal | WriteNotice
-NODE_DISRUPTION = "NodeDisruption"  # the stop notice's cause for the peers of a worker lost to its node
+NODE_DISRUPTION = stop_causes.NODE_DISRUPTION  # the stop notice's cause for the peers of a worker lost to its node
 
 
 def gang_name(task: str, attempt: int) -> str:

@@ -12,10 +12,10 @@ from datetime import datetime
 from gangrun._backends.local.config import CQ_PATH, NAMESPACE
 from gangrun._backends.local.gang import Effect, GangTwin
 from gangrun._backends.local.workload import WorkloadTwin
-from gangrun._core import kueue
+from gangrun._core import kueue, stop_causes
 from gangrun._errors import UsageError
 
-NODE_DISRUPTION = "NodeDisruption"
+NODE_DISRUPTION = stop_causes.NODE_DISRUPTION
 REASONS = (kueue.EVICTED_BY_PREEMPTION, kueue.EVICTED_BY_PODS_READY_TIMEOUT, kueue.EVICTED_DUE_TO_NODE_FAILURES,
            NODE_DISRUPTION)
 DISRUPTION_REASON = "EvictionByEvictionAPI"  # the DisruptionTarget reason of a drained node's pods
