@@ -65,3 +65,13 @@ def test_create_submits_the_flyte_tasks_gang_get_maps_its_phase_and_delete_reque
     assert crd.CANCEL_ANNOTATION in api.obj(TASKS, "ml", meta.name)["metadata"]["annotations"]
     api.delete(TASKS, "ml", meta.name)
     connector_calls.delete(meta, conn)  # idempotent: a gang that is gone is left as it is
+
+
+def test_a_create_flyte_sends_again_for_the_same_execution_finds_the_gang_the_first_made(connection) -> None:
+    api, conn = connection
+    first = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata())
+    again = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata())  # first reply lost
+    assert again.name == first.name and len(api.names(TASKS)) == 1
+    retry = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata(retry_attempt=1))
+    other_run = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata(run="r2"))
+    assert len({first.name, retry.name, other_run.name}) == 3 and len(api.names(TASKS)) == 3

@@ -28,6 +28,7 @@ from gangrun._backends.kube.client import (
     Resource,
     connect,
 )
+from gangrun._backends.kube.create import create_once
 from gangrun._backends.kube.pending import pending_message, queue_position
 from gangrun._backends.kube.reconcile import load_accounting, load_state, task_spec
 from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB, check_renderable, checkpoint_root, render_jobset
@@ -80,11 +81,10 @@ class KubeBackend:
         body = {k: v for k, v in (spec.raw or {}).items() if k != "status"}
         meta = {k: v for k, v in (body.get("metadata") or {}).items()
                 if k in ("name", "labels", "annotations")}
-        # Without a name the API server makes one from generateName (a prefix and 5 random characters).
         naming = {"name": spec.name} if spec.name else {"generateName": spec.generate_name}
         body.update(apiVersion=crd.API_VERSION, kind=crd.KIND, metadata={**meta, **naming, "namespace": ns})
-        try:
-            created = self.api.create(TASKS, ns, body)
+        try:  # exactly once, however often it is retried: see gangrun._backends.kube.create
+            created = create_once(self.api, ns, body)
         except Conflict:
             raise UsageError(f"task {spec.name} already exists in namespace {ns}; delete it or pick another name") \
                 from None
