@@ -36,6 +36,8 @@ import controlplane
 import incluster
 import realnode
 
+# `gangrun controller` flags of `./dev cluster up`: checkpoint-aware preemption on, as on the local backend.
+CONTROLLER_ARGS = ("--priority-boost",)
 PRIORITY_CLASSES = {"low": 100, "normal": 1000, "high": 10000}
 
 
@@ -200,7 +202,8 @@ def serve() -> None:
         cpu = cp.kube.get("Node", realnode.NODE_NAME)["status"]["allocatable"]["cpu"]
         for name, doc in example_manifests(h, cpu).items():
             (h / "examples" / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        incluster.deploy(cp.kube, cp.api_url, on_real_node=False)
+        # Checkpoint-aware preemption on, as on the local backend (this Kueue runs with PriorityBoost).
+        incluster.deploy(cp.kube, cp.api_url, on_real_node=False, args=CONTROLLER_ARGS)
         figures["controller"] = time.monotonic() - t
         figures["total"] = time.monotonic() - t0
         kc = h / "kubeconfig"
