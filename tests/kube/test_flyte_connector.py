@@ -55,6 +55,7 @@ def test_create_submits_the_flyte_tasks_gang_get_maps_its_phase_and_delete_reque
     assert (env["FLYTE_INTERNAL_EXECUTION_PROJECT"], env["FLYTE_INTERNAL_EXECUTION_DOMAIN"], env["USER_VAR"]) == (
         "p", "d", "1")
     assert spec["podTemplate"]["spec"]["serviceAccountName"] == "flyte-runner"
+    assert spec["checkpoint"]["uri"] == "s3://bucket/run/_gangrun_checkpoints"  # Flyte's store, not a pod's disk
 
     resource = connector_calls.get(meta, conn)
     assert resource.phase == TaskExecution.QUEUED  # no controller has written a status yet

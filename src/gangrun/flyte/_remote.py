@@ -26,6 +26,7 @@ from gangrun._errors import SpecError
 
 __all__ = ["PHASES", "execution_env", "execution_token", "flyte_phase", "manifest_doc"]
 
+CHECKPOINTS_UNDER = "_gangrun_checkpoints"  # beside Flyte's own `_flytecheckpoints` under the output prefix
 PHASES = {
     "Queued": "QUEUED",
     "WaitingForResources": "WAITING_FOR_RESOURCES",
@@ -68,12 +69,14 @@ def execution_token(*, execution: Mapping[str, str], node: str, attempt: int) ->
 
 def manifest_doc(custom: dict[str, Any], key: str, *, args: Sequence[str], image: str,
                  namespace: str | None, env: Mapping[str, str] | None = None,
-                 service_account: str = "", token: str = "") -> dict[str, Any]:
+                 service_account: str = "", token: str = "", checkpoints: str = "") -> dict[str, Any]:
     """The ClusteredTask document of a task template: its custom manifest, the container's arguments
     appended to the command, the container's image unless the manifest names one, and the namespace.
     `env` (what Flyte gives the task's pod) joins the manifest's own `spec.env`, which wins, leaving out
     the names gangrun sets for every worker; `service_account` is the pods' unless the manifest's pod
-    template names one; `token` is the task's client token (`execution_token`)."""
+    template names one; `token` is the task's client token (`execution_token`); `checkpoints`: the
+    execution's output prefix, under which the gang checkpoints (`CHECKPOINTS_UNDER`) unless the manifest
+    names a `spec.checkpoint.uri`."""
     text = custom.get(key)
     try:
         doc = json.loads(text) if isinstance(text, str) else None
@@ -92,6 +95,8 @@ def manifest_doc(custom: dict[str, Any], key: str, *, args: Sequence[str], image
     pod = (spec.get("podTemplate") or {}).get("spec") or {}
     if service_account and not (pod.get("serviceAccountName") or pod.get("serviceAccount")):
         spec.setdefault("podTemplate", {}).setdefault("spec", {})["serviceAccountName"] = service_account
+    if checkpoints and not (spec.get("checkpoint") or {}).get("uri"):
+        spec.setdefault("checkpoint", {})["uri"] = f"{checkpoints.rstrip('/')}/{CHECKPOINTS_UNDER}"
     if namespace:
         doc.setdefault("metadata", {})["namespace"] = namespace
     if token:

@@ -54,7 +54,8 @@ class GangConnector(AsyncConnector[GangMeta]):
                      inputs: dict[str, Any] | None = None, task_execution_metadata: Any = None,
                      **kwargs: Any) -> GangMeta:
         namespace = kwargs.get("namespace") or getattr(task_execution_metadata, "namespace", "") or None
-        task = gangrun.ClusteredTask.from_dict(clustered_task_doc(task_template, task_execution_metadata, namespace))
+        doc = clustered_task_doc(task_template, task_execution_metadata, namespace, output_prefix=output_prefix)
+        task = gangrun.ClusteredTask.from_dict(doc)
         run = await asyncio.to_thread(gangrun.submit, task, "kubernetes", namespace=namespace, **_cluster(kwargs))
         return GangMeta(name=run.name, namespace=namespace or "")
 
@@ -73,12 +74,14 @@ class GangConnector(AsyncConnector[GangMeta]):
 
 
 def clustered_task_doc(task_template: tasks_pb2.TaskTemplate, task_execution_metadata: Any,
-                       namespace: str | None) -> dict[str, Any]:
+                       namespace: str | None, *, output_prefix: str = "") -> dict[str, Any]:
     """The ClusteredTask of one Flyte task execution: what a pod of it would run, on every rank. Its
     environment is a pod's of Flyte's Kubernetes plugins, the later winning: the container's variables
     (the task environment's `env_vars`), the execution's identifiers, the execution metadata's (the run's
     and Flyte's runtime settings). Its client token comes from the execution's identifier, so a create
-    that Flyte retries finds the gang the first one made."""
+    that Flyte retries finds the gang the first one made. Its checkpoints go under the execution's
+    `output_prefix` (Flyte's raw-data store, which every pod of the task reaches) unless the task's
+    `Gang(options={"checkpoint_uri": ...})` names a place: a pod's own disk would not outlive a preemption."""
     meta = task_execution_metadata
     ids = meta.task_execution_id if meta is not None and meta.HasField("task_execution_id") else None
     env = {e.key: e.value for e in task_template.container.env}
@@ -93,7 +96,8 @@ def clustered_task_doc(task_template: tasks_pb2.TaskTemplate, task_execution_met
     return manifest_doc(json_format.MessageToDict(task_template.custom), CUSTOM_KEY,
                         args=list(task_template.container.args), image=task_template.container.image,
                         namespace=namespace, env=env,
-                        service_account=meta.k8s_service_account if meta is not None else "", token=token)
+                        service_account=meta.k8s_service_account if meta is not None else "", token=token,
+                        checkpoints=output_prefix)
 
 
 def _cluster(kwargs: dict[str, Any]) -> dict[str, Any]:
