@@ -76,3 +76,20 @@ def test_a_create_flyte_sends_again_for_the_same_execution_finds_the_gang_the_fi
     retry = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata(retry_attempt=1))
     other_run = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata(run="r2"))
     assert len({first.name, retry.name, other_run.name}) == 3 and len(api.names(TASKS)) == 3
+
+
+def test_the_connectors_role_grants_every_call_its_create_get_and_delete_make_in_a_project_namespace(
+        connection) -> None:
+    import yaml
+
+    api, conn = connection
+    api.calls.clear()
+    meta = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata())
+    connector_calls.get(meta, conn)
+    connector_calls.delete(meta, conn)
+    verbs = {"get": "get", "list": "list", "create": "create", "patch": "patch", "dry-run": "create"}
+    calls = {(plural, verbs.get(verb, verb)) for verb, plural, _ in api.calls}
+    docs = yaml.safe_load_all((Path(__file__).resolve().parents[2] / "deploy/flyte/connector.yaml").read_text())
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    grants = {(r.split("/")[0], v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert ("clusteredtasks", "create") in calls and calls - grants == set(), calls
