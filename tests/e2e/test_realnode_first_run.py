@@ -39,6 +39,8 @@ def test_the_shipped_example_runs_as_the_docs_say_as_root_with_the_default_clust
     home = Path("/root/.gangrun/cluster")
     if (home / "supervisor.pid").exists():
         pytest.skip(f"a cluster is up in {home}: not taking it over")
+    made = next(p for p in (home, *home.parents) if p.parent.exists())  # what this test creates, removed after
+    made = None if made.exists() else made
     env = {k: v for k, v in os.environ.items() if k not in ("GANGRUN_CLUSTER_HOME", "KUBECONFIG", "GANGRUN_BACKEND")}
     env.update(HOME="/root", PYTHONPATH=str(REPO / "src"))
     gangrun = [sys.executable, "-m", "gangrun"]
@@ -63,4 +65,6 @@ def test_the_shipped_example_runs_as_the_docs_say_as_root_with_the_default_clust
     finally:
         down = _run([sys.executable, "tests/e2e/cluster.py", "down"], env, 300)
         shutil.rmtree(home / "data" / "train", ignore_errors=True)  # this run's checkpoints; data/ itself is kept
+        if made is not None:  # a cluster home this test made: the host as it was
+            shutil.rmtree(made, ignore_errors=True)
     assert down.returncode == 0, down.stderr[-2000:]
