@@ -21,10 +21,9 @@ Pods that go away carrying something a sync still needs (a worker's newest check
 termination message, a DisruptionTarget condition) are kept from their DELETED event until a sync
 has written what they said into the status. Stop notices go onto pods as one-annotation patches,
 all at once and alongside the status write, and are done before the deletes the same sync asks for.
-The running workers' checkpoints are polled live (`live_reports.py`; `report_period=None` turns it
-off): a new commit queues its task, so it reaches the task's timeline and accounting while the gang
-runs, not only at its next stop. With a boost policy (`--priority-boost`) each sync ends by keeping the
-Workload's priority-boost annotation equal to the task's boost (`boost.py`), patching only a change.
+Running workers' checkpoints are polled live (`live_reports.py`; off with `report_period=None`): a new
+commit queues its task, reaching its timeline while the gang runs. With `--priority-boost` each sync
+ends by keeping the Workload's priority-boost annotation equal to the task's boost (`boost.py`).
 
 Reads come from the informer caches, except where a stale cache could cost an attempt:
 * a JobSet missing from the cache after it was seen is read from the API server before the engine
