@@ -70,3 +70,12 @@ def test_constraints_pin_every_dependency_that_pyproject_names():
     pinned = {name(line) for line in (root / "constraints.txt").read_text().splitlines()
               if line and not line.startswith("#")}
     assert {name(r) for r in wanted} - pinned == set()
+
+
+def test_the_flyte_extra_alone_is_enough_for_the_connector():
+    """The connector submits gangs through the Kubernetes backend: `pip install 'gangrun[flyte]'` must bring
+    everything the `kubernetes` extra does (issue 26 item 3)."""
+    import tomllib
+
+    extras = tomllib.loads((DEV.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras["kubernetes"]) <= set(extras["flyte"])

@@ -8,7 +8,8 @@ use it. ``down`` stops the supervisor and removes whatever is left on the host (
 or killed ``up``). The contract, in ``$GANGRUN_CLUSTER_HOME`` (default ``~/.gangrun/cluster``):
 
 * ``kubeconfig``: an admin kubeconfig (``gangrun --backend kubernetes --kubeconfig <it>``);
-* ``data/``: a folder the pods see at the same path through a ``hostPath`` volume;
+* ``data/``: a folder the pods see at ``DATA_IN_POD`` through a ``hostPath`` volume;
+* ``images/``: image archives of your own, imported into the node at every ``up``;
 * LocalQueue ``default`` in namespace ``default`` on a ClusterQueue whose quota is the node's
   allocatable CPU and memory; WorkloadPriorityClasses ``low`` 100, ``normal`` 1000, ``high`` 10000;
 * the image ``localhost/gangrun:dev``.
@@ -36,6 +37,13 @@ import controlplane
 import incluster
 import realnode
 
+# `gangrun controller` flags of `./dev cluster up`: checkpoint-aware preemption on, as on the local backend.
+CONTROLLER_ARGS = ("--priority-boost",)
+# Where the pods see the shared folder: not at its host path, which is under root's home for `sudo ./dev cluster
+# up`, and the image's /root (mode 0700) keeps the workers' user (65532) out of anything mounted beneath it.
+DATA_IN_POD = "/var/lib/gangrun/checkpoints"  # the default checkpoint root, so a manifest may leave the URI out
+# Image archives (docker-archive .tar) the node imports at every `up`, after gangrun's own: your training images.
+IMAGES = "images"
 PRIORITY_CLASSES = {"low": 100, "normal": 1000, "high": 10000}
 
 
@@ -60,7 +68,8 @@ def usage(h: Path, figures: dict) -> str:
   kubeconfig     {kc}
   image          {realnode.IMAGE}
   queue          LocalQueue 'default' in namespace 'default'; priority classes low, normal, high
-  shared folder  {h / 'data'} (mount it with a hostPath volume at the same path)
+  shared folder  {h / 'data'} (the pods see it at {DATA_IN_POD} through a hostPath volume)
+  your images    {h / IMAGES}/*.tar (docker-archive; imported at every up)
   logs           {h / 'logs'}
 
 Run the example (2 workers training, checkpoints in the shared folder), then preempt it with a task of
@@ -76,14 +85,19 @@ Stop it and clean the host: ./dev cluster down
 """
 
 
+def user_images(h: Path) -> list[Path]:
+    """The image archives the user keeps in the cluster home, imported at every `up` (`down` removes the
+    node's containerd and everything imported into it)."""
+    return sorted((h / IMAGES).glob("*.tar"))
+
+
 def example_manifests(h: Path, allocatable_cpu: str) -> dict[str, dict]:
     """The shipped training example sized to fill the node (train) and to preempt it (urgent)."""
     from gangrun._core.units import parse_quantity
 
     half = max(int(parse_quantity(allocatable_cpu) * 1000) // 2 - 100, 100)  # room for the controller's 100m
-    data = str(h / "data")
-    template = {"spec": {"containers": [{"name": "worker", "volumeMounts": [{"name": "data", "mountPath": data}]}],
-                         "volumes": [{"name": "data", "hostPath": {"path": data, "type": "Directory"}}]}}
+    template = {"spec": {"containers": [{"name": "worker", "volumeMounts": [{"name": "data", "mountPath": DATA_IN_POD}]}],
+                         "volumes": [{"name": "data", "hostPath": {"path": str(h / "data"), "type": "Directory"}}]}}
 
     def task(name: str, nodes: int, priority: str, steps: int) -> dict:
         return {"apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": name},
@@ -92,7 +106,7 @@ def example_manifests(h: Path, allocatable_cpu: str) -> dict[str, dict]:
                          "resources": {"cpu": f"{half}m", "memory": "256Mi"}, "priorityClass": priority,
                          "terminationGracePeriod": "20s",
                          "failurePolicy": {"maxRestarts": 1, "resumeAfterPreemption": True},
-                         "checkpoint": {"uri": f"file://{data}"}, "podTemplate": template}}
+                         "checkpoint": {"uri": f"file://{DATA_IN_POD}"}, "podTemplate": template}}
     return {"train": task("train", 2, "low", 200), "urgent": task("urgent", 1, "high", 20)}
 
 
@@ -105,6 +119,7 @@ def up(timeout: float = 900.0) -> int:
     (h / "logs").mkdir(parents=True, exist_ok=True)
     (h / "data").mkdir(parents=True, exist_ok=True)
     os.chmod(h / "data", 0o1777)  # the image's user (65532) writes checkpoints there
+    (h / IMAGES).mkdir(exist_ok=True)
     with open(h / "logs" / "cluster.log", "ab") as log:
         proc = subprocess.Popen([sys.executable, __file__, "serve"], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -181,7 +196,7 @@ def serve() -> None:
     if missing:
         raise realnode.NodeSetupError("missing: " + "; ".join(missing))
     t = time.monotonic()
-    images = realnode.image_archives()
+    images = realnode.image_archives() + user_images(h)
     figures["images"] = time.monotonic() - t
     cp = controlplane.ControlPlane(binaries, workdir=h / "control-plane", keep_workdir=False, kwok_nodes=0)
     node = realnode.RealNode(binaries, h / "control-plane" / "admin.kubeconfig", h / "node", images,
@@ -200,7 +215,8 @@ def serve() -> None:
         cpu = cp.kube.get("Node", realnode.NODE_NAME)["status"]["allocatable"]["cpu"]
         for name, doc in example_manifests(h, cpu).items():
             (h / "examples" / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        incluster.deploy(cp.kube, cp.api_url, on_real_node=False)
+        # Checkpoint-aware preemption on, as on the local backend (this Kueue runs with PriorityBoost).
+        incluster.deploy(cp.kube, cp.api_url, on_real_node=False, args=CONTROLLER_ARGS)
         figures["controller"] = time.monotonic() - t
         figures["total"] = time.monotonic() - t0
         kc = h / "kubeconfig"

@@ -50,6 +50,7 @@ def gangrun_tasks(cp: ControlPlane, ns: str) -> list[str]:
 
 
 def task(**metadata) -> gangrun.ClusteredTask:
+    metadata.setdefault("checkpoint_uri", "s3://bucket/ck")  # a resuming task's checkpoints must outlive its pods
     return gangrun.ClusteredTask(**metadata, nodes=2, command=["python", "train.py"], image="example.invalid/trainer:1",
                                  resources={"cpu": str(NODE_CPU), "memory": "1Gi"}, priority_class="low",
                                  queue=LOCAL_QUEUE, termination_grace_period="1s", resume_after_preemption=True)

@@ -10,6 +10,7 @@ import incluster
 import pytest
 import realnode
 
+from gangrun._backends.kube.durable import check_checkpoints_survive
 from gangrun._core.spec import parse_manifest
 
 
@@ -58,9 +59,28 @@ def test_the_in_cluster_controller_takes_extra_flags_such_as_priority_boost() ->
 def test_the_clusters_example_manifests_are_valid_and_share_the_data_folder(tmp_path: Path) -> None:
     examples = cluster.example_manifests(tmp_path, "2")
     for doc in examples.values():
-        parse_manifest(doc)  # raises naming the field if gangrun would refuse it
-        assert doc["spec"]["checkpoint"]["uri"] == f"file://{tmp_path / 'data'}"
+        spec = parse_manifest(doc)  # raises naming the field if gangrun would refuse it
+        check_checkpoints_survive(spec)  # and so would a submit to the cluster
+        assert doc["spec"]["checkpoint"]["uri"] == "file:///var/lib/gangrun/checkpoints"
         assert doc["spec"]["podTemplate"]["spec"]["volumes"][0]["hostPath"]["path"] == str(tmp_path / "data")
     # train fills the node (two workers), urgent needs one worker's room: it preempts train.
     assert examples["train"]["spec"]["resources"]["cpu"] == "900m"
     assert examples["urgent"]["spec"]["priorityClass"] == "high"
+
+
+def test_the_clusters_examples_mount_the_shared_folder_outside_the_home_of_root_who_runs_the_cluster() -> None:
+    # `sudo ./dev cluster up` keeps the folder under /root; in the image /root is mode 0700, so a folder the
+    # pods saw at its host path was out of reach of the workers' user (65532): the first save failed.
+    examples = cluster.example_manifests(Path("/root/.gangrun/cluster"), "2")
+    for doc in examples.values():
+        pod = doc["spec"]["podTemplate"]["spec"]
+        (mount,) = pod["containers"][0]["volumeMounts"]
+        assert mount["mountPath"] == cluster.DATA_IN_POD and not mount["mountPath"].startswith("/root")
+        assert pod["volumes"][0]["hostPath"]["path"] == "/root/.gangrun/cluster/data"
+
+
+def test_images_kept_in_the_cluster_home_are_imported_at_every_up(tmp_path: Path) -> None:
+    (tmp_path / "images").mkdir()
+    for name in ("torch.tar", "a.tar", "notes.txt"):
+        (tmp_path / "images" / name).write_text("")
+    assert [p.name for p in cluster.user_images(tmp_path)] == ["a.tar", "torch.tar"]

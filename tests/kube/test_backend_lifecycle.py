@@ -201,7 +201,7 @@ def test_a_running_task_reads_no_workload() -> None:
 
 def test_the_view_carries_the_retry_budget() -> None:
     _, b = backend()
-    b.submit(parse_manifest(manifest(retries=2)))
+    b.submit(parse_manifest(manifest(retries=2, checkpoint={"uri": "s3://bucket/ck"})))
     view = b.get("train")
     assert (view["retries"], view["retriesLeft"], view["maxSystemRetries"]) == (2, 2, 3)
 

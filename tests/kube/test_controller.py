@@ -45,6 +45,9 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
+SHARED_CHECKPOINTS = "s3://bucket/ck"
+
+
 class Cluster:
     """A fake API, a controller on it, and the moves Kueue, JobSet and the kubelet would make."""
 
@@ -57,6 +60,9 @@ class Cluster:
         self.backend = KubeBackend(api=self.api, namespace="ml")
 
     def submit(self, **spec: object) -> None:
+        """Submit through the backend, with checkpoints in shared storage unless `spec` says where (a task
+        that resumes from a pod's own disk is refused at submit)."""
+        spec.setdefault("checkpoint", {"uri": SHARED_CHECKPOINTS})
         self.backend.submit(parse_manifest(manifest(**spec)))
 
     def settle(self, rounds: int = 10) -> None:

@@ -55,6 +55,7 @@ def test_create_submits_the_flyte_tasks_gang_get_maps_its_phase_and_delete_reque
     assert (env["FLYTE_INTERNAL_EXECUTION_PROJECT"], env["FLYTE_INTERNAL_EXECUTION_DOMAIN"], env["USER_VAR"]) == (
         "p", "d", "1")
     assert spec["podTemplate"]["spec"]["serviceAccountName"] == "flyte-runner"
+    assert spec["checkpoint"]["uri"] == "s3://bucket/run/_gangrun_checkpoints"  # Flyte's store, not a pod's disk
 
     resource = connector_calls.get(meta, conn)
     assert resource.phase == TaskExecution.QUEUED  # no controller has written a status yet
@@ -65,3 +66,30 @@ def test_create_submits_the_flyte_tasks_gang_get_maps_its_phase_and_delete_reque
     assert crd.CANCEL_ANNOTATION in api.obj(TASKS, "ml", meta.name)["metadata"]["annotations"]
     api.delete(TASKS, "ml", meta.name)
     connector_calls.delete(meta, conn)  # idempotent: a gang that is gone is left as it is
+
+
+def test_a_create_flyte_sends_again_for_the_same_execution_finds_the_gang_the_first_made(connection) -> None:
+    api, conn = connection
+    first = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata())
+    again = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata())  # first reply lost
+    assert again.name == first.name and len(api.names(TASKS)) == 1
+    retry = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata(retry_attempt=1))
+    other_run = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata(run="r2"))
+    assert len({first.name, retry.name, other_run.name}) == 3 and len(api.names(TASKS)) == 3
+
+
+def test_the_connectors_role_grants_every_call_its_create_get_and_delete_make_in_a_project_namespace(
+        connection) -> None:
+    import yaml
+
+    api, conn = connection
+    api.calls.clear()
+    meta = connector_calls.create(gang_tasks.flaky, conn, connector_calls.execution_metadata())
+    connector_calls.get(meta, conn)
+    connector_calls.delete(meta, conn)
+    verbs = {"get": "get", "list": "list", "create": "create", "patch": "patch", "dry-run": "create"}
+    calls = {(plural, verbs.get(verb, verb)) for verb, plural, _ in api.calls}
+    docs = yaml.safe_load_all((Path(__file__).resolve().parents[2] / "deploy/flyte/connector.yaml").read_text())
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    grants = {(r.split("/")[0], v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert ("clusteredtasks", "create") in calls and calls - grants == set(), calls

@@ -62,16 +62,16 @@ def _call(method: str, request: Any) -> Any:
     return response
 
 
-def execution_metadata(run_base: str = "s3://bucket/run", service_account: str = "flyte-runner",
-                       **env: str) -> TaskExecutionMetadata:
+def execution_metadata(run_base: str = "s3://bucket/run", service_account: str = "flyte-runner", *,
+                       run: str = "r1", retry_attempt: int = 0, **env: str) -> TaskExecutionMetadata:
     """What Flyte's connector plugin sends with a create: the task execution's identifier, the environment
     Flyte's executor gives the action (its name, run, org and run base) plus `env`, the service account."""
     return TaskExecutionMetadata(
         task_execution_id={"task_id": {"project": "p", "domain": "d", "name": "gangtest.train", "version": "v1"},
                            "node_execution_id": {"node_id": "a0", "execution_id": {
-                               "project": "p", "domain": "d", "name": "r1", "org": "o"}},
-                           "retry_attempt": 0},
-        environment_variables={"ACTION_NAME": "a0", "RUN_NAME": "r1", "_U_ORG_NAME": "o", "_U_RUN_BASE": run_base,
+                               "project": "p", "domain": "d", "name": run, "org": "o"}},
+                           "retry_attempt": retry_attempt},
+        environment_variables={"ACTION_NAME": "a0", "RUN_NAME": run, "_U_ORG_NAME": "o", "_U_RUN_BASE": run_base,
                                **env},
         k8s_service_account=service_account)
 

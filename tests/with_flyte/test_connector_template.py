@@ -47,6 +47,19 @@ def test_the_connector_makes_a_valid_clustered_task_of_the_template_flyte_ships(
     assert "s3://bucket/run" in spec.command  # the outputs path Flyte rendered
 
 
+def test_a_flyte_gang_checkpoints_under_the_executions_output_prefix_unless_it_names_a_place() -> None:
+    # Its pods' own disks would not outlive a preemption (issue 26 item 3): Flyte's raw-data store does.
+    tt = connector_calls.template(gang_tasks.train)
+    custom = json_format.MessageToDict(tt.custom)
+    doc = manifest_doc(custom, CUSTOM_KEY, args=[], image="img", namespace="ml", checkpoints="s3://b/run/a0/")
+    assert gangrun.ClusteredTask.from_dict(doc).spec.checkpoint_uri == "s3://b/run/a0/_gangrun_checkpoints"
+    named = json.loads(custom[CUSTOM_KEY])
+    named["spec"]["checkpoint"] = {"uri": "gs://mine/ck"}
+    doc = manifest_doc({CUSTOM_KEY: json.dumps(named)}, CUSTOM_KEY, args=[], image="img", namespace="ml",
+                       checkpoints="s3://b/run/a0")
+    assert gangrun.ClusteredTask.from_dict(doc).spec.checkpoint_uri == "gs://mine/ck"
+
+
 def test_the_connector_service_finds_the_gangrun_connector_by_task_type_and_through_the_entry_point() -> None:
     assert isinstance(ConnectorRegistry.get_connector("gangrun", 0), GangConnector)
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["flyte.connectors"]

@@ -108,9 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--boost-starved-max", type=int, default=3,
                     help="the most boost a waiting gang gets, one per preemption (default 3); running gangs "
                          "start above it")
+    sp.add_argument("--live-reports", action=argparse.BooleanOptionalAction, default=True,
+                    help="poll the running workers' newest checkpoint, so commits reach the timeline and the "
+                         "boost while gangs run (default: on; off: only at each stop)")
     sp.add_argument("--report-period", type=_positive_seconds, default=5.0,
-                    help="with --priority-boost: seconds between polls of the running workers' newest "
-                         "checkpoint (default 5)")
+                    help="seconds between polls of the running workers' newest checkpoint (default 5)")
 
     local = sub.add_parser("local", help="the local control plane", description="the local control plane",
                            parents=[common])

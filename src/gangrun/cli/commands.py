@@ -240,7 +240,8 @@ def controller(args: argparse.Namespace) -> int:
     return run_controller(kubeconfig=args.kubeconfig, namespace=namespace, metrics_port=args.metrics_port,
                           health_port=args.health_port, leader_election=args.leader_election,
                           lease_namespace=args.lease_namespace, identity=args.identity,
-                          workers=args.workers, boost=boost, report_period=args.report_period)
+                          workers=args.workers, boost=boost,
+                          report_period=args.report_period if args.live_reports else None)
 
 
 def _boost_policy(args: argparse.Namespace) -> BoostPolicy | None:

@@ -15,15 +15,18 @@ Flyte sees `RUNNING`, never a failure: a preemption costs the Flyte task no retr
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gangrun._backends.kube.crd import CLIENT_TOKEN_LABEL
 from gangrun._core.spec import RESERVED_ENV
 from gangrun._errors import SpecError
 
-__all__ = ["PHASES", "execution_env", "flyte_phase", "manifest_doc"]
+__all__ = ["PHASES", "execution_env", "execution_token", "flyte_phase", "manifest_doc"]
 
+CHECKPOINTS_UNDER = "_gangrun_checkpoints"  # beside Flyte's own `_flytecheckpoints` under the output prefix
 PHASES = {
     "Queued": "QUEUED",
     "WaitingForResources": "WAITING_FOR_RESOURCES",
@@ -55,14 +58,25 @@ def execution_env(*, execution: Mapping[str, str], task: Mapping[str, str], atte
     return out
 
 
+def execution_token(*, execution: Mapping[str, str], node: str, attempt: int) -> str:
+    """The client token of one task execution (its run's identifier, its node and Flyte's retry attempt):
+    a create that Flyte sends again for the same execution carries the same token, so it finds the gang
+    the first one made instead of starting a second (gangrun._backends.kube.create). A Flyte retry is a
+    new attempt and gets a gang of its own."""
+    ids = [execution.get(k, "") for k in ("org", "project", "domain", "name")] + [node, str(attempt)]
+    return "flyte-" + hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:40]
+
+
 def manifest_doc(custom: dict[str, Any], key: str, *, args: Sequence[str], image: str,
                  namespace: str | None, env: Mapping[str, str] | None = None,
-                 service_account: str = "") -> dict[str, Any]:
+                 service_account: str = "", token: str = "", checkpoints: str = "") -> dict[str, Any]:
     """The ClusteredTask document of a task template: its custom manifest, the container's arguments
     appended to the command, the container's image unless the manifest names one, and the namespace.
     `env` (what Flyte gives the task's pod) joins the manifest's own `spec.env`, which wins, leaving out
     the names gangrun sets for every worker; `service_account` is the pods' unless the manifest's pod
-    template names one."""
+    template names one; `token` is the task's client token (`execution_token`); `checkpoints`: the
+    execution's output prefix, under which the gang checkpoints (`CHECKPOINTS_UNDER`) unless the manifest
+    names a `spec.checkpoint.uri`."""
     text = custom.get(key)
     try:
         doc = json.loads(text) if isinstance(text, str) else None
@@ -81,6 +95,10 @@ def manifest_doc(custom: dict[str, Any], key: str, *, args: Sequence[str], image
     pod = (spec.get("podTemplate") or {}).get("spec") or {}
     if service_account and not (pod.get("serviceAccountName") or pod.get("serviceAccount")):
         spec.setdefault("podTemplate", {}).setdefault("spec", {})["serviceAccountName"] = service_account
+    if checkpoints and not (spec.get("checkpoint") or {}).get("uri"):
+        spec.setdefault("checkpoint", {})["uri"] = f"{checkpoints.rstrip('/')}/{CHECKPOINTS_UNDER}"
     if namespace:
         doc.setdefault("metadata", {})["namespace"] = namespace
+    if token:
+        doc.setdefault("metadata", {}).setdefault("labels", {})[CLIENT_TOKEN_LABEL] = token
     return doc

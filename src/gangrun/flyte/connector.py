@@ -2,7 +2,8 @@
 
     create → submit the task template's gang (its manifest, Flyte's container image and entrypoint, the
              environment and service account Flyte gives the task's pods) to the Kubernetes backend,
-             where gangrun's controller runs it;
+             where gangrun's controller runs it; exactly once per task execution, however often Flyte
+             retries the create;
     get    → the gang's status, its phase mapped onto Flyte's (`gangrun.flyte._remote.PHASES`) and its
              reason as the message;
     delete → cancel the gang (idempotent: a gang that ended or is gone is left as it is).
@@ -26,7 +27,7 @@ from google.protobuf import json_format
 import gangrun
 from gangrun._api.run import TaskRun
 from gangrun._errors import UsageError
-from gangrun.flyte._remote import execution_env, flyte_phase, manifest_doc
+from gangrun.flyte._remote import execution_env, execution_token, flyte_phase, manifest_doc
 from gangrun.flyte._task import CUSTOM_KEY, TASK_TYPE
 
 __all__ = ["GangConnector", "GangMeta", "clustered_task_doc"]
@@ -53,7 +54,8 @@ class GangConnector(AsyncConnector[GangMeta]):
                      inputs: dict[str, Any] | None = None, task_execution_metadata: Any = None,
                      **kwargs: Any) -> GangMeta:
         namespace = kwargs.get("namespace") or getattr(task_execution_metadata, "namespace", "") or None
-        task = gangrun.ClusteredTask.from_dict(clustered_task_doc(task_template, task_execution_metadata, namespace))
+        doc = clustered_task_doc(task_template, task_execution_metadata, namespace, output_prefix=output_prefix)
+        task = gangrun.ClusteredTask.from_dict(doc)
         run = await asyncio.to_thread(gangrun.submit, task, "kubernetes", namespace=namespace, **_cluster(kwargs))
         return GangMeta(name=run.name, namespace=namespace or "")
 
@@ -72,23 +74,30 @@ class GangConnector(AsyncConnector[GangMeta]):
 
 
 def clustered_task_doc(task_template: tasks_pb2.TaskTemplate, task_execution_metadata: Any,
-                       namespace: str | None) -> dict[str, Any]:
+                       namespace: str | None, *, output_prefix: str = "") -> dict[str, Any]:
     """The ClusteredTask of one Flyte task execution: what a pod of it would run, on every rank. Its
     environment is a pod's of Flyte's Kubernetes plugins, the later winning: the container's variables
     (the task environment's `env_vars`), the execution's identifiers, the execution metadata's (the run's
-    and Flyte's runtime settings)."""
+    and Flyte's runtime settings). Its client token comes from the execution's identifier, so a create
+    that Flyte retries finds the gang the first one made. Its checkpoints go under the execution's
+    `output_prefix` (Flyte's raw-data store, which every pod of the task reaches) unless the task's
+    `Gang(options={"checkpoint_uri": ...})` names a place: a pod's own disk would not outlive a preemption."""
     meta = task_execution_metadata
     ids = meta.task_execution_id if meta is not None and meta.HasField("task_execution_id") else None
     env = {e.key: e.value for e in task_template.container.env}
+    token = ""
     if ids is not None:
-        env.update(execution_env(execution=json_format.MessageToDict(ids.node_execution_id.execution_id),
-                                 task=json_format.MessageToDict(ids.task_id), attempt=ids.retry_attempt))
+        execution = json_format.MessageToDict(ids.node_execution_id.execution_id)
+        env.update(execution_env(execution=execution, task=json_format.MessageToDict(ids.task_id),
+                                 attempt=ids.retry_attempt))
+        token = execution_token(execution=execution, node=ids.node_execution_id.node_id, attempt=ids.retry_attempt)
     if meta is not None:
         env.update(meta.environment_variables)
     return manifest_doc(json_format.MessageToDict(task_template.custom), CUSTOM_KEY,
                         args=list(task_template.container.args), image=task_template.container.image,
                         namespace=namespace, env=env,
-                        service_account=meta.k8s_service_account if meta is not None else "")
+                        service_account=meta.k8s_service_account if meta is not None else "", token=token,
+                        checkpoints=output_prefix)
 
 
 def _cluster(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from gangrun._backends.clock import system_clock
-from gangrun._backends.kube import adapter, crd, events
+from gangrun._backends.kube import adapter, crd, durable, events
 from gangrun._backends.kube.client import (
     EVENTS,
     JOBSETS,
@@ -28,6 +28,7 @@ from gangrun._backends.kube.client import (
     Resource,
     connect,
 )
+from gangrun._backends.kube.create import create_once
 from gangrun._backends.kube.dependents import resuming_from
 from gangrun._backends.kube.pending import pending_message, queue_position
 from gangrun._backends.kube.reconcile import load_accounting, load_state, task_spec
@@ -76,18 +77,17 @@ class KubeBackend:
 
     def submit(self, spec: TaskSpec) -> str:
         check_renderable(spec)  # refuses what the cluster would refuse later (no image), naming the field
+        durable.check_checkpoints_survive(spec)  # and a resuming task whose checkpoints would die with its pods
         ns = spec.namespace or self.namespace
         self._check_queue(ns, spec.queue)
         self._check_pod(ns, spec)
         body = {k: v for k, v in (spec.raw or {}).items() if k != "status"}
-        meta = {k: v for k, v in (body.get("metadata") or {}).items()
-                if k in ("name", "labels", "annotations")}
-        # Without a name the API server makes one from generateName (a prefix and 5 random characters).
+        meta = {k: v for k, v in (body.get("metadata") or {}).items() if k in ("name", "labels", "annotations")}
         naming = {"name": spec.name} if spec.name else {"generateName": spec.generate_name}
         body.update(apiVersion=crd.API_VERSION, kind=crd.KIND, metadata={**meta, **naming, "namespace": ns})
-        try:
-            created = self.api.create(TASKS, ns, body)
-        except Conflict:
+        try:  # exactly once, however often it is retried: see gangrun._backends.kube.create
+            created = create_once(self.api, ns, body)
+        except Conflict:  # another task of that name (one with our client token is returned as ours)
             raise UsageError(f"task {spec.name} already exists in namespace {ns}; delete it or pick another name") \
                 from None
         except ApiError as e:

@@ -21,9 +21,9 @@ Pods that go away carrying something a sync still needs (a worker's newest check
 termination message, a DisruptionTarget condition) are kept from their DELETED event until a sync
 has written what they said into the status. Stop notices go onto pods as one-annotation patches,
 all at once and alongside the status write, and are done before the deletes the same sync asks for.
-With a boost policy (`--priority-boost`) each sync ends by keeping the Workload's priority-boost
-annotation equal to the task's boost (`boost.py`), patching only a change, and the running workers'
-checkpoints are polled live (`live_reports.py`): a new one queues its task.
+Running workers' checkpoints are polled live (`live_reports.py`; off with `report_period=None`): a new
+commit queues its task, reaching its timeline while the gang runs. With `--priority-boost` each sync
+ends by keeping the Workload's priority-boost annotation equal to the task's boost (`boost.py`).
 
 Reads come from the informer caches, except where a stale cache could cost an attempt:
 * a JobSet missing from the cache after it was seen is read from the API server before the engine
@@ -94,7 +94,7 @@ class Controller:
     def __init__(self, api: KubeApi, *, namespace: str | None, clock: Clock = system_clock,
                  metrics: Metrics | None = None, identity: str = "",
                  queue: WorkQueue[Key] | None = None, strict_events: bool = False,
-                 boost: BoostPolicy | None = None, report_period: float = live_reports.PERIOD) -> None:
+                 boost: BoostPolicy | None = None, report_period: float | None = live_reports.PERIOD) -> None:
         self.api, self.namespace, self.clock = api, namespace, clock
         self.boost = boost  # checkpoint-aware preemption: keep each Workload's priority-boost annotation
         self._boost_hinted = False
@@ -110,9 +110,9 @@ class Controller:
         self.workloads = Informer(api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
                                   indexers=indexes.WORKLOAD_INDEXERS)
         self.queues = Queues(api, namespace=namespace, on_change=self._queue_changed)
-        # The boost follows each commit as it happens, not at the gang's next stop.
-        self.live = (live_reports.LiveReports(self.pods, self._owned_changed, period=report_period) if boost is not None
-                     else None)
+        # Commits reach the timeline (and the boost follows them) as they happen, not at the gang's next stop.
+        self.live = (live_reports.LiveReports(self.pods, self._owned_changed, period=report_period)
+                     if report_period is not None else None)
         self.informers = (self.tasks, self.jobsets, self.pods, self.workloads, *self.queues.informers)
         self._hinted = False
         self._notices = ThreadPoolExecutor(max_workers=NOTICE_FANOUT, thread_name_prefix="stop-notice")

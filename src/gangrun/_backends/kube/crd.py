@@ -31,6 +31,9 @@ ATTEMPT_LABEL = f"{GROUP}/attempt"
 # The task's metadata.uid: a task deleted and re-created under the same name never takes the first
 # one's JobSets or pods (still being deleted) for its own.
 TASK_UID_LABEL = f"{GROUP}/task-uid"
+# A task's client token, set by the submitter before its first create: a retried create finds the task an
+# earlier try stored instead of making a second one (gangrun._backends.kube.create).
+CLIENT_TOKEN_LABEL = f"{GROUP}/client-token"
 # `gangrun cancel` asks the controller to abort by annotating the task; the controller owns status.
 CANCEL_ANNOTATION = f"{GROUP}/cancel-requested"
 # The stop notice (cause, message, deadline as JSON) the controller writes on worker pods before they

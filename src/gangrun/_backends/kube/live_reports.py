@@ -2,8 +2,10 @@
 
 A worker's termination message tells the controller its newest checkpoint when it exits. While it
 runs, `gangrun.launch` serves the same report on the pod's `gangrun-report` port
-(`gangrun._live_report`). With `--priority-boost` the controller polls it, so a gang's work at risk,
-and with it its boost, falls at each commit rather than at the gang's next stop. The workers need no
+(`gangrun._live_report`). The controller polls it (unless `--no-live-reports`), so each commit reaches
+the task's timeline (`gangrun events`, `describe`, the web page) and accounting while the gang runs, and
+a gang's work at risk, and with it its boost under `--priority-boost`, falls at each commit rather than
+at the gang's next stop. The workers need no
 access to the API for it; the controller needs to reach pod IPs, as any metrics scraper does. A
 worker that does not answer (a NetworkPolicy, an image with an older gangrun) has no live report,
 and its termination message still corrects the figures at its stop.

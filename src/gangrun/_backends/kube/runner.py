@@ -28,9 +28,9 @@ log = logging.getLogger(__name__)
 def run_controller(*, kubeconfig: str | None, namespace: str | None, metrics_port: int, health_port: int,
                    leader_election: bool, lease_namespace: str, identity: str | None,
                    workers: int | None = None, boost: BoostPolicy | None = None,
-                   report_period: float = live_reports.PERIOD) -> int:
+                   report_period: float | None = live_reports.PERIOD) -> int:
     """Run the controller until SIGTERM. `namespace=None` watches all namespaces; a port of 0 disables it;
-    `workers=None` runs DEFAULT_WORKERS."""
+    `workers=None` runs DEFAULT_WORKERS; `report_period=None` polls no live checkpoint reports."""
     workers = workers or DEFAULT_WORKERS
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
