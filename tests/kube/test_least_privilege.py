@@ -136,6 +136,7 @@ def connector_uses() -> set[Permission]:
 
     from kube_fake import FakeApi
     from kube_http import kubeconfig, serve
+
     from with_flyte import connector_calls, gang_tasks
 
     api = FakeApi()
@@ -194,8 +195,8 @@ def test_the_implied_finalizers_right_is_needed_by_the_jobsets_owner_reference()
     c.submit()
     c.settle()
     (ref,) = c.api.obj(JOBSETS, "ml", "train-1")["metadata"]["ownerReferences"]
-    assert ref["blockOwnerDeletion"] is True and IMPLIED == {Permission(TASKS.group, "clusteredtasks/finalizers",
-                                                                       "update")}
+    assert ref["blockOwnerDeletion"] is True and {Permission(TASKS.group, "clusteredtasks/finalizers",
+                                                                       "update")} == IMPLIED
 
 
 # -- every service account in deploy/ ------------------------------------------------------------------
