@@ -70,7 +70,7 @@ class Scoped:
     """`KubeApi` passing on only the calls `allowed` names. `used`: every permission asked so far."""
 
     def __init__(self, api: KubeApi, allowed: Iterable[Permission]) -> None:
-        self.inner = api.inner if isinstance(api, Scoped) else api  # a second scope replaces the first
+        self.inner = api
         self.allowed = frozenset(allowed)
         self.used: set[Permission] = set()
 
