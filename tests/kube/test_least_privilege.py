@@ -19,7 +19,8 @@ import pytest
 import yaml
 from test_controller import Cluster
 
-from gangrun._backends.kube.client import JOBSETS, LOCAL_QUEUES, TASKS
+from gangrun._backends.kube.backend import VISIBLE_QUEUES
+from gangrun._backends.kube.client import CLUSTER_QUEUES, EVENTS, JOBSETS, LOCAL_QUEUES, PODS, TASKS, WORKLOADS
 from gangrun._backends.kube.leader import LeaderElector
 from gangrun._backends.kube.permissions import (
     CONTROLLER,
@@ -30,6 +31,7 @@ from gangrun._backends.kube.permissions import (
     Scoped,
     UndeclaredCall,
 )
+from gangrun._core import kueue
 from gangrun._core.priority_boost import BoostPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,9 +152,12 @@ def connector_uses() -> set[Permission]:
             connector_calls.delete(meta, conn)
     finally:
         server.shutdown()
-    resources = {r.plural: r for r in (TASKS, JOBSETS, LOCAL_QUEUES)}
+    # The fake records plurals ("<plural>/<subresource>" for a get of one); their groups are the client's.
+    groups = {r.plural: r.group for r in (TASKS, JOBSETS, WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES, PODS, EVENTS)}
+    groups[f"{VISIBLE_QUEUES.plural}/{kueue.PENDING_WORKLOADS}"] = VISIBLE_QUEUES.group
     verbs = {"replace": "update", "patch-status": "patch", "log": "get"}
-    return {Permission(resources[p].group if p in resources else "", p, verbs.get(v, v)) for v, p, _ in api.calls}
+    resources = {"patch-status": "/status", "log": "/log"}
+    return {Permission(groups.get(p, ""), p + resources.get(v, ""), verbs.get(v, v)) for v, p, _ in api.calls}
 
 
 # -- the controller -------------------------------------------------------------------------------------
