@@ -234,13 +234,15 @@ def test_a_pod_template_reaches_every_worker_pod_merged_with_gangrun_s_own_field
     spec = pod["spec"]
     for key in ("tolerations", "nodeSelector", "serviceAccountName", "imagePullSecrets"):
         assert spec[key] == REAL_TEMPLATE["spec"][key], key
-    assert [v["name"] for v in spec["volumes"]] == ["ckpt", "gangrun-notice", "gangrun-run"]
+    assert [v["name"] for v in spec["volumes"]] == ["ckpt", "gangrun-notice", "gangrun-run", "gangrun-tmp",
+                                                    "gangrun-checkpoints"]  # the last two: a read-only root
     worker, sidecar = spec["containers"]
     assert sidecar == {"name": "sidecar", "image": "busybox"}
     assert worker["command"][:4] == ["python", "-m", "gangrun.launch", "--"]
     assert worker["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
     assert worker["env"][-1] == {"name": "AWS_REGION", "value": "eu-west-1"}  # after the contract: $(VAR) works
-    assert [m["mountPath"] for m in worker["volumeMounts"]] == ["/ckpt", "/etc/gangrun", "/var/run/gangrun"]
+    assert [m["mountPath"] for m in worker["volumeMounts"]] == ["/ckpt", "/etc/gangrun", "/var/run/gangrun", "/tmp",
+                                                                "/var/lib/gangrun/checkpoints"]
     assert spec["restartPolicy"] == "Never" and spec["subdomain"] == js["metadata"]["name"]
 
 

@@ -47,6 +47,7 @@ from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
 from gangrun._backends.kube.metrics import Metrics
+from gangrun._backends.kube.permissions import CONTROLLER, PRIORITY_BOOST, Scoped
 from gangrun._backends.kube.queues import Queues, priority_of
 from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.reconcile import (
@@ -80,7 +81,7 @@ SPARE_CONNECTIONS = 8  # the four watches, leader election, a live read or two
 # (1,000 tasks readmitted at once: see benchmarks/bench_controller.py). An idle worker is a parked thread.
 DEFAULT_WORKERS = 128
 RBAC_HINT = ("the controller may not read Kueue Workloads (403); evictions of started gangs will be "
-             "system retries. Grant get/list/watch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
+             "system retries. Grant list/watch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 
 
 def api_connections(workers: int) -> int:
@@ -95,21 +96,23 @@ class Controller:
                  metrics: Metrics | None = None, identity: str = "",
                  queue: WorkQueue[Key] | None = None, strict_events: bool = False,
                  boost: BoostPolicy | None = None, report_period: float | None = live_reports.PERIOD) -> None:
-        self.api, self.namespace, self.clock = api, namespace, clock
+        # Every call goes through the table deploy/rbac.yaml grants (permissions.py): one outside it is a bug.
+        self.api: KubeApi = Scoped(api, CONTROLLER | PRIORITY_BOOST)
+        self.namespace, self.clock = namespace, clock
         self.boost = boost  # checkpoint-aware preemption: keep each Workload's priority-boost annotation
         self._boost_hinted = False
         self.metrics = metrics or Metrics()
         self.identity = identity
         self.strict_events = strict_events  # tests: an Event the API server rejects fails the sync
         self.queue: WorkQueue[Key] = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
-        self.tasks = Informer(api, TASKS, namespace=namespace, on_change=self._task_changed)
-        self.jobsets = Informer(api, JOBSETS, namespace=namespace, label_selector=crd.TASK_LABEL,
+        self.tasks = Informer(self.api, TASKS, namespace=namespace, on_change=self._task_changed)
+        self.jobsets = Informer(self.api, JOBSETS, namespace=namespace, label_selector=crd.TASK_LABEL,
                                 on_change=self._owned_changed, indexers=indexes.JOBSET_INDEXERS)
-        self.pods = Informer(api, PODS, namespace=namespace, label_selector=crd.TASK_LABEL,
+        self.pods = Informer(self.api, PODS, namespace=namespace, label_selector=crd.TASK_LABEL,
                              on_change=self._pod_changed, indexers=indexes.POD_INDEXERS)
-        self.workloads = Informer(api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
+        self.workloads = Informer(self.api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
                                   indexers=indexes.WORKLOAD_INDEXERS)
-        self.queues = Queues(api, namespace=namespace, on_change=self._queue_changed)
+        self.queues = Queues(self.api, namespace=namespace, on_change=self._queue_changed)
         # Commits reach the timeline (and the boost follows them) as they happen, not at the gang's next stop.
         self.live = (live_reports.LiveReports(self.pods, self._owned_changed, period=report_period)
                      if report_period is not None else None)

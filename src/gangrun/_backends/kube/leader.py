@@ -17,6 +17,7 @@ from typing import Any
 from gangrun._backends.clock import Clock, system_clock
 from gangrun._backends.kube.adapter import parse_time
 from gangrun._backends.kube.client import LEASES, KubeApi
+from gangrun._backends.kube.permissions import LEADER_ELECTION, Scoped
 from gangrun._errors import ApiError, NotFound
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,8 @@ class LeaderElector:
     def __init__(self, api: KubeApi, *, namespace: str, identity: str, name: str = LEASE_NAME,
                  lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0,
                  clock: Clock = system_clock) -> None:
-        self.api, self.namespace, self.identity, self.name = api, namespace, identity, name
+        self.api: KubeApi = Scoped(api, LEADER_ELECTION)  # the Role in its own namespace, and nothing else
+        self.namespace, self.identity, self.name = namespace, identity, name
         self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
         self.clock = clock
         self.is_leader = False

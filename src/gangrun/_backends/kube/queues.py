@@ -26,7 +26,7 @@ from gangrun._core.conditions import find_condition
 
 log = logging.getLogger(__name__)
 RBAC_HINT = ("the controller may not read Kueue LocalQueues or ClusterQueues (403); elastic gangs run at their "
-             "full size. Grant get/list/watch on localqueues and clusterqueues.kueue.x-k8s.io (see deploy/rbac.yaml)")
+             "full size. Grant list/watch on localqueues and clusterqueues.kueue.x-k8s.io (see deploy/rbac.yaml)")
 
 
 class Queues:

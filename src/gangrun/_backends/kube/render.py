@@ -27,7 +27,7 @@ import hashlib
 from decimal import Decimal
 from typing import Any
 
-from gangrun._backends.kube import crd
+from gangrun._backends.kube import crd, hardening
 from gangrun._core import checkpoint_root as ckroot
 from gangrun._core import jobset, kueue, pod_template
 from gangrun._core import worker_env as wenv
@@ -134,6 +134,7 @@ def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = N
     template = pod_template.merge_pod_template(spec.pod_template, labels=own, annotations={}, pod=pod,
                                                worker=_container(spec, name, attempt, owner_uid),
                                                volumes=_volumes(spec))
+    template = hardening.harden(template, writable=_writable(spec))
     job: dict[str, Any] = {
         "parallelism": spec.nodes,
         "completions": spec.nodes,
@@ -182,6 +183,15 @@ def _volumes(spec: TaskSpec) -> list[dict[str, Any]]:
     if spec.shm_size is not None:
         volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": _bytes(spec.shm_size)}})
     return volumes
+
+
+def _writable(spec: TaskSpec) -> dict[str, str]:
+    """What a worker writes besides gangrun's own volumes, each an emptyDir under a read-only root
+    filesystem (`hardening.py`): /tmp, and a `file://` checkpoint root no volume of the user's holds."""
+    out = {hardening.TMP_VOLUME: hardening.TMP}
+    if (ckpt := hardening.local_dir(_base(spec))) is not None:
+        out[hardening.CHECKPOINT_VOLUME] = ckpt
+    return out
 
 
 def _mounts(spec: TaskSpec) -> list[dict[str, Any]]:
