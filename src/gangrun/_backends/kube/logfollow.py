@@ -8,8 +8,9 @@ as they come. Each pod is streamed once, from its first line, so nothing is prin
 that starts while others stream is not held back until they end.
 
 It ends once `ended()` says the attempt is over (the task ended, or moved to a later attempt) and
-every stream opened has ended; the first stream's API error is raised then, so that `logs -f` fails
-as `logs` does instead of ending with exit 0.
+every stream opened has ended. A stream that fails (an API error) ends it too, once the streams open
+then have ended: the first error is raised, so that `logs -f` fails as `logs` does instead of going
+on, or ending with exit 0.
 """
 
 from __future__ import annotations
@@ -70,5 +71,7 @@ def follow(*, pods: Pods, ended: Callable[[], bool], stream: Stream, prefix: boo
                 item = lines.get_nowait()
             except queue.Empty:
                 break
+        if failed is not None and not open_streams:  # a stream that broke ends the follow, once the others did
+            raise failed
     if failed is not None:
         raise failed
