@@ -83,3 +83,20 @@ def test_attach_to_an_unknown_task_names_the_known_ones(home: Path) -> None:
     gangrun.submit(task(HELLO, name="known"), backend="local", home=home).wait(timeout=120)
     with pytest.raises(gangrun.UsageError, match=r'unknown task "nope" \(known tasks: known\)'):
         gangrun.attach("nope", backend="local", home=home)
+
+
+def test_log_lines_follow_goes_on_into_the_attempt_after_a_preemption(home: Path) -> None:
+    """resumeAfterPreemption off: a preemption ends attempt 1 (a user retry); following the current
+    attempt's output goes on into attempt 2's workers, as `gangrun logs -f` does."""
+    code = ("import os, time; a = os.environ['GANGRUN_ATTEMPT']; print('attempt', a, 'up', flush=True); "
+            "time.sleep(60 if a == '1' else 0)")
+    one = gangrun.ClusteredTask(name="twice", nodes=1, command=[sys.executable, "-c", code], retries=1,
+                                resources={"cpu": "500m", "memory": "64Mi"}, termination_grace_period="3s")
+    run = gangrun.submit(one, backend="local", home=home)
+    lines = []
+    for line in run.log_lines(rank=0, follow=True):
+        lines.append(line)
+        if line == "attempt 1 up":
+            LocalBackend(home).evict("twice", "Preempted")
+    assert lines == ["attempt 1 up", "attempt 2 up"]
+    assert run.status()["attempt"] == 2

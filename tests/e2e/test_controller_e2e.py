@@ -492,3 +492,22 @@ def test_preemption_while_the_controller_is_down(env) -> None:
     assert s["attempt"] == 1 and s["userRetriesUsed"] == 0 and s["systemRetriesUsed"] == 0, s
     rec.assert_one_per_attempt(1)
     assert condition({"status": s}, "Finished")["status"] == "True"
+
+
+def test_the_preempted_event_names_the_preemptor(env) -> None:
+    """Issue 27, item 11: on a real API server with Kueue, the Preempted event names what preempted the
+    gang (here a plain Job), from the job UID in Kueue's preemption message."""
+    cp, ns, _rec, _ = env
+    kube, name = cp.kube, "train"
+    ctl = controller(env)
+    create_task(kube, ns, name, resume=True, retries=0)
+    wait_status(kube, ns, name, is_running, "Running", ctl)
+    preempt(kube, ns)
+    wait_status(kube, ns, name, is_waiting_for_readmission, "preempted, waiting for re-admission", ctl)
+
+    def preempted() -> list[dict]:
+        return [e for e in kube.list("Event", ns) if e.get("reason") == "Preempted"
+                and (e.get("involvedObject") or {}).get("name") == name]
+
+    [event] = kube.wait_for("the Preempted event", preempted, timeout=TIMEOUT, interval=0.2)
+    assert event["message"].startswith("preempted by Job urgent; " + PREEMPTED_PREFIX), event["message"]

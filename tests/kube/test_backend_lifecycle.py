@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import pytest
 from kube_builders import jobset_obj, manifest, pod_obj, workload_obj
 from kube_fake import FakeApi
 
+import gangrun
 from gangrun._backends.kube import KubeBackend, events
 from gangrun._backends.kube import backend as kube_backend
 from gangrun._backends.kube.backend import NAMESPACES, VISIBLE_QUEUES
@@ -273,3 +274,85 @@ def test_purging_what_a_deleted_task_kept_says_where_to_look_on_kubernetes() -> 
     with pytest.raises(UsageError, match=r'^unknown task "train": the kubernetes backend keeps no record of a '
                                          r"deleted task's checkpoints; they stay under <spec\.checkpoint\.uri>/train/"):
         gangrun.purge_checkpoints("train", b)
+
+
+class _LateStartApi(FakeApi):
+    """Rank 1's pod starts while rank 0's stream is open, and rank 0 prints its last line only after
+    rank 1 printed its first (or after a timeout, when nobody streams rank 1 meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rank1_spoke = threading.Event()
+        self.on_end = lambda: None
+
+    def log_lines(self, namespace: str, pod: str, *, container: str | None = None,
+                  follow: bool = False) -> Iterator[str]:
+        if "-workers-0-1-" in pod:
+            yield "rank 1 started late"
+            self.rank1_spoke.set()
+            return
+        yield "rank 0 step 1"
+        late = self.obj(PODS, namespace, pod.replace("-workers-0-0-", "-workers-0-1-"))
+        late["status"]["phase"] = "Running"
+        self.put(PODS, late)
+        self.rank1_spoke.wait(timeout=2)
+        yield "rank 0 done"
+        self.on_end()
+
+
+def test_logs_follow_streams_a_pod_that_starts_while_another_streams() -> None:
+    api = _LateStartApi()
+    api.put(NAMESPACES, {"metadata": {"name": "ml"}})
+    api.put(LOCAL_QUEUES, {"metadata": {"name": "default", "namespace": "ml"}})
+    b = KubeBackend(api=api, namespace="ml")
+    b.submit(parse_manifest(manifest()))
+    set_status(api, "train", running)
+    api.put(PODS, pod_obj("train-1", 0))
+    api.put(PODS, pod_obj("train-1", 1, phase="Pending"))
+    api.on_end = lambda: set_status(api, "train", succeeded)
+    assert list(b.logs("train", follow=True)) == [
+        "[rank 0] rank 0 step 1", "[rank 1] rank 1 started late", "[rank 0] rank 0 done"]
+
+
+def retried(state):
+    """Attempt 1 preempted (resumeAfterPreemption off: a user retry), attempt 2 running."""
+    ended = state.with_running(at=NOW, restart_attempt=0).with_attempt_ended(
+        Outcome.USER_RETRY, at=NOW, code="GangEvicted", reason="gang evicted by kueue (Preempted, InClusterQueue)")
+    return running(ended.with_next_attempt(at=NOW))
+
+
+class _ThenApi(FakeApi):
+    """When a pod's stream ends, what the test says happens next (the pod goes, the status moves)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.then: dict[str, Callable[[], None]] = {}
+
+    def log_lines(self, namespace: str, pod: str, *, container: str | None = None,
+                  follow: bool = False) -> Iterator[str]:
+        yield from super().log_lines(namespace, pod, container=container, follow=follow)
+        self.remove(PODS, namespace, pod)
+        self.then.pop(pod, lambda: None)()
+
+
+def test_logs_follow_without_an_attempt_goes_on_into_the_next_attempt_after_a_preemption() -> None:
+    api = _ThenApi()
+    api.put(NAMESPACES, {"metadata": {"name": "ml"}})
+    api.put(LOCAL_QUEUES, {"metadata": {"name": "default", "namespace": "ml"}})
+    b = KubeBackend(api=api, namespace="ml")
+    b.submit(parse_manifest(manifest()))
+    set_status(api, "train", running)
+    first, second = pod_obj("train-1", 0), pod_obj("train-2", 0, attempt=2)
+    api.put(PODS, first)
+    api.logs[("ml", first["metadata"]["name"])] = ["step 1", "step 2 (preempted)"]
+    api.logs[("ml", second["metadata"]["name"])] = ["attempt 2 from step 2", "done"]
+
+    def next_attempt() -> None:
+        set_status(api, "train", retried)
+        api.put(PODS, second)
+
+    api.then = {first["metadata"]["name"]: next_attempt,
+                second["metadata"]["name"]: lambda: set_status(api, "train", succeeded)}
+    run = gangrun.TaskRun("train", b)
+    assert list(run.log_lines(rank=0, follow=True)) == [
+        "step 1", "step 2 (preempted)", "attempt 2 from step 2", "done"]

@@ -185,6 +185,31 @@ def test_s11_preempted_gang_resumes_on_the_same_attempt_and_succeeds() -> None:
     assert types[:2] == ["Submitted", "GangCreated"] and "Readmitted" in types and types[-1] == "Succeeded"
 
 
+@pytest.mark.parametrize(("preemptor", "named"), [
+    pytest.param("gangrun", "task urgent", id="a-gangrun-task-by-its-name"),
+    pytest.param("foreign", "JobSet other", id="another-job-by-its-kind-and-name"),
+])
+def test_the_preempted_event_names_the_preemptor_as_the_local_backend_does(preemptor: str, named: str) -> None:
+    c = Cluster()
+    c.submit(retries=0, failurePolicy={"resumeAfterPreemption": True})
+    c.settle()
+    c.admit()
+    c.settle()
+    if preemptor == "gangrun":  # the job UID in PREEMPTION_MESSAGE is js-2
+        js = jobset_obj(uid="js-2").obj()
+        js["metadata"].update(name="urgent-1", labels={**js["metadata"]["labels"], crd.TASK_LABEL: "urgent"})
+        c.api.put(JOBSETS, js)
+    else:
+        wl = workload_obj("js-2", name="jobset-other-12345").admitted().obj()
+        wl["metadata"]["ownerReferences"][0].update(name="other")
+        c.api.put(WORKLOADS, wl)
+    c.preempt()
+    c.settle()
+    [event] = [e for e in c.backend.events("train") if e.type.value == "Preempted"]
+    assert event.message.startswith(f"preempted by {named}; ")
+    assert event.data["preemptor"] == named.split(" ", 1)[1]
+
+
 def test_s11_deactivation_while_waiting_is_a_system_retry_with_a_fresh_gang() -> None:
     c = Cluster()
     c.submit(retries=0, failurePolicy={"resumeAfterPreemption": True})

@@ -94,10 +94,24 @@ class TaskRun:
 
     def log_lines(self, rank: int | None = 0, attempt: int | None = None, *, follow: bool = False) -> Iterator[str]:
         """The same output line by line, read a chunk at a time (a log of any size costs about one chunk);
-        with `follow`, new lines as they are written, until the task ends."""
+        with `follow`, new lines as they are written, until the task ends: without an `attempt`, from the
+        current attempt on into each next one (a retry, a preemption that ends the attempt), as on every
+        backend a gang restart or a readmission inside one attempt is followed into its new workers."""
         rank = arguments.index(rank, "rank", first=0, none_means="every rank")
         attempt = arguments.index(attempt, "attempt", first=1, none_means="the current attempt")
+        if follow and attempt is None:
+            return self._follow_attempts(rank)
         return self._backend.logs(self._name, rank=rank, attempt=attempt, follow=follow)
+
+    def _follow_attempts(self, rank: int | None) -> Iterator[str]:
+        """A backend follows one attempt, until the task ends or moves past it; then the next one."""
+        n = int(self.status()["attempt"])
+        while True:
+            yield from self._backend.logs(self._name, rank=rank, attempt=n, follow=True)
+            view = self.status()
+            if view["phase"] in TERMINAL_PHASES and int(view["attempt"]) <= n:
+                return
+            n = min(n + 1, int(view["attempt"]))
 
     def events(self) -> list[dict[str, Any]]:
         """The task's timeline, as `gangrun events NAME -o json` prints it."""

@@ -9,7 +9,7 @@
   `pending`, `queuePosition` and `reason`).
 
 Worker output is read by one thread per attempt (the backend's `logs(follow=True)`), each ending
-when the task does; timeline and status are polled from the calling thread.
+when the task ends or moves past its attempt; timeline and status are polled from the calling thread.
 """
 
 from __future__ import annotations

@@ -37,7 +37,9 @@ class Backend(Protocol):
 
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
              follow: bool = False) -> Iterator[str]:
-        """Worker output lines, prefixed by rank when several ranks are shown."""
+        """Worker output lines of one attempt (None: the current one), prefixed by rank when several ranks
+        are shown. With `follow`, new lines as they are written, across the attempt's gang restarts and
+        readmissions, until the task ends or moves to a later attempt (`TaskRun.log_lines` goes on there)."""
         ...
 
     def cancel(self, name: str) -> bool:

@@ -7,6 +7,8 @@ Everything else compares against these names, never against string literals.
 
 from __future__ import annotations
 
+import re
+
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -91,6 +93,16 @@ def preemption_message(*, workload_uid: str, job_uid: str, reason: str, preempto
     human = HUMAN_PREEMPTION_REASONS.get(reason, "UNKNOWN")
     return (f"Preempted to accommodate a workload (UID: {workload_uid}, JobUID: {job_uid}) due to {human}; "
             f"preemptor path: {preemptor_path}; preemptee path: {preemptee_path}")
+
+
+_PREEMPTOR_JOB_UID = re.compile(r"^Preempted to accommodate a workload \(UID: [^,)]*, JobUID: ([^,)\s]+)\)")
+
+
+def preemptor_job_uid(message: str) -> str:
+    """The UID of the preemptor's job in a preemption message (§1.6: matched by its start, as the
+    path suffix came in v0.15), or "" when the message is not one."""
+    found = _PREEMPTOR_JOB_UID.match(message)
+    return found.group(1) if found else ""
 
 
 def pods_ready_timeout_message(namespace: str, workload: str) -> str:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import builtins  # the `list` method shadows the builtin inside the class body
 import os
-import queue
 import re
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from gangrun._backends.clock import system_clock
-from gangrun._backends.kube import adapter, crd, durable, events
+from gangrun._backends.kube import adapter, crd, durable, events, logfollow
 from gangrun._backends.kube.client import (
     EVENTS,
     JOBSETS,
@@ -153,30 +151,29 @@ class KubeBackend:
                     yield f"[rank {r}] {line}"
 
     def _follow(self, name: str, attempt: int, rank: int | None, nproc: int, world: int) -> Iterator[str]:
-        """Follow the attempt's worker output until the task ends or moves to a later attempt.
+        """Follow the attempt's worker output until the task ends or moves to a later attempt: every
+        round's pods (a gang readmitted after a preemption, or restarted whole, runs in new pods), each
+        streamed once as it starts (`logfollow.py`)."""
+        uid = ""
 
-        A gang readmitted after a preemption, or restarted whole, runs in new pods: each round's pods
-        are streamed once, as they come, so nothing is printed twice and no round is missed.
-        """
-        streamed: set[str] = set()
-        while True:
+        def ended() -> bool:
+            nonlocal uid
             task = self._task(name)
+            uid = _uid(task)
             current = int((task.get("status") or {}).get("attempt") or 1)
-            ended = load_state(task, now=system_clock()).phase.terminal or current > attempt
+            return load_state(task, now=system_clock()).phase.terminal or current > attempt
+
+        def pods() -> builtins.list[tuple[int, str]]:
             with self._calling("read the worker pods of"):
-                pods = [(r, p) for r, p in self._worker_pods(name, attempt, running=True, uid=_uid(task))
-                        if p not in streamed and (rank is None or r == rank // nproc)]
-            if pods:
-                streamed.update(p for _, p in pods)
-                with self._calling("read the logs of"):
-                    if len(pods) == 1 and (rank is not None or world == 1):
-                        yield from self.api.log_lines(self.namespace, pods[0][1], container=CONTAINER, follow=True)
-                    else:
-                        yield from self._merged(pods)
-            elif ended:
-                return
-            else:
-                time.sleep(FOLLOW_POLL)
+                return [(r, p) for r, p in self._worker_pods(name, attempt, running=True, uid=uid)
+                        if rank is None or r == rank // nproc]
+
+        def stream(pod: str) -> Iterator[str]:
+            with self._calling("read the logs of"):
+                yield from self.api.log_lines(self.namespace, pod, container=CONTAINER, follow=True)
+
+        yield from logfollow.follow(pods=pods, ended=ended, stream=stream, prefix=rank is None and world > 1,
+                                    poll=FOLLOW_POLL)
 
     def delete(self, name: str, *, force: bool = False, purge: bool = False) -> bool:
         """Delete an ended task, its JobSets and its Events; with `purge` its checkpoints too (from this
@@ -394,35 +391,6 @@ class KubeBackend:
             if str(index).isdigit():
                 out.append((int(index), md.get("name", "")))
         return sorted(out)
-
-    def _merged(self, pods: builtins.list[tuple[int, str]]) -> Iterator[str]:
-        """Every pod's stream, line by line as they come; then the first stream's API error, if any,
-        so that `logs -f` fails as `logs` does instead of ending with exit 0."""
-        lines: queue.Queue[str | ApiError | None] = queue.Queue()
-
-        def pump(r: int, pod: str) -> None:
-            try:
-                for line in self.api.log_lines(self.namespace, pod, container=CONTAINER, follow=True):
-                    lines.put(f"[rank {r}] {line}")
-            except ApiError as e:
-                lines.put(e)
-            finally:
-                lines.put(None)
-
-        for r, pod in pods:
-            threading.Thread(target=pump, args=(r, pod), daemon=True).start()
-        open_streams = len(pods)
-        failed: ApiError | None = None
-        while open_streams:
-            item = lines.get()
-            if item is None:
-                open_streams -= 1
-            elif isinstance(item, ApiError):
-                failed = failed or item
-            else:
-                yield item
-        if failed is not None:
-            raise failed
 
     @contextmanager
     def _calling(self, verb: str) -> Iterator[None]:

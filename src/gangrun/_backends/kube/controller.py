@@ -39,10 +39,11 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.kube import adapter, boost, crd, elastic, events, indexes, live_reports
+from gangrun._backends.kube import adapter, boost, crd, elastic, events, indexes, live_reports, preemptor
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
@@ -179,6 +180,9 @@ class Controller:
         capacity = self._capacity(task, owned, lookup) if _elastic(task) else None
         new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity,
                                         live=self.live.of(pods) if self.live is not None else None)
+        actions = preemptor.name_in(actions, lookup.items,
+                                    jobsets_by_uid=partial(self.jobsets.by_index, indexes.BY_UID),
+                                    workloads_by_job_uid=partial(self.workloads.by_index, indexes.BY_JOB_UID))
         # Alongside the status write, not after it: a notice is no part of the task's state (writing it
         # twice is harmless), and for a stop Kueue starts every millisecond counts against its suspend.
         notices = self._annotate(namespace, actions)

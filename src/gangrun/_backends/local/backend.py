@@ -235,10 +235,13 @@ class LocalBackend:
 
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
              follow: bool = False) -> Iterator[str]:
-        files, prefix = self._log_files(name, rank, attempt)
+        files, prefix, shown = self._log_files(name, rank, attempt)
         offsets: dict[Path, int] = {}
         while True:
-            done = Phase(self.get(name)["phase"]).terminal if follow else True
+            done = True
+            if follow:  # until the task ends or moves past this attempt (TaskRun.log_lines goes on to the next)
+                v = self.get(name)
+                done = Phase(v["phase"]).terminal or v["attempt"] > shown
             for _restart, r, path in files():  # a chunk at a time: a log of any size costs one chunk
                 for line, end in logfiles.lines(path, offsets.get(path, 0), whole=not follow or done):
                     offsets[path] = end
@@ -251,7 +254,7 @@ class LocalBackend:
                  max_bytes: int) -> tuple[builtins.list[str], bool]:
         """The newest lines of `logs(...)` (read from the files' ends: at most `max_bytes` per call), and
         whether older ones were left out."""
-        files, prefix = self._log_files(name, rank, attempt)
+        files, prefix, _ = self._log_files(name, rank, attempt)
         found = files()
         if not prefix:
             return logfiles.tail([p for _, _, p in found], max_lines=max_lines, max_bytes=max_bytes)
@@ -264,16 +267,17 @@ class LocalBackend:
         return out[-max_lines:], truncated or len(out) > max_lines
 
     def _log_files(self, name: str, rank: int | None,
-                   attempt: int | None) -> tuple[Callable[[], builtins.list[tuple[int, int, Path]]], bool]:
-        """The attempt's log files (a function: a running gang adds restart rounds) and whether lines
-        are prefixed by rank. Raises UsageError for an attempt or rank the task does not have."""
+                   attempt: int | None) -> tuple[Callable[[], builtins.list[tuple[int, int, Path]]], bool, int]:
+        """The attempt's log files (a function: a running gang adds restart rounds), whether lines
+        are prefixed by rank, and the attempt. Raises UsageError for an attempt or rank the task does not have."""
         v = self.get(name)
         n = v["attempt"] if attempt is None else attempt
         if n < 1 or n > v["attempt"]:
             raise UsageError(f'task "{name}" has attempts 1..{v["attempt"]}, not {n}')
         if rank is not None and not 0 <= rank < v["worldSize"]:
             raise UsageError(f'task "{name}" has ranks 0..{v["worldSize"] - 1}, not {rank}')
-        return (lambda: log_files(self.paths, name, v.get("uid") or "", n, rank)), rank is None and v["worldSize"] > 1
+        return ((lambda: log_files(self.paths, name, v.get("uid") or "", n, rank)), rank is None and v["worldSize"] > 1,
+                n)
 
     def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
         try:
