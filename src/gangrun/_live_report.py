@@ -6,7 +6,7 @@ message would say if the worker exited now (`gangrun._checkpoint_report`). The c
 without reading the checkpoint store and without the workers needing any access to the API.
 
     EventsTail(path).text()  → the report of the events file, reading only lines new since last time
-    serve(port, tail, start) → a daemon HTTP server answering GET /start with `start` (the first
+    serve(port, tail, start) → a daemon HTTP server answering GET /start with `start(query)` (the first
                                node's launcher: this start's id, for the other nodes' launchers) and
                                every other GET with tail.text()
 """
@@ -50,14 +50,15 @@ START_PATH = "/start"
 
 
 def serve(port: int, tail: EventsTail | None,
-          start: Callable[[], str | None] | None = None) -> ThreadingHTTPServer | None:
-    """Answer GET on `port` with the report (and GET /start with `start()`, 503 while it is None);
-    None (and a line on stderr) when the port is taken."""
+          start: Callable[[str], str | None] | None = None) -> ThreadingHTTPServer | None:
+    """Answer GET on `port` with the report (and GET /start?QUERY with `start(QUERY)`, 503 while it is
+    None); None (and a line on stderr) when the port is taken."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path == START_PATH and start is not None:
-                text = start()
+            path, _, query = self.path.partition("?")
+            if path == START_PATH and start is not None:
+                text = start(query)
                 body, status = (text.encode(), 200) if text is not None else (b"stopping", 503)
             elif tail is not None:
                 body, status = tail.text().encode(), 200

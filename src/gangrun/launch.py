@@ -87,18 +87,40 @@ def worker_environment(env: Mapping[str, str], *, start: str = "") -> dict[str, 
 STOPPING = threading.Event()
 
 
-def start_doc(env: Mapping[str, str], start: str) -> Callable[[], str | None]:
+#: How long the first node's launcher still answers GET /start after its worker ended, for nodes that
+#: have not asked yet (a worker that ends in a second must not strand a peer whose launcher is starting).
+LINGER = 30.0
+
+
+class StartServer:
     """What the first node serves on GET /start: this start's id with the gang and restart round it
-    belongs to, so that another gang's or an older round's launcher is never taken for it."""
-    text = json.dumps({"start": start, "gang": _gang(env), "restart": _whole(env, wenv.RESTART_ATTEMPT, 0)})
-    return lambda: None if STOPPING.is_set() else text
+    belongs to, so that another gang's or an older round's launcher is never taken for it. It counts
+    the nodes that asked (`?node=N`)."""
+
+    def __init__(self, env: Mapping[str, str], start: str) -> None:
+        self._text = json.dumps({"start": start, "gang": _gang(env), "restart": _whole(env, wenv.RESTART_ATTEMPT, 0)})
+        self._asked: set[str] = set()
+        self._changed = threading.Condition()
+
+    def __call__(self, query: str = "") -> str | None:
+        if STOPPING.is_set():
+            return None
+        with self._changed:
+            self._asked.update(v for k, _, v in (p.partition("=") for p in query.split("&")) if k == "node")
+            self._changed.notify_all()
+        return self._text
+
+    def wait_asked(self, nodes: int, *, timeout: float) -> bool:
+        """Wait until `nodes` other nodes have asked (or `timeout` passes); whether they all have."""
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self._asked) >= nodes, timeout=timeout)
 
 
 def fetch_start(env: Mapping[str, str], *, host: str, port: int, timeout: float,
                 get: Callable[[str], bytes] | None = None, sleep: Callable[[float], None] = time.sleep,
                 clock: Callable[[], float] = time.monotonic) -> str:
     """This start's id, asked of the first node's launcher; TimeoutError naming it after `timeout`."""
-    url = f"http://{host}:{port}{START_PATH}"
+    url = f"http://{host}:{port}{START_PATH}?node={_node_rank(env)}"
     want = (_gang(env), _whole(env, wenv.RESTART_ATTEMPT, 0))
     fetch = get or (lambda u: urllib.request.urlopen(u, timeout=2).read())
     deadline, delay, why = clock() + timeout, 0.05, "no answer"
@@ -198,8 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         start = wenv.new_start()  # this launcher starts the whole gang's start, or the first node's
     events = base.get(wenv.EVENTS_FILE)
     tail = EventsTail(events) if in_pod and events else None
-    if port and (tail is not None or (first and multi)):
-        serve(port, tail, start_doc(base, start) if first and multi else None)
+    starts = StartServer(base, start) if first and multi and port else None
+    if port and (tail is not None or starts is not None):
+        serve(port, tail, starts)
     if master and multi:
         try:
             wait_for_dns(master, timeout=timeout)
@@ -216,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as e:
             print(f"gangrun.launch: cannot run {argv_[0]}: {e.strerror}", file=sys.stderr)
             return 127
+        if starts is not None and not stopped:  # nodes still starting must learn this start's id
+            starts.wait_asked(_whole(env, wenv.NNODES, 1) - 1, timeout=LINGER)
         write_report(env, tail)
         return exit_code(code, stopped=stopped) if in_pod else code
     try:

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -238,21 +239,23 @@ def test_b7_every_pod_of_a_start_gets_the_start_id_the_first_node_s_launcher_min
     def pod(index: int) -> subprocess.Popen[str]:
         env = {**_pod_env(tmp_path / str(index)), "JOB_COMPLETION_INDEX": str(index), "NNODES": "2",
                "MASTER_ADDR": "127.0.0.1", "GANGRUN_REPORT_PORT": str(port), "GANGRUN_GANG": "t-1",
-               "JOBSET_RESTART_ATTEMPT": "0"}
+               "JOBSET_RESTART_ATTEMPT": "0", "GANGRUN_DNS_TIMEOUT": "20"}
         if index:  # pods have an address each; here the second would take the port for its own report first
             del env["GANGRUN_EVENTS_FILE"]
         (tmp_path / str(index)).mkdir()
-        # the first node's worker outlives the ask, as a training worker does
-        code = START_WORKER + ("; import time; time.sleep(3)" if index == 0 else "")
-        return subprocess.Popen([sys.executable, "-m", "gangrun.launch", "--", sys.executable, "-c", code],
+        return subprocess.Popen([sys.executable, "-m", "gangrun.launch", "--", sys.executable, "-c", START_WORKER],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    other = pod(1)  # asks before the first node is up: it waits for it
     first = pod(0)
-    outs = [p.communicate(timeout=60) for p in (first, other)]
-    assert [p.returncode for p in (first, other)] == [0, 0], outs
-    ids = [out.split()[1] for out, _ in outs]
-    assert ids[0] == ids[1] and len(ids[0]) == 12, outs
+    assert first.stdout is not None
+    first_id = first.stdout.readline().split()[1]  # its worker is done ...
+    time.sleep(1.0)  # ... before the second node's launcher even starts
+    started = time.monotonic()
+    other = pod(1)
+    outs = [p.communicate(timeout=60) for p in (other, first)]
+    assert [p.returncode for p in (other, first)] == [0, 0], outs
+    assert outs[0][0].split()[1] == first_id and len(first_id) == 12, outs
+    assert time.monotonic() - started < launch.LINGER, "the first launcher leaves once every node has asked"
 
 
 def test_b7_a_launcher_asks_again_until_the_answer_is_its_own_gang_and_round() -> None:
@@ -263,7 +266,7 @@ def test_b7_a_launcher_asks_again_until_the_answer_is_its_own_gang_and_round() -
                     json.dumps({"start": "new", "gang": "t-1", "restart": 2}).encode()])
 
     def get(url: str) -> bytes:
-        assert url == "http://t-1-w-0-0.t-1:29510/start"
+        assert url == "http://t-1-w-0-0.t-1:29510/start?node=0"
         a = next(answers)
         if isinstance(a, Exception):
             raise a
@@ -278,13 +281,13 @@ def test_b7_a_launcher_whose_first_node_never_answers_says_which_address_it_aske
     def get(url: str) -> bytes:
         raise OSError("connection refused")
 
-    with pytest.raises(TimeoutError, match=r"http://h:29510/start did not say this start's id within 60s"):
+    with pytest.raises(TimeoutError, match=r"http://h:29510/start\?node=0 did not say this start's id within 60s"):
         launch.fetch_start({}, host="h", port=29510, timeout=60, get=get, sleep=lambda s: None,
                            clock=lambda: next(clock))
 
 
 def test_b7_a_stopping_launcher_no_longer_gives_out_its_start_id() -> None:
-    served = launch.start_doc({"GANGRUN_GANG": "t-1"}, "abc")
+    served = launch.StartServer({"GANGRUN_GANG": "t-1"}, "abc")
     assert json.loads(served() or "")["start"] == "abc"
     launch.STOPPING.set()
     try:
