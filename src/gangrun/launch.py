@@ -130,7 +130,7 @@ def fetch_start(env: Mapping[str, str], *, host: str, port: int, timeout: float,
             if (doc.get("gang"), doc.get("restart")) == want and isinstance(doc.get("start"), str):
                 return str(doc["start"])
             why = f"it answered for gang {doc.get('gang')} round {doc.get('restart')}"
-        except (OSError, ValueError, AttributeError) as e:  # not up yet, stopping (503), or not ours
+        except Exception as e:  # not up yet, stopping (503), a reply cut short, or not ours: ask again
             why = str(e)
         if clock() >= deadline:
             raise TimeoutError(f"the first node's launcher at {url} did not say this start's id within "

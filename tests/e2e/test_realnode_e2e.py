@@ -79,7 +79,10 @@ def test_jobset_pod_hostnames_resolve_from_inside_a_real_pod(real_cluster: RealC
               "            print(n, socket.gethostbyname(n), flush=True); break\n"
               "        except OSError:\n"
               "            if time.time() > deadline: raise\n"
-              "            time.sleep(0.5)\n")
+              "            time.sleep(0.5)\n"
+              # A worker of a real gang outlives its peers' lookups: rank 0 stays up while the other
+              # worker (started a moment later, after asking rank 0's launcher for the start id) looks it up.
+              "time.sleep(15 if os.environ['NODE_RANK'] == '0' else 0)\n")
     body = train_task(rc, "dns")
     body["spec"]["command"] = ["python", "-c", script]
     try:
