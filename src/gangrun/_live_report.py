@@ -6,17 +6,17 @@ message would say if the worker exited now (`gangrun._checkpoint_report`). The c
 without reading the checkpoint store and without the workers needing any access to the API.
 
     EventsTail(path).text()  → the report of the events file, reading only lines new since last time
-    serve(port, tail, start) → a daemon HTTP server answering GET /start with `start(query)` (the first
-                               node's launcher: this start's id, for the other nodes' launchers) and
-                               every other GET with tail.text()
+    serve(port, tail, start) → a daemon HTTP server answering GET /start with `start.answer(query)` (the
+                               first node's launcher: this start's id, for the other nodes' launchers),
+                               then telling `start.answered(query)`, and every other GET with tail.text()
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
 from gangrun._checkpoint_report import Summary
 
@@ -49,16 +49,26 @@ class EventsTail:
 START_PATH = "/start"
 
 
-def serve(port: int, tail: EventsTail | None,
-          start: Callable[[str], str | None] | None = None) -> ThreadingHTTPServer | None:
-    """Answer GET on `port` with the report (and GET /start?QUERY with `start(QUERY)`, 503 while it is
+class StartAnswer(Protocol):
+    def answer(self, query: str) -> str | None:
+        """The body for GET /start?`query`; None: 503 (stopping)."""
+        ...
+
+    def answered(self, query: str) -> None:
+        """The answer was sent (the process may leave once everyone it waits for was answered)."""
+        ...
+
+
+def serve(port: int, tail: EventsTail | None, start: StartAnswer | None = None) -> ThreadingHTTPServer | None:
+    """Answer GET on `port` with the report (and GET /start?QUERY with `start`'s answer, 503 while it is
     None); None (and a line on stderr) when the port is taken."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path, _, query = self.path.partition("?")
+            text: str | None = None
             if path == START_PATH and start is not None:
-                text = start(query)
+                text = start.answer(query)
                 body, status = (text.encode(), 200) if text is not None else (b"stopping", 503)
             elif tail is not None:
                 body, status = tail.text().encode(), 200
@@ -69,6 +79,9 @@ def serve(port: int, tail: EventsTail | None,
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+            self.wfile.flush()
+            if text is not None and start is not None:
+                start.answered(query)  # only now: a launcher that left at the ask would cut this answer off
 
         def log_message(self, format: str, *args: object) -> None:
             pass  # the worker's stderr is its log: a poll every few seconds does not belong there

@@ -95,20 +95,20 @@ LINGER = 30.0
 class StartServer:
     """What the first node serves on GET /start: this start's id with the gang and restart round it
     belongs to, so that another gang's or an older round's launcher is never taken for it. It counts
-    the nodes that asked (`?node=N`)."""
+    the nodes it answered (`?node=N`), once each answer is sent."""
 
     def __init__(self, env: Mapping[str, str], start: str) -> None:
         self._text = json.dumps({"start": start, "gang": _gang(env), "restart": _whole(env, wenv.RESTART_ATTEMPT, 0)})
         self._asked: set[str] = set()
         self._changed = threading.Condition()
 
-    def __call__(self, query: str = "") -> str | None:
-        if STOPPING.is_set():
-            return None
+    def answer(self, query: str = "") -> str | None:
+        return None if STOPPING.is_set() else self._text
+
+    def answered(self, query: str) -> None:
         with self._changed:
             self._asked.update(v for k, _, v in (p.partition("=") for p in query.split("&")) if k == "node")
             self._changed.notify_all()
-        return self._text
 
     def wait_asked(self, nodes: int, *, timeout: float) -> bool:
         """Wait until `nodes` other nodes have asked (or `timeout` passes); whether they all have."""

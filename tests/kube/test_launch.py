@@ -275,6 +275,16 @@ def test_b7_a_launcher_asks_again_until_the_answer_is_its_own_gang_and_round() -
     assert launch.fetch_start(env, host="t-1-w-0-0.t-1", port=29510, timeout=60, get=get, sleep=lambda s: None) == "new"
 
 
+def test_b7_the_first_launcher_counts_a_node_as_answered_only_once_its_answer_is_sent() -> None:
+    # The first launcher leaves as soon as every node is answered: counted at the ask, its exit raced the
+    # answer still being written, and the other node saw its connection cut and then refused.
+    served = launch.StartServer({"GANGRUN_GANG": "t-1"}, "abc")
+    assert served.answer("node=1") is not None
+    assert not served.wait_asked(1, timeout=0)
+    served.answered("node=1")
+    assert served.wait_asked(1, timeout=0)
+
+
 def test_b7_a_launcher_whose_first_node_never_answers_says_which_address_it_asked() -> None:
     clock = iter(range(0, 1000, 10))
 
@@ -288,10 +298,10 @@ def test_b7_a_launcher_whose_first_node_never_answers_says_which_address_it_aske
 
 def test_b7_a_stopping_launcher_no_longer_gives_out_its_start_id() -> None:
     served = launch.StartServer({"GANGRUN_GANG": "t-1"}, "abc")
-    assert json.loads(served() or "")["start"] == "abc"
+    assert json.loads(served.answer("node=1") or "")["start"] == "abc"
     launch.STOPPING.set()
     try:
-        assert served() is None
+        assert served.answer("node=1") is None
     finally:
         launch.STOPPING.clear()
 
