@@ -1,5 +1,6 @@
-"""The stop notice's cause and message when a gang stops for its own failure policy, as both backends write
-them (the notice itself, `{"cause", "message", "deadline"}`, is gangrun._ckpt.notice's).
+"""The stop notice's causes and messages, as both backends write them (`gangrun._core.lifecycle.stop_notice`
+chooses one; the notice itself, `{"cause", "message", "deadline"}`, is gangrun._ckpt.notice's). Besides
+these, a Kueue eviction's cause is Kueue's Evicted reason and an ended attempt's is its error code.
 
 A worker failed: while restarts are left the whole gang restarts (cause `Restart`), else it stops (cause
 `WorkerFailed`). Either way the surviving ranks learn which worker failed, instead of a stop whose cause
@@ -13,8 +14,11 @@ from __future__ import annotations
 
 from gangrun._core.policy import WORKER_FAILED
 
-__all__ = ["NODE_DISRUPTION", "PEER_LOST", "RESTART", "WORKER_FAILED", "no_restart_left_message", "restart_message"]
+__all__ = ["ABORTED", "ATTEMPT_ENDED", "NODE_DISRUPTION", "PEER_LOST", "RESTART", "WORKER_FAILED",
+           "no_restart_left_message", "restart_message"]
 
+ABORTED = "Aborted"  # the user cancelled the task
+ATTEMPT_ENDED = "AttemptEnded"  # an attempt ended for a reason with no error code
 RESTART = "Restart"  # a peer failed and the whole gang restarts (failurePolicy.maxRestarts)
 NODE_DISRUPTION = "NodeDisruption"  # a peer was lost with its node
 PEER_LOST = frozenset({RESTART, WORKER_FAILED, NODE_DISRUPTION})

@@ -135,3 +135,9 @@ def resume_event(doc: dict[str, Any], *, attempt: int, at: datetime, now: dateti
     return Event(time=now, type=EventType.RESUME_FOUND_NOTHING, attempt=doc.get("attempt", attempt), data=data,
                  message=f"warning: spec.checkpoint.resumeFrom {source} holds no complete checkpoint; "
                          "the task starts from scratch")
+
+
+def resume_result(event: Event) -> dict[str, Any]:
+    """What a ResumedFrom or ResumeFromFoundNothing event says, as a task's `resumeFromResult` shows it."""
+    return {"found": event.type is EventType.RESUMED_FROM, "uri": event.data.get("uri"),
+            "step": event.data.get("step")}

@@ -11,17 +11,16 @@ missing one is success.
 A RETRY from the engine is followed in the same reconcile by the CREATE of the next attempt, so the
 status written holds the new attempt and the actions are "delete old JobSet, create new JobSet".
 
-Two things ride along with the engine's decision:
+`gangrun._core.lifecycle.step` decides, as for the local backend, and says what to do to the gang
+and what the workers are told. This module turns that into Kubernetes actions:
 
-* the stop notice (B3): when the gang is about to stop (an ended attempt, a cancel, a Kueue
-  eviction seen on the Workload, a worker lost to a node disruption), `AnnotatePods` writes
-  `{"cause", "message", "deadline"}` on the live worker pods; the pods read it through a downward-API
-  file at SIGTERM. It comes before any delete the same reconcile asks for, so for the stops gangrun
-  makes itself the notice is there first; for Kueue's own it is written at the Evicted condition,
-  before Kueue suspends the JobSet and the Job controller deletes the pods;
-* the accounting (B5, `gangrun._core.accounting`), stepped with the engine and stored in
-  `status.accounting`, fed by the checkpoints workers leave in their termination messages (each
-  new one is also a CheckpointCommitted event).
+* the stop notice (B3): `AnnotatePods` writes `{"cause", "message", "deadline"}` on the live worker
+  pods, which read it through a downward-API file at SIGTERM. It comes before any delete the same
+  reconcile asks for; for Kueue's own evictions it is written at the Evicted condition, before
+  Kueue suspends the JobSet and the Job controller deletes the pods;
+* the accounting (B5), folded by the lifecycle step and stored in `status.accounting`, fed by the
+  checkpoints workers report (their termination messages and live reports, each new commit also a
+  CheckpointCommitted event).
 """
 
 from __future__ import annotations
@@ -39,25 +38,22 @@ from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.render import check_renderable, jobset_name
 from gangrun._checkpoint_report import Commit
 from gangrun._core import elastic as sizes
-from gangrun._core import grace, kueue, stop_causes
+from gangrun._core import grace, kueue, lifecycle
 from gangrun._core.accounting import Accounting
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.conditions import Condition, find_condition, set_condition
-from gangrun._core.engine import ActionKind, Decision, cancel, decide
+from gangrun._core.engine import ActionKind
 from gangrun._core.observation import Gang, Observation, WorkloadRead
 from gangrun._core.phases import Phase
-from gangrun._core.policy import GANG_EVICTED
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
-from gangrun._core.timeline import Event, EventType, transition_events
+from gangrun._core.timeline import Event, EventType
 from gangrun._errors import SpecError
 
 INVALID_SPEC = "InvalidSpec"
 WARNING_EVENTS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.ATTEMPT_ENDED, EventType.FAILED,
                             EventType.DISRUPTED, EventType.GRACE_TOO_SHORT})
 LIVE_PHASES = ("Pending", "Running")
-# Stop-notice causes besides Kueue's Evicted reasons and error codes (the local backend's words).
-ABORTED, ATTEMPT_ENDED, NODE_DISRUPTION = "Aborted", "AttemptEnded", stop_causes.NODE_DISRUPTION
 # metadata keys parse_manifest knows; the API server adds others (finalizers, ownerReferences, ...).
 _MANIFEST_METADATA = ("name", "namespace", "labels", "annotations")
 
@@ -161,19 +157,14 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
             return None, [CreateJobSet(elastic.render(spec, sz, owner_uid=meta.get("uid")))]
         sz = replace(sz, created=True)
     own = adapter.of_jobset(pods, jobset)  # the current JobSet's pods (an elastic gang's earlier JobSets' are going)
-    if cancelled:
-        decisions = [cancel(before, now=now, reason="cancelled by the user")]
-    else:
+    if not cancelled:
         obs = elastic.observed(adapter.observe(jobset, workloads, own), sz)
         if sz.growing and obs.gang is not None and not obs.gang.restarting:
             sz = replace(sz, growing="")  # Kueue admitted the larger JobSet
-        decisions = [decide(spec.policy(), before, obs, now=now)]
-        if decisions[-1].action.kind is ActionKind.RETRY:
-            # The next attempt's gang does not exist yet: decide again so its CREATE is in this reconcile.
-            decisions.append(decide(spec.policy(), decisions[-1].state, Observation(), now=now))
+    s = lifecycle.step(spec, before, obs, now=now, cancelled=cancelled)
 
     # What the backend saw itself (a checkpoint a worker left, the gang admitted) is new by construction;
-    # what the engine's steps say is new only if the state moved (a create repeated until the JobSet
+    # what the lifecycle step says is new only if the state moved (a create repeated until the JobSet
     # shows in the cache says nothing new).
     seen: list[Action] = []
     if _persisted(task) is None:
@@ -187,17 +178,19 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     seen += _workers_running(ledger, before, adapter.workers_running_at(jobset, own), now=now)
     seen += _admitted(ledger, before, obs, now=now, size=(sz.nodes, spec.nodes) if spec.elastic else None)
     decided: list[Action] = []
-    state = before
-    for i, d in enumerate(decisions):
-        decided += [RecordEvent(e) for e in transition_events(state, d.state, d.action, now=now,
-                                                                  resume_from=spec.resume_from)]
-        if i == 0:
-            decided += _stop_notice(spec, d, obs.gang, own, now=now)
-        if d.action.kind is ActionKind.CREATE_GANG and not (sz.attempt == d.action.attempt and sz.nodes):
-            sz = Sizing(attempt=d.action.attempt, nodes=elastic.start_size(spec, capacity))  # sized once
-        decided += _carry_out(d, spec, sz, owner_uid=meta.get("uid"))
-        state = d.state
-    if decisions[-1].action.kind is ActionKind.NONE and not cancelled:
+    for i, part in enumerate(s.parts):
+        decided += [RecordEvent(e) for e in part.events]
+        if i == 0 and s.notice is not None:
+            decided += _notice(s.notice, own)
+        if isinstance(part.gang, lifecycle.CreateGang):
+            if not (sz.attempt == part.gang.attempt and sz.nodes):
+                sz = Sizing(attempt=part.gang.attempt, nodes=elastic.start_size(spec, capacity))  # sized once
+            decided.append(CreateJobSet(elastic.render(spec, sz, owner_uid=meta.get("uid"))))
+        elif isinstance(part.gang, lifecycle.DeleteGang):
+            attempt = part.gang.attempt
+            decided.append(DeleteJobSet(jobset_name(spec.name, attempt, sz.generation if sz.attempt == attempt else 0)))
+    state = s.state
+    if s.decided.action.kind is ActionKind.NONE and not cancelled:
         sz, more = _resize(spec, sz, state, obs, jobset, workloads, own, capacity, now=now, owner_uid=meta.get("uid"))
         decided += more
         if more and sz.growing:  # the gang stops to restart larger: say so now, not at the next reconcile
@@ -205,22 +198,19 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     decided += _garbage(owned_jobsets, state, name, already={a.name for a in decided if isinstance(a, DeleteJobSet)},
                         current=jobset_name(name, state.attempt, sz.generation if sz.attempt == state.attempt else 0))
     if not cancelled and not sz.growing:
-        seen += _worker_failed(ledger, obs.gang, decisions[0].state, attempt=before.attempt, now=now)
+        seen += _worker_failed(ledger, obs.gang, s.decided.state, attempt=before.attempt, now=now)
     extra = elastic.status(spec, sz, state, obs.gang)
     if _status_patch(task, state, now=now, ledger=ledger, extra=extra) is None:
         decided = [a for a in decided if not isinstance(a, RecordEvent)]
     actions = seen + decided
-    for a in actions:  # the accounting is the timeline folded, event by event, as on the local backend
-        if isinstance(a, RecordEvent):
-            ledger = ledger.apply(a.event)
-    warning = grace.newly_short(load_accounting(task).final_saves, ledger.final_saves, _grace_seconds(spec))
-    if warning:
-        actions.append(RecordEvent(Event(time=now, type=EventType.GRACE_TOO_SHORT, attempt=state.attempt,
-                                         message=warning)))
+    # the accounting is the timeline folded, event by event, as on the local backend
+    ledger, warnings = lifecycle.fold(ledger, [a.event for a in actions if isinstance(a, RecordEvent)],
+                                      grace_seconds=_grace_seconds(spec))
+    actions += [RecordEvent(w) for w in warnings]
     status = _status_patch(task, state, now=now, ledger=ledger, extra=extra)
     if status is None:
         actions = [a for a in actions if not isinstance(a, RecordEvent)]
-    for wake in (decisions[-1].wake_at, elastic.grow_at(spec, sz, state, now=now)):
+    for wake in (s.wake_at, elastic.grow_at(spec, sz, state, now=now)):
         if wake is not None:
             actions.append(RequeueAt(wake))
     return status, actions
@@ -329,47 +319,10 @@ def _admitted(ledger: Accounting, before: TaskState, obs: Observation, *, now: d
                               message=f"gang of attempt {before.attempt} admitted by Kueue{how}"))]
 
 
-def stop_cause(spec: TaskSpec, d: Decision, gang: Gang | None, *, now: datetime) -> tuple[str, str, datetime] | None:
-    """(cause, message, deadline) of the stop this step starts, or None when the gang goes on.
-
-    The causes are those the local backend writes: Kueue's Evicted reason, the code of the error that
-    ends the attempt, Aborted, NodeDisruption, Restart (a peer failed; gangrun._core.stop_causes).
-    """
-    grace = spec.termination_grace
-    kind = d.action.kind
-    if kind is ActionKind.ABORT:
-        return ABORTED, d.action.message, now + grace
-    if kind in (ActionKind.RETRY, ActionKind.FAIL):
-        last = d.state.evictions[-1] if d.state.evictions else None
-        if d.action.code == GANG_EVICTED and last is not None and last.attempt == d.action.attempt:
-            return last.reason or last.kind.value, d.action.message, now + grace  # Kueue's word, as locally
-        return d.action.code or ATTEMPT_ENDED, d.action.message, now + grace
-    if kind is not ActionKind.NONE:
-        return None
-    ev = d.state.eviction
-    if ev is not None:  # Kueue takes the gang back; the pods go once it suspends the JobSet
-        return ev.reason or ev.kind.value, ev.message, ev.at + grace
-    if gang is not None and gang.disruption_pending and spec.failure_policy.restart_on_disruption:
-        return NODE_DISRUPTION, d.state.info.reason, now + grace
-    if gang is not None and gang.first_failure and not gang.completed:
-        # A worker of this round failed: JobSet restarts the whole gang, or fails it with no restart left,
-        # and its peers learn which worker failed before their pods go.
-        if gang.restarts_count_towards_max < spec.failure_policy.max_restarts:
-            return stop_causes.RESTART, stop_causes.restart_message(gang.first_failure), now + grace
-        return stop_causes.WORKER_FAILED, stop_causes.no_restart_left_message(gang.first_failure), now + grace
-    return None
-
-
-def _stop_notice(spec: TaskSpec, d: Decision, gang: Gang | None, pods: Sequence[dict[str, Any]],
-                 *, now: datetime) -> list[Action]:
-    """Annotate the live worker pods of the attempt with the notice of the stop, once per cause."""
-    stop = stop_cause(spec, d, gang, now=now)
-    return _notice(*stop, pods) if stop is not None else []
-
-
-def _notice(cause: str, message: str, deadline: datetime, pods: Sequence[dict[str, Any]]) -> list[Action]:
-    """The notice of a stop for `cause` on each live worker pod that does not carry it yet."""
-    notice = json.dumps({"cause": cause, "message": message, "deadline": round(deadline.timestamp(), 3)},
+def _notice(n: lifecycle.Notice, pods: Sequence[dict[str, Any]]) -> list[Action]:
+    """The notice of a stop on each live worker pod that does not carry its cause yet."""
+    cause = n.cause
+    notice = json.dumps({"cause": cause, "message": n.message, "deadline": round(n.deadline.timestamp(), 3)},
                         sort_keys=True)
     names = []
     for pod in pods:
@@ -387,15 +340,6 @@ def _notice(cause: str, message: str, deadline: datetime, pods: Sequence[dict[st
     return [AnnotatePods(names=tuple(sorted(names)), notice=notice)] if names else []
 
 
-def _carry_out(d: Decision, spec: TaskSpec, sz: Sizing, *, owner_uid: str | None) -> list[Action]:
-    kind, attempt = d.action.kind, d.action.attempt
-    if kind is ActionKind.CREATE_GANG:
-        return [CreateJobSet(elastic.render(spec, sz, owner_uid=owner_uid))]
-    if kind in (ActionKind.RETRY, ActionKind.FAIL, ActionKind.ABORT):
-        return [DeleteJobSet(jobset_name(spec.name, attempt, sz.generation if sz.attempt == attempt else 0))]
-    return []  # NONE, or SUCCEED: the gang stays for its logs
-
-
 def _resize(spec: TaskSpec, sz: Sizing, state: TaskState, obs: Observation, js: dict[str, Any] | None,
             workloads: WorkloadLookup, pods: Sequence[dict[str, Any]], capacity: Capacity | None, *,
             now: datetime, owner_uid: str | None) -> tuple[Sizing, list[Action]]:
@@ -406,7 +350,8 @@ def _resize(spec: TaskSpec, sz: Sizing, state: TaskState, obs: Observation, js: 
                        now=now, owner_uid=owner_uid)
     if r is None:
         return sz, []
-    out: list[Action] = _notice(sizes.RESIZE, r.event.message, now + spec.termination_grace, pods) if r.grow else []
+    notice = lifecycle.Notice(sizes.RESIZE, r.event.message, now + spec.termination_grace)
+    out: list[Action] = _notice(notice, pods) if r.grow else []
     return r.sizing, [*out, RecordEvent(r.event), DeleteJobSet(r.replaced), CreateJobSet(r.jobset)]
 
 

@@ -2,8 +2,9 @@
 
     reconcile(task, *, now) -> (state | None, [action, ...])
 
-The local counterpart of the Kubernetes backend's `reconcile`, in the same words: the shell
-(`controller.py`) stores the returned state and the recorded events in ONE transaction, and only
+`gangrun._core.lifecycle.step` decides, as for the Kubernetes backend; this module turns its gang
+intents into the local twins' actions, names the preemptor (known locally) and finds the garbage. The
+shell (`controller.py`) stores the returned state and the recorded events in ONE transaction, and only
 then carries out the actions in order. Every action is idempotent and named by (task, attempt):
 creating the gang of an attempt that has one, or deleting a gang already deleted, does nothing.
 
@@ -22,15 +23,11 @@ from datetime import datetime
 
 from gangrun._backends.local import adapter
 from gangrun._backends.local.task import LocalTask
+from gangrun._core import lifecycle, stop_causes
 from gangrun._core.actions import RecordEvent, RequeueAt
-from gangrun._core.engine import ActionKind, Decision, cancel, decide
-from gangrun._core.observation import Observation
 from gangrun._core.phases import Phase
 from gangrun._core.state import TaskState
-from gangrun._core.timeline import Event, EventType, transition_events
-
-ABORTED = "Aborted"  # the stop notice's cause when the user cancels
-ATTEMPT_ENDED = "AttemptEnded"
+from gangrun._core.timeline import Event, EventType
 
 
 @dataclass(frozen=True)
@@ -54,41 +51,26 @@ Action = CreateJobSet | DeleteJobSet | RecordEvent | RequeueAt
 
 def reconcile(task: LocalTask, *, now: datetime) -> tuple[TaskState | None, list[Action]]:
     """Decide one step for `task`. Returns the new state (None when unchanged) and the actions."""
-    before = task.state
-    policy = task.spec.policy()
-    if task.cancel_requested and not before.phase.terminal:
-        decisions = [cancel(before, now=now, reason="cancelled by the user")]
-    else:
-        decisions = [decide(policy, before, adapter.observe(before.attempt, task.gang, task.workload), now=now)]
-        if decisions[-1].action.kind is ActionKind.RETRY:
-            # The next attempt's gang does not exist yet: decide again so its CREATE is in this reconcile.
-            decisions.append(decide(policy, decisions[-1].state, Observation(), now=now))
+    g = task.gang
+    obs = adapter.observe(task.state.attempt, g, task.workload)
+    s = lifecycle.step(task.spec, task.state, obs, now=now, cancelled=task.cancel_requested)
     actions: list[Action] = []
-    state = before
-    for d in decisions:
-        events = transition_events(state, d.state, d.action, now=now, resume_from=task.spec.resume_from)
-        carry = _carry_out(d)
-        if d.action.kind is ActionKind.CREATE_GANG and _old_gang_stopping(task, d.action.attempt):
-            carry = []  # created, and said so, once the old workers are gone
-            events = [e for e in events if e.type is not EventType.GANG_CREATED]
+    for part in s.parts:
+        events: list[Event] = list(part.events)
+        carry: list[Action] = []
+        if isinstance(part.gang, lifecycle.CreateGang):
+            if _old_gang_stopping(task, part.gang.attempt):  # created, and said so, once the old workers are gone
+                events = [e for e in events if e.type is not EventType.GANG_CREATED]
+            else:
+                carry = [CreateJobSet(part.gang.attempt)]
+        elif isinstance(part.gang, lifecycle.DeleteGang):
+            carry = [DeleteJobSet(part.gang.attempt, part.gang.notice.cause, part.gang.notice.message)]
         actions += [RecordEvent(_with_preemptor(e, task)) for e in events]
         actions += carry
-        state = d.state
-    actions += _garbage(task, state, already={a.attempt for a in actions if isinstance(a, DeleteJobSet)})
-    wake = decisions[-1].wake_at
-    if wake is not None:
-        actions.append(RequeueAt(wake))
-    return (None if state == before else state), actions
-
-
-def _carry_out(d: Decision) -> list[Action]:
-    kind, attempt = d.action.kind, d.action.attempt
-    if kind is ActionKind.CREATE_GANG:
-        return [CreateJobSet(attempt)]
-    if kind in (ActionKind.RETRY, ActionKind.FAIL, ActionKind.ABORT):
-        cause = ABORTED if kind is ActionKind.ABORT else (d.action.code or ATTEMPT_ENDED)
-        return [DeleteJobSet(attempt, cause, d.action.message or d.state.info.reason)]
-    return []  # NONE, or SUCCEED: the gang stays for its logs
+    actions += _garbage(task, s.state, already={a.attempt for a in actions if isinstance(a, DeleteJobSet)})
+    if s.wake_at is not None:
+        actions.append(RequeueAt(s.wake_at))
+    return (s.state if s.changed else None), actions
 
 
 def _old_gang_stopping(task: LocalTask, attempt: int) -> bool:
@@ -106,7 +88,7 @@ def _garbage(task: LocalTask, state: TaskState, *, already: set[int]) -> list[Ac
     ended = g.attempt != state.attempt or state.phase in (Phase.FAILED, Phase.ABORTED)
     if not ended:
         return []
-    return [DeleteJobSet(g.attempt, ATTEMPT_ENDED, state.info.reason)]
+    return [DeleteJobSet(g.attempt, stop_causes.ATTEMPT_ENDED, state.info.reason)]
 
 
 def _with_preemptor(e: Event, task: LocalTask) -> Event:

@@ -17,11 +17,11 @@ from gangrun._backends.local.config import Config, Paths
 from gangrun._backends.local.gang import GangTwin
 from gangrun._backends.local.store import Row
 from gangrun._backends.local.workload import WorkloadTwin
-from gangrun._core import grace
+from gangrun._core import lifecycle
 from gangrun._core.accounting import Accounting
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
-from gangrun._core.timeline import Event, EventType
+from gangrun._core.timeline import Event, EventType, resume_result
 from gangrun._core.times import time_in, time_out
 from gangrun._core.view import accounting_view, eviction_accounting, task_view
 from gangrun._errors import GangrunError
@@ -81,17 +81,11 @@ class LocalTask:
         return self.state.phase.terminal
 
     def record(self, event: Event) -> None:
-        before = self.acct
         self.events.append(event)
-        self.acct = self.acct.apply(event)
+        self.acct, warnings = lifecycle.fold(self.acct, [event], grace_seconds=self.grace_seconds)
+        self.events += warnings
         if event.type in (EventType.RESUMED_FROM, EventType.RESUME_FOUND_NOTHING):
-            self.resumed = {"found": event.type is EventType.RESUMED_FROM, "uri": event.data.get("uri"),
-                            "step": event.data.get("step")}
-        if self.acct.final_saves != before.final_saves:
-            warning = grace.newly_short(before.final_saves, self.acct.final_saves, self.grace_seconds)
-            if warning:
-                self.events.append(Event(time=event.time, type=EventType.GRACE_TOO_SHORT, attempt=event.attempt,
-                                         message=warning))
+            self.resumed = resume_result(event)
 
     @property
     def grace_seconds(self) -> float:
