@@ -8,10 +8,12 @@ commit made inside a pod reaches the task's accounting and timeline without the 
 the checkpoint store.
 
     report(lines)       → the termination message:
-                          {"gangrun": 1, "commits": N, "newest": {...}, "firstStep": <unix seconds>}
+                          {"gangrun": 1, "commits": N, "newest": {...}, "firstStep": <unix seconds>,
+                           "resume": {...}}
     Summary             the same, folded a line at a time (the launcher's live report, `_live_report`)
     read(message)       → the newest `Commit` in it, or None for any other or malformed text
     first_step(message) → when the worker took its first step after its load, or None
+    resume(message)     → what spec.checkpoint.resumeFrom gave rank 0's newest load, or None
 
 The newest commit says when its state was taken (`takenAt`), how long its save took and whether it
 was the final save in the grace period; `firstStep` ends the gang's restoring time. Both correct
@@ -26,10 +28,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gangrun._ckpt import events
+
 VERSION = 1
 LIMIT = 4096  # the kubelet keeps at most this many bytes of a termination message
-COMMITTED = "checkpoint_committed"
-FIRST_STEP = "first_step"
+COMMITTED, FIRST_STEP, RESUME = events.COMMITTED, events.FIRST_STEP, events.RESUME
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +58,7 @@ class Summary:
         self.commits = 0
         self._newest: dict[str, Any] | None = None
         self._first_step: float | None = None
+        self._resume: dict[str, Any] | None = None
 
     def add(self, line: str) -> None:
         try:
@@ -69,22 +73,29 @@ class Summary:
                 self._newest = doc
         elif doc.get("type") == FIRST_STEP:  # the newest: a process that loaded twice stepped after its last load
             self._first_step = max(self._first_step or doc["time"], doc["time"])
+        elif doc.get("type") == RESUME and (self._resume is None or doc["time"] >= self._resume["time"]):
+            self._resume = {k: doc.get(k) for k in ("attempt", "source", "uri", "step", "time")}
 
     def text(self) -> str:
         """The termination message; "" when nothing was reported."""
-        if not self.commits and self._first_step is None:
+        if not self.commits and self._first_step is None and self._resume is None:
             return ""
         doc: dict[str, Any] = {"gangrun": VERSION, "commits": self.commits}
         if self._first_step is not None:
             doc["firstStep"] = self._first_step
+        if self._resume is not None:
+            doc["resume"] = self._resume
         keep: dict[str, Any] = {}
         if self._newest is not None:
             keep = {k: self._newest.get(k) for k in ("attempt", "rank", "seq", "step", "time", "uri", "takenAt",
                                                      "saveSeconds", "final") if k in self._newest}
             doc["newest"] = keep
         text = json.dumps(doc, separators=(",", ":"))
-        if len(text.encode()) > LIMIT:  # only a very long URI gets here: the time and step matter more
+        if len(text.encode()) > LIMIT:  # only very long URIs get here: the time and step matter more
             keep["uri"] = ""
+            if self._resume is not None:
+                doc["resume"] = {**self._resume, "source": self._resume["source"][:256],
+                                 "uri": "(too long to report)" if self._resume.get("uri") else None}
             text = json.dumps(doc, separators=(",", ":"))
         return text
 
@@ -122,6 +133,14 @@ def first_step(message: str) -> datetime | None:
     """When the worker that wrote the termination `message` took its first step after its load."""
     doc = _doc(message)
     return _time(doc.get("firstStep")) if doc is not None else None
+
+
+def resume(message: str) -> dict[str, Any] | None:
+    """What spec.checkpoint.resumeFrom gave the newest load the worker reported (the `resume_from` line of
+    `gangrun._ckpt.events`: source, uri (None: nothing there), step, attempt, time), or None."""
+    doc = _doc(message)
+    r = doc.get("resume") if doc is not None else None
+    return r if isinstance(r, dict) and _number(r.get("time")) and isinstance(r.get("source"), str) else None
 
 
 def read(message: str) -> Commit | None:

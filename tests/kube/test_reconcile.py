@@ -21,6 +21,7 @@ from kube_builders import (
 )
 from kube_fake import merge_patch
 
+from gangrun import _checkpoint_report
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.reconcile import (
@@ -531,3 +532,48 @@ def test_a_worker_lost_to_a_drain_is_charged_to_the_drain_not_to_a_worker_failur
                   .cond("RestartingJobSet", "True", "FailurePolicy_restartOnDisruption", "applying ...").obj())
     task.step(restarting, pods=[disrupted(PODS[1], t=at(29))], t=31)
     assert [w["cause"] for w in task.status["accounting"]["workLost"]] == ["EvictionByEvictionAPI"]
+
+
+def resume_report(*, uri: str | None, step: int | None, t: float, attempt: int = 1) -> str:
+    """A termination message whose worker's load went to spec.checkpoint.resumeFrom `src`."""
+    return _checkpoint_report.report([json.dumps({
+        "type": "resume_from", "task": "train", "attempt": attempt, "rank": 0, "source": "src", "uri": uri,
+        "step": step, "time": at(t).timestamp()})])
+
+
+def test_a_resume_from_that_found_nothing_is_a_warning_and_the_status_says_so_once() -> None:
+    """Issue: a resumeFrom that found nothing was shown as "resumes from" and trained from scratch silently.
+    The worker's report reaches the status (found: false) and the timeline as a Warning, once."""
+    task = Task(checkpoint={"resumeFrom": "src"})
+    running(task)
+    pod = terminated(PODS[0], code=1, message=resume_report(uri=None, step=None, t=12))
+    _, actions = task.step(jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj(), NONE, [pod], t=20)
+    (said,) = [a.event for a in actions if isinstance(a, RecordEvent) and a.event.type is EventType.RESUME_FOUND_NOTHING]
+    assert "holds no complete checkpoint" in said.message and event_type(said) == "Warning"
+    assert task.status["resumeFromResult"] == {"found": False, "uri": None, "step": None, "at": at(12).isoformat()}
+    _, actions = task.step(jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj(), NONE, [pod], t=25)
+    assert EventType.RESUME_FOUND_NOTHING not in events(actions)  # the same load, read again, is not news
+    assert task.status["resumeFromResult"]["found"] is False
+
+
+def test_a_resume_from_that_loaded_names_the_checkpoint_and_survives_the_pods() -> None:
+    task = Task(checkpoint={"resumeFrom": "src"})
+    running(task)
+    uri = "s3://b/src/attempt-1/step-30"
+    pod = terminated(PODS[0], code=143, message=resume_report(uri=uri, step=30, t=12))
+    _, actions = task.step(jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj(), NONE, [pod], t=20)
+    assert EventType.RESUMED_FROM in events(actions)
+    assert task.status["resumeFromResult"] == {"found": True, "uri": uri, "step": 30, "at": at(12).isoformat()}
+    task.step(jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj(), NONE, [], t=30)  # pods gone
+    assert task.status["resumeFromResult"]["uri"] == uri
+
+
+def test_the_termination_message_keeps_the_newest_resume_and_a_long_uri_stays_under_the_limit() -> None:
+    old, new = (json.dumps({"type": "resume_from", "attempt": 1, "rank": 0, "source": "src", "uri": u, "step": s,
+                            "time": t}) for u, s, t in (("s3://b/a", 1, 10.0), ("s3://b/" + "x" * 5000, 2, 11.0)))
+    message = _checkpoint_report.report([old, new])
+    assert len(message.encode()) <= _checkpoint_report.LIMIT
+    got = _checkpoint_report.resume(message)
+    assert got is not None and got["step"] == 2 and got["uri"] == "(too long to report)"
+    assert _checkpoint_report.resume(_checkpoint_report.report([old]))["uri"] == "s3://b/a"
+    assert _checkpoint_report.resume("not json") is None

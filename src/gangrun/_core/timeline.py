@@ -140,4 +140,4 @@ def resume_event(doc: dict[str, Any], *, attempt: int, at: datetime, now: dateti
 def resume_result(event: Event) -> dict[str, Any]:
     """What a ResumedFrom or ResumeFromFoundNothing event says, as a task's `resumeFromResult` shows it."""
     return {"found": event.type is EventType.RESUMED_FROM, "uri": event.data.get("uri"),
-            "step": event.data.get("step")}
+            "step": event.data.get("step"), "at": event.data.get("at")}

@@ -278,6 +278,11 @@ def first_steps(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> l
             if (t := checkpoint_report.first_step(message)) is not None]
 
 
+def resumes(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """What spec.checkpoint.resumeFrom gave each worker's newest load, from the same reports."""
+    return [r for _, message in _reports(pods, live) if (r := checkpoint_report.resume(message)) is not None]
+
+
 def _reports(pods: Iterable[Any], live: Mapping[str, str] | None) -> Iterator[tuple[dict[str, Any], str]]:
     """(pod, report) of every termination message the worker container left, current and last state,
     and of the live report the running worker served."""

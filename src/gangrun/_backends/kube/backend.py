@@ -274,6 +274,7 @@ class KubeBackend:
                  "jobSet": (task.get("status") or {}).get("jobSet", ""), **self._pending(task, state),
                  "uid": md.get("uid", ""),
                  "resumeFrom": c.get("resumeFrom") or None if isinstance(c := spec.get("checkpoint"), dict) else None,
+                 "resumeFromResult": (task.get("status") or {}).get("resumeFromResult"),
                  "accounting": _accounting(task, state)}
         try:
             policy = task_spec(task).policy()

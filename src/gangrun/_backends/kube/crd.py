@@ -215,6 +215,8 @@ def status_schema() -> dict[str, Any]:
             "runningNodes": {"type": "integer", "description": "the nodes the gang runs on now (0 when it is not up)"},
             "elastic": {**record, "description": "an elastic gang's current JobSet in the attempt: its generation, "
                                                  "size, last resize and the restarts of the JobSets it replaced"},
+            "resumeFromResult": {**record, "description": "what spec.checkpoint.resumeFrom gave the newest load: "
+                                                          "found, uri, step and when (found false: nothing there)"},
             "observedGeneration": {"type": "integer"},
             "conditions": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
                            "items": {"type": "object", "required": ["type", "status"], "properties": {

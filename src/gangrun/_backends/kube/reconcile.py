@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from gangrun._backends.clock import utc
 from gangrun._backends.kube import adapter, crd, elastic
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.elastic import Sizing
@@ -47,12 +48,13 @@ from gangrun._core.observation import Gang, Observation, WorkloadRead
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
-from gangrun._core.timeline import Event, EventType
+from gangrun._core.timeline import Event, EventType, resume_event, resume_result
 from gangrun._errors import SpecError
 
 INVALID_SPEC = "InvalidSpec"
+RESUME_RESULT = "resumeFromResult"
 WARNING_EVENTS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.ATTEMPT_ENDED, EventType.FAILED,
-                            EventType.DISRUPTED, EventType.GRACE_TOO_SHORT})
+                            EventType.DISRUPTED, EventType.GRACE_TOO_SHORT, EventType.RESUME_FOUND_NOTHING})
 LIVE_PHASES = ("Pending", "Running")
 # metadata keys parse_manifest knows; the API server adds others (finalizers, ownerReferences, ...).
 _MANIFEST_METADATA = ("name", "namespace", "labels", "annotations")
@@ -175,6 +177,8 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     seen += _checkpoint_events(ledger, commits, now=now)
     seen += first_step_events(ledger, [t for a, t in adapter.first_steps(pods, live) if a in (None, before.attempt)],
                          attempt=before.attempt, now=now)
+    resumed, said = _resumed(task, adapter.resumes(pods, live), attempt=before.attempt, now=now)
+    seen += said
     seen += _workers_running(ledger, before, adapter.workers_running_at(jobset, own), now=now)
     seen += _admitted(ledger, before, obs, now=now, size=(sz.nodes, spec.nodes) if spec.elastic else None)
     decided: list[Action] = []
@@ -199,7 +203,7 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
                         current=jobset_name(name, state.attempt, sz.generation if sz.attempt == state.attempt else 0))
     if not cancelled and not sz.growing:
         seen += _worker_failed(ledger, obs.gang, s.decided.state, attempt=before.attempt, now=now)
-    extra = elastic.status(spec, sz, state, obs.gang)
+    extra = {**elastic.status(spec, sz, state, obs.gang), RESUME_RESULT: resumed}
     if _status_patch(task, state, now=now, ledger=ledger, extra=extra) is None:
         decided = [a for a in decided if not isinstance(a, RecordEvent)]
     actions = seen + decided
@@ -245,6 +249,21 @@ def _save_data(c: Commit, *, now: datetime) -> dict[str, Any]:
     if c.save_seconds is not None:
         out.update(saveSeconds=c.save_seconds, final=c.final)
     return out
+
+
+def _resumed(task: dict[str, Any], reports: Sequence[dict[str, Any]], *, attempt: int,
+             now: datetime) -> tuple[dict[str, Any] | None, list[Action]]:
+    """`status.resumeFromResult`: what spec.checkpoint.resumeFrom gave the newest load a worker reported,
+    and its event (ResumedFrom, or the warning ResumeFromFoundNothing) when that load is news."""
+    stored = (_persisted(task) or {}).get(RESUME_RESULT)
+    newest = max((r for r in reports if r.get("attempt") in (None, attempt)), key=lambda r: r["time"], default=None)
+    if newest is None:
+        return stored, []
+    event = resume_event(newest, attempt=attempt, at=min(utc(float(newest["time"])), now), now=now)
+    result = resume_result(event)
+    if result == stored:
+        return stored, []
+    return result, [RecordEvent(event)]
 
 
 def first_step_events(ledger: Accounting, steps: Sequence[datetime], *, attempt: int, now: datetime) -> list[Action]:
