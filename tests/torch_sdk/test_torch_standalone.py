@@ -9,10 +9,11 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
-from torchgang import SRC, free_port, require_torch
+from torchgang import SRC, free_port, rank_env, require_torch
 
 torch = require_torch()
 
@@ -116,3 +117,26 @@ def test_checkpoint_path_outside_a_gang_is_where_checkpoints_go(tmp_path: Path) 
     assert p.returncode == 0, p.stderr
     assert f"checkpoints go to {env_path} (GANGRUN_CHECKPOINT_PATH)" in p.stderr
     assert (env_path / "attempt-1").is_dir() and not (tmp_path / ".gangrun").exists()
+
+
+def test_destroy_process_group_ends_the_checkpoint_side_group(tmp_path: Path) -> None:
+    """gangrun keeps no reference to its side gloo group: destroy_process_group() ends it and its threads
+    then, not the interpreter's finalization (where a gloo group's end aborted a finished rank now and then)."""
+    script = tmp_path / "side.py"
+    script.write_text(textwrap.dedent("""
+        import gc, json, weakref
+        import torch, torch.distributed as dist
+        from gangrun.torch import save_state, wait
+        dist.init_process_group("gloo")
+        save_state({"x": torch.ones(2)}, step=1, blocking=False)
+        wait()
+        from gangrun.torch import _gang
+        side = weakref.ref(_gang.side_group())
+        dist.destroy_process_group()
+        gc.collect()
+        print(json.dumps({"alive": side() is not None}))
+    """))
+    env = rank_env(tmp_path / "ckpt", rank=0, world=1, port=free_port())
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == {"alive": False}

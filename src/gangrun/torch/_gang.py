@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
 _lock = threading.Lock()
-_side: dict[int, Any] = {}  # id(default group) -> side group
+# id(default group) -> side group. Weak: torch.distributed owns the group, and destroy_process_group()
+# must be able to end it (and gloo's threads) then. Kept alive here, it was destroyed only during the
+# interpreter's finalization, which now and then aborted the process after a successful run
+# ("terminate called without an active exception").
+_side: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
 def initialized() -> bool:
