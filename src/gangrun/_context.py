@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gangrun._ckpt import events, notice
-from gangrun._ckpt.events import EVENTS_FILE_ENV
 from gangrun._ckpt.layout import split_attempt_path
 from gangrun._core import worker_env as wenv
+from gangrun._core.checkpoint_root import attempt_name, attempt_path
 from gangrun._errors import WorkerEnvError
 from gangrun.checkpoint import Checkpoint
 
@@ -41,9 +41,9 @@ __all__ = ["Context", "StopNotice", "context"]
 StopNotice = notice.StopNotice
 
 _VARS = (
-    "GANGRUN_TASK", "GANGRUN_ATTEMPT", "JOBSET_RESTART_ATTEMPT", "NNODES", "NODE_RANK", "NPROC_PER_NODE",
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GANGRUN_CHECKPOINT_PATH",
-    "GANGRUN_PREV_CHECKPOINT_PATH", "GANGRUN_RESUME_FROM", EVENTS_FILE_ENV, notice.STOP_FILE_ENV, notice.GRACE_ENV,
+    wenv.GANGRUN_TASK, wenv.GANGRUN_ATTEMPT, wenv.RESTART_ATTEMPT, wenv.NNODES, wenv.NODE_RANK, wenv.NPROC_PER_NODE,
+    wenv.RANK, wenv.LOCAL_RANK, wenv.WORLD_SIZE, wenv.MASTER_ADDR, wenv.MASTER_PORT, wenv.CHECKPOINT_PATH,
+    wenv.PREV_CHECKPOINT_PATH, wenv.RESUME_FROM, wenv.EVENTS_FILE, wenv.STOP_FILE, wenv.GRACE_PERIOD,
     wenv.LOCAL_WORLD_SIZE, wenv.GROUP_RANK, wenv.GROUP_WORLD_SIZE, wenv.TORCHELASTIC_RESTART_COUNT, wenv.GANGRUN_START,
     wenv.RUN_ID,
 )  # fmt: skip
@@ -219,16 +219,16 @@ def _parse(env: Mapping[str, str], standalone_root: str | None = None) -> Contex
     elif path:
         split = split_attempt_path(path)
         if split is None or split[1] != attempt:
-            raise WorkerEnvError("GANGRUN_CHECKPOINT_PATH", f"must end in attempt-{attempt}, got {path!r}")
+            raise WorkerEnvError(wenv.CHECKPOINT_PATH, f"must end in {attempt_name(attempt)}, got {path!r}")
         prev = env.get("GANGRUN_PREV_CHECKPOINT_PATH", "").strip()
         if prev and split_attempt_path(prev) != (split[0], attempt - 1):
             # Earlier attempts are found by the layout rule; a different PREV means the backend and
             # the SDK disagree on the layout, which would silently lose progress.
-            want = f"{split[0]}/attempt-{attempt - 1}"
-            raise WorkerEnvError("GANGRUN_PREV_CHECKPOINT_PATH", f"must be {want}, got {prev!r}")
+            want = attempt_path(split[0], attempt - 1)
+            raise WorkerEnvError(wenv.PREV_CHECKPOINT_PATH, f"must be {want}, got {prev!r}")
         ckpt = Checkpoint(
             split[0], attempt=attempt, task=task, rank=rank, world_size=world,
-            restart_attempt=restart, events_file=env.get(EVENTS_FILE_ENV) or None,
+            restart_attempt=restart, events_file=env.get(wenv.EVENTS_FILE) or None,
             resume_from=env.get("GANGRUN_RESUME_FROM", "").strip() or None,
             start=env.get(wenv.GANGRUN_START, "").strip() or None,
         )  # fmt: skip
@@ -248,7 +248,7 @@ def _parse(env: Mapping[str, str], standalone_root: str | None = None) -> Contex
         master_addr=env.get("MASTER_ADDR", "").strip() or None,
         master_port=_int(env, "MASTER_PORT", 0, minimum=1, maximum=65535) if port else None,
         checkpoint=ckpt,
-        events_file=(env.get(EVENTS_FILE_ENV) or None) if task else None,
+        events_file=(env.get(wenv.EVENTS_FILE) or None) if task else None,
     )
 
 

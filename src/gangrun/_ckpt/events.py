@@ -27,9 +27,11 @@ import threading
 import time
 from typing import Any
 
+from gangrun._core import worker_env as wenv
+
 log = logging.getLogger("gangrun")
 
-EVENTS_FILE_ENV = "GANGRUN_EVENTS_FILE"
+EVENTS_FILE_ENV = wenv.EVENTS_FILE
 COMMITTED = "checkpoint_committed"
 FIRST_STEP = "first_step"
 RESUME = "resume_from"

@@ -34,6 +34,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gangrun._core.checkpoint_root import attempt_name as attempt_name  # the folder name is the contract's
+
 MANIFEST = "manifest.json"
 DATA = "data"
 BYTES_NAME = "payload"
@@ -42,10 +44,6 @@ PARTS = "parts"
 _ATTEMPT = re.compile(r"^attempt-([1-9][0-9]*)$")
 # "ckpt-000012" is a final name; "ckpt-000012.<suffix>" is a leftover of an unfinished write or delete.
 _ENTRY = re.compile(r"^ckpt-([0-9]{6,})(?:\.(.+))?$")
-
-
-def attempt_name(attempt: int) -> str:
-    return f"attempt-{attempt}"
 
 
 def parse_attempt(name: str) -> int | None:

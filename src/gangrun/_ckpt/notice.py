@@ -45,6 +45,7 @@ from types import FrameType
 from gangrun._ckpt import cache, writer
 from gangrun._ckpt.logs import say
 from gangrun._core import stop_causes
+from gangrun._core import worker_env as wenv
 from gangrun._errors import WorkerEnvError
 
 log = logging.getLogger("gangrun")
@@ -52,9 +53,9 @@ log = logging.getLogger("gangrun")
 # What signal.getsignal returns: a Python handler, SIG_DFL/SIG_IGN (ints), or None (set outside Python).
 SignalHandler = Callable[[int, FrameType | None], object] | int | None
 
-STOP_FILE_ENV = "GANGRUN_STOP_FILE"
-GRACE_ENV = "GANGRUN_GRACE_PERIOD"
-DEFAULT_GRACE = 30.0
+STOP_FILE_ENV = wenv.STOP_FILE
+GRACE_ENV = wenv.GRACE_PERIOD
+DEFAULT_GRACE = float(wenv.DEFAULT_GRACE_SECONDS)
 EXIT_STATUS = 128 + signal.SIGTERM
 
 

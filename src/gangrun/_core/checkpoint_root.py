@@ -37,9 +37,14 @@ def task_root(base: str, name: str, identity: str) -> str:
     return f"{root}/{identity}" if identity else root
 
 
+def attempt_name(attempt: int) -> str:
+    """The folder of attempt N's checkpoints under the task's root (the SDK's layout reads it back)."""
+    return f"attempt-{attempt}"
+
+
 def attempt_path(root: str, attempt: int) -> str:
     """GANGRUN_CHECKPOINT_PATH of attempt N: the one place its workers save."""
-    return f"{root}/attempt-{attempt}" if attempt >= 1 else ""
+    return f"{root}/{attempt_name(attempt)}" if attempt >= 1 else ""
 
 
 def parse_resume_from(value: object) -> str:

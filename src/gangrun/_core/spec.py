@@ -86,7 +86,7 @@ class TaskSpec:
     priority_class: str = ""
     checkpoint_uri: str = ""  # "" = under the backend's state dir
     resume_from: str = ""  # spec.checkpoint.resumeFrom: a task name or a checkpoint URI ("" = none)
-    termination_grace: timedelta = timedelta(seconds=30)
+    termination_grace: timedelta = timedelta(seconds=worker_env.DEFAULT_GRACE_SECONDS)
     min_nodes: int = 0  # elastic gangs: the fewest nodes it may run on; 0 = `nodes` (not elastic)
     resize_cooldown: timedelta = timedelta(minutes=5)  # an elastic gang grows back at most once per cooldown
     pod_template: dict[str, Any] = field(default_factory=dict)  # kubernetes: merged into every worker pod
@@ -193,7 +193,7 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
         checkpoint_uri=uri.rstrip("/"),
         resume_from=parse_resume_from(ck.get("resumeFrom")),
         termination_grace=_duration(spec, "terminationGracePeriod", "spec.terminationGracePeriod",
-                                    default=timedelta(seconds=30)) or timedelta(0),
+                                    default=timedelta(seconds=worker_env.DEFAULT_GRACE_SECONDS)) or timedelta(0),
         pod_template=parse_pod_template(spec["podTemplate"], "spec.podTemplate", reserved_env=RESERVED_ENV,
                                         spec_env=env, shm=shm is not None) if "podTemplate" in spec else {},
         shm_size=shm,

@@ -54,6 +54,7 @@ RESUME_FROM = "GANGRUN_RESUME_FROM"  # spec.checkpoint.resumeFrom as a URI: load
 STOP_FILE = "GANGRUN_STOP_FILE"
 EVENTS_FILE = "GANGRUN_EVENTS_FILE"
 GRACE_PERIOD = "GANGRUN_GRACE_PERIOD"
+DEFAULT_GRACE_SECONDS = 30  # spec.terminationGracePeriod when unset, and what a worker assumes without the variable
 
 NODE_RANK = "NODE_RANK"
 GROUP_RANK = "GROUP_RANK"
