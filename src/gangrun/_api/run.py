@@ -25,7 +25,6 @@ from gangrun._errors import IgnoredLocally, UsageError, WaitTimeout
 if TYPE_CHECKING:
     from gangrun._api.watch import Update
 
-TERMINAL_PHASES = frozenset(p.value for p in TERMINAL)
 POLL = 0.5
 
 
@@ -52,7 +51,7 @@ class TaskRun:
 
     def done(self) -> bool:
         """Whether the task has ended (Succeeded, Failed or Aborted)."""
-        return self.status()["phase"] in TERMINAL_PHASES
+        return self.status()["phase"] in TERMINAL
 
     def wait(self, timeout: float | None = None) -> dict[str, Any]:
         """Block until the task ends and return its final status.
@@ -62,7 +61,7 @@ class TaskRun:
         timeout = arguments.seconds(timeout, "timeout")
         deadline = None if timeout is None else self._clock() + timeout
         view = self.status()
-        while view["phase"] not in TERMINAL_PHASES:
+        while view["phase"] not in TERMINAL:
             left = None if deadline is None else deadline - self._clock()
             if left is not None and left <= 0:
                 raise WaitTimeout(f"task {self._name} is still {view['phase']} after {timeout:g}s "
@@ -109,7 +108,7 @@ class TaskRun:
         while True:
             yield from self._backend.logs(self._name, rank=rank, attempt=n, follow=True)
             view = self.status()
-            if view["phase"] in TERMINAL_PHASES and int(view["attempt"]) <= n:
+            if view["phase"] in TERMINAL and int(view["attempt"]) <= n:
                 return
             n = min(n + 1, int(view["attempt"]))
 

@@ -26,7 +26,6 @@ from gangrun._core.phases import TERMINAL
 from gangrun._core.timeline import Event
 from gangrun._errors import GangrunError, UsageError
 
-TERMINAL_PHASES = frozenset(p.value for p in TERMINAL)
 POLL = 0.5
 DRAIN_TIMEOUT = 10.0  # after the end, how long the log readers get to hand over their last lines
 _RANKED = re.compile(r"^\[rank (\d+)\] (.*)$", re.DOTALL)
@@ -92,7 +91,7 @@ def watch(backend: Backend, name: str, *, rank: int | None = 0, poll: float = PO
             for e in events[seen:]:
                 yield EventUpdate(e)
             seen = len(events)
-            ended = view["phase"] in TERMINAL_PHASES
+            ended = view["phase"] in TERMINAL
             if ended:
                 for t in readers.values():
                     t.join(DRAIN_TIMEOUT)

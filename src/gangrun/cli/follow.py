@@ -13,9 +13,10 @@ from typing import Any, TextIO
 
 from gangrun._api.run import TaskRun
 from gangrun._api.watch import EventUpdate, LogLine, StatusUpdate
+from gangrun._core import phases
 from gangrun.cli import output
 
-TERMINAL = {"Succeeded", "Failed", "Aborted"}
+TERMINAL = phases.TERMINAL  # a view's phase is the phase's string value; they compare equal
 
 
 def follow_run(run: TaskRun, *, rank: int | None = 0, stream: TextIO | None = None) -> dict[str, Any]:

@@ -66,12 +66,12 @@ from gangrun._core import kueue
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.eviction import NO_EVICTION, classify_eviction
 from gangrun._core.observation import WorkloadRead
+from gangrun._core.phases import TERMINAL
 from gangrun._core.priority_boost import BoostPolicy
 from gangrun._errors import ApiError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
 REJECTED_EVENT = "the API server rejected the event"
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Aborted"})
 NOTICE_FANOUT = 16  # pod patches of stop notices in flight at once
 BOOST_RBAC_HINT = ("the controller may not patch Kueue Workloads (403); --priority-boost has no effect. Grant "
                    "patch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
@@ -436,7 +436,7 @@ def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
     it would change nothing.
     """
     attempt, current = adapter.attempt_of(pod), status.get("attempt", 1)
-    if not isinstance(attempt, int) or attempt > current or status.get("phase") in TERMINAL_PHASES:
+    if not isinstance(attempt, int) or attempt > current or status.get("phase") in TERMINAL:
         return True
     if attempt < current:  # an ended attempt's worker: only its newest checkpoint still matters
         return _commits_told(pod, status)
