@@ -9,10 +9,10 @@ the checkpoint store.
 
     report(lines)       → the termination message:
                           {"gangrun": 1, "commits": N, "newest": {...}, "firstStep": <unix seconds>,
-                           "resume": {...}}
+                           "firstStepOf": {"rank", "loaded", "loadedStep"}, "resume": {...}}
     Summary             the same, folded a line at a time (the launcher's live report, `_live_report`)
     read(message)       → the newest `Commit` in it, or None for any other or malformed text
-    first_step(message) → when the worker took its first step after its load, or None
+    first_step(message) → when the worker took its first step after its load, and what it loaded, or None
     resume(message)     → what spec.checkpoint.resumeFrom gave rank 0's newest load, or None
 
 The newest commit says when its state was taken (`takenAt`), how long its save took and whether it
@@ -57,7 +57,7 @@ class Summary:
     def __init__(self) -> None:
         self.commits = 0
         self._newest: dict[str, Any] | None = None
-        self._first_step: float | None = None
+        self._first_step: dict[str, Any] | None = None
         self._resume: dict[str, Any] | None = None
 
     def add(self, line: str) -> None:
@@ -71,8 +71,9 @@ class Summary:
             self.commits += 1
             if self._newest is None or doc["time"] >= self._newest["time"]:
                 self._newest = doc
-        elif doc.get("type") == FIRST_STEP:  # the newest: a process that loaded twice stepped after its last load
-            self._first_step = max(self._first_step or doc["time"], doc["time"])
+        elif doc.get("type") == FIRST_STEP and (self._first_step is None or doc["time"] >= self._first_step["time"]):
+            # the newest: a process that loaded twice stepped after its last load
+            self._first_step = {k: doc[k] for k in ("time", "rank", "loaded", "loadedStep") if k in doc}
         elif doc.get("type") == RESUME and (self._resume is None or doc["time"] >= self._resume["time"]):
             self._resume = {k: doc.get(k) for k in ("attempt", "source", "uri", "step", "time")}
 
@@ -82,7 +83,8 @@ class Summary:
             return ""
         doc: dict[str, Any] = {"gangrun": VERSION, "commits": self.commits}
         if self._first_step is not None:
-            doc["firstStep"] = self._first_step
+            doc["firstStep"] = self._first_step["time"]
+            doc["firstStepOf"] = {k: v for k, v in self._first_step.items() if k != "time"}
         if self._resume is not None:
             doc["resume"] = self._resume
         keep: dict[str, Any] = {}
@@ -129,10 +131,15 @@ def _doc(message: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and doc.get("gangrun") == VERSION else None
 
 
-def first_step(message: str) -> datetime | None:
-    """When the worker that wrote the termination `message` took its first step after its load."""
+def first_step(message: str) -> dict[str, Any] | None:
+    """The first step after its load of the worker that wrote `message`, as its `first_step` line says:
+    `time` (a datetime), `rank`, and `loaded`/`loadedStep` when it loaded; None when it did not say."""
     doc = _doc(message)
-    return _time(doc.get("firstStep")) if doc is not None else None
+    t = _time(doc.get("firstStep")) if doc is not None else None
+    if doc is None or t is None:
+        return None
+    of = doc.get("firstStepOf")
+    return {**(of if isinstance(of, dict) else {}), "time": t}
 
 
 def resume(message: str) -> dict[str, Any] | None:

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from gangrun import Checkpoint
-from gangrun._backends.local.effects import first_step_message
 from gangrun._ckpt import writer
+from gangrun._core.worker_reports import first_step_message
 from gangrun._errors import CommitFailed
 
 

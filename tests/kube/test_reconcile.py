@@ -476,14 +476,17 @@ def test_a_first_step_on_the_tasks_first_start_claims_no_checkpoint_load_and_say
         return acct
 
     fresh = fold((0, EventType.SUBMITTED), (0, EventType.GANG_CREATED), (1, EventType.GANG_STARTED))
-    (action,) = first_step_events(fresh, [at(6)], attempt=1, now=at(40))  # read as the worker exited at 40
+    fresh_start = {"rank": 0, "loaded": False, "time": at(6)}
+    (action,) = first_step_events(fresh, [fresh_start], attempt=1, now=at(40))  # read as the worker exited at 40
     assert isinstance(action, RecordEvent)
-    assert "loading" not in action.event.message and "5.0 s after the gang came up" in action.event.message
+    assert action.event.message == ("rank 0 took its first step (nothing to load: a fresh start), "
+                                    "5.0 s after the gang came up (the task's first start)")
     restarted = fold((0, EventType.SUBMITTED), (0, EventType.GANG_CREATED), (1, EventType.GANG_STARTED),
                      (10, EventType.RESTARTED))
-    (action,) = first_step_events(restarted, [at(13)], attempt=1, now=at(40))
+    loaded = {"rank": 1, "loaded": True, "loadedStep": 5, "time": at(13)}
+    (action,) = first_step_events(restarted, [loaded], attempt=1, now=at(40))
     assert isinstance(action, RecordEvent)
-    assert "after its load" in action.event.message and "3.0 s after the gang came up" in action.event.message
+    assert action.event.message == "rank 1 took its first step after loading step 5, 3.0 s after the gang came up"
 
 
 def test_b5_a_worker_killed_loses_the_work_until_its_death_and_the_teardown_is_restarting() -> None:

@@ -57,7 +57,8 @@ def test_resume_from_a_deleted_task_loads_its_newest_checkpoint_as_previous_and_
     assert commits(backend, "train") == [6, 7, 8]
     resumed = [e for e in backend.events("train") if e.type.value == "ResumedFrom"]
     assert len(resumed) == 1 and resumed[0].data["step"] == 5 and first["uid"] in resumed[0].data["uri"]
-    assert second["resumeFromResult"] == {"found": True, "uri": resumed[0].data["uri"], "step": 5}
+    assert second["resumeFromResult"] == {"found": True, "uri": resumed[0].data["uri"], "step": 5,
+                                          "at": resumed[0].data["at"]}
 
     backend.delete("train", purge=True)
     assert not Path(second["checkpointRoot"]).exists() and not Path(second["logs"]).exists()
@@ -141,6 +142,6 @@ def test_a_resume_that_finds_nothing_is_a_warning_on_the_timeline_and_in_the_sta
     warned = [e for e in events if e.type.value == "ResumeFromFoundNothing"]
     assert len(warned) == 1 and "ResumedFrom" not in [e.type.value for e in events]
     assert warned[0].message.startswith("warning: spec.checkpoint.resumeFrom ") and "starts from scratch" in warned[0].message
-    assert done["resumeFromResult"] == {"found": False, "uri": None, "step": None}
+    assert done["resumeFromResult"] == {"found": False, "uri": None, "step": None, "at": warned[0].data["at"]}
     assert "Resumes from:   mid (WARNING: it held no complete checkpoint; the task started from scratch)" in describe(
         done, events)

@@ -67,8 +67,10 @@ def test_s11_preempted_gang_resumes_from_step_6_on_attempt_1(backend: LocalBacke
     assert types.count("FirstStep") >= 2 and "WorkersRunning" in types
     # Each names what its start loaded: nothing at first, then the step the readmitted gang resumed from.
     firsts = [e.message for e in events if e.type.value == "FirstStep" and e.message.startswith("rank 0 ")]
-    assert firsts[0] == "rank 0 took its first step (nothing to load: a fresh start)", firsts
-    assert firsts[-1] == f"rank 0 took its first step after loading step {step}", firsts
+    assert re.fullmatch(r"rank 0 took its first step \(nothing to load: a fresh start\), [0-9.]+ s after the gang "
+                        r"came up \(the task's first start\)", firsts[0]), firsts
+    assert re.fullmatch(rf"rank 0 took its first step after loading step {step}, [0-9.]+ s after the gang came up",
+                        firsts[-1]), firsts
     assert acct["restoringSeconds"] > 0 and acct["badputSeconds"]["restoring"] == acct["restoringSeconds"]
     assert acct["badputSeconds"]["waitingForReadmission"] > 0
     assert acct["lastCheckpoint"]["takenAt"] <= acct["lastCheckpoint"]["at"]

@@ -121,23 +121,3 @@ def _outcome(state: TaskState, attempt: int) -> str | None:
         if record.number == attempt and record.outcome is not None:
             return record.outcome.value
     return None
-
-
-def resume_event(doc: dict[str, Any], *, attempt: int, at: datetime, now: datetime) -> Event:
-    """The timeline entry of a worker's report of what `spec.checkpoint.resumeFrom` gave its load
-    (`gangrun._ckpt.events.resume_result`): the checkpoint it loaded, or a warning that there was none.
-    Stamped `now` (when read) to keep the timeline in order; `at` is when the load happened."""
-    source, uri = str(doc.get("source") or ""), doc.get("uri")
-    data = {"source": source, "uri": uri, "step": doc.get("step"), "at": at.isoformat()}
-    if uri:
-        return Event(time=now, type=EventType.RESUMED_FROM, attempt=doc.get("attempt", attempt), data=data,
-                     message=f"loaded {uri} (step {doc.get('step')}) from spec.checkpoint.resumeFrom {source}")
-    return Event(time=now, type=EventType.RESUME_FOUND_NOTHING, attempt=doc.get("attempt", attempt), data=data,
-                 message=f"warning: spec.checkpoint.resumeFrom {source} holds no complete checkpoint; "
-                         "the task starts from scratch")
-
-
-def resume_result(event: Event) -> dict[str, Any]:
-    """What a ResumedFrom or ResumeFromFoundNothing event says, as a task's `resumeFromResult` shows it."""
-    return {"found": event.type is EventType.RESUMED_FROM, "uri": event.data.get("uri"),
-            "step": event.data.get("step"), "at": event.data.get("at")}

@@ -272,10 +272,11 @@ def checkpoints(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> l
     return [mark for _, message in _reports(pods, live) if (mark := checkpoint_report.read(message)) is not None]
 
 
-def first_steps(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> list[tuple[int | None, datetime]]:
-    """(attempt, when) of each worker's first step after its load, from the same reports."""
-    return [(attempt_of(pod), t) for pod, message in _reports(pods, live)
-            if (t := checkpoint_report.first_step(message)) is not None]
+def first_steps(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> list[tuple[int | None, dict[str, Any]]]:
+    """(attempt, report) of each worker's first step after its load, from the same reports (the report's
+    `time` is a datetime; see `gangrun._checkpoint_report.first_step`)."""
+    return [(attempt_of(pod), s) for pod, message in _reports(pods, live)
+            if (s := checkpoint_report.first_step(message)) is not None]
 
 
 def resumes(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> list[dict[str, Any]]:

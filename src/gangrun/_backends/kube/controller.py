@@ -444,9 +444,9 @@ def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
     if d is not None and not any(isinstance(r, dict) and r.get("worker") == d.worker
                                  for r in status.get("disruptions") or []):
         return False
-    steps = [t for _, t in adapter.first_steps([pod])]
+    steps = [s for _, s in adapter.first_steps([pod])]
     if steps and first_step_events(load_accounting({"status": status}), steps, attempt=current,
-                                   now=max(steps)):
+                                   now=max(s["time"] for s in steps)):
         return False
     return _commits_told(pod, status)
 

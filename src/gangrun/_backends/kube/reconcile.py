@@ -39,7 +39,7 @@ from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.render import check_renderable, jobset_name
 from gangrun._checkpoint_report import Commit
 from gangrun._core import elastic as sizes
-from gangrun._core import grace, kueue, lifecycle
+from gangrun._core import grace, kueue, lifecycle, worker_reports
 from gangrun._core.accounting import Accounting
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.conditions import Condition, find_condition, set_condition
@@ -48,7 +48,7 @@ from gangrun._core.observation import Gang, Observation, WorkloadRead
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
-from gangrun._core.timeline import Event, EventType, resume_event, resume_result
+from gangrun._core.timeline import Event, EventType
 from gangrun._errors import SpecError
 
 INVALID_SPEC = "InvalidSpec"
@@ -234,20 +234,9 @@ def _checkpoint_events(ledger: Accounting, commits: Sequence[Commit], *, now: da
     for c in sorted(unique.values(), key=lambda c: c.at):
         if newest is not None and c.at <= newest:
             continue
-        what = f"step {c.step}" if c.step is not None else f"seq {c.seq}"
-        out.append(RecordEvent(Event(time=now, type=EventType.CHECKPOINT, attempt=c.attempt,
-                                     message=f"checkpoint committed ({what}) by rank {c.rank}",
-                                     data={"step": c.step, "seq": c.seq, "uri": c.uri,
-                                           "committedAt": min(c.at, now).isoformat(),
-                                           **_save_data(c, now=now)})))
-    return out
-
-
-def _save_data(c: Commit, *, now: datetime) -> dict[str, Any]:
-    """When the commit's state was taken and how long its save took, when the worker said."""
-    out: dict[str, Any] = {} if c.taken_at is None else {"takenAt": min(c.taken_at, now).isoformat()}
-    if c.save_seconds is not None:
-        out.update(saveSeconds=c.save_seconds, final=c.final)
+        out.append(RecordEvent(worker_reports.commit_event(
+            attempt=c.attempt, rank=c.rank, step=c.step, seq=c.seq, uri=c.uri, committed_at=c.at, now=now,
+            taken_at=c.taken_at, save_seconds=c.save_seconds, final=c.final)))
     return out
 
 
@@ -259,38 +248,24 @@ def _resumed(task: dict[str, Any], reports: Sequence[dict[str, Any]], *, attempt
     newest = max((r for r in reports if r.get("attempt") in (None, attempt)), key=lambda r: r["time"], default=None)
     if newest is None:
         return stored, []
-    event = resume_event(newest, attempt=attempt, at=min(utc(float(newest["time"])), now), now=now)
-    result = resume_result(event)
+    event = worker_reports.resume_event(newest, attempt=attempt, at=min(utc(float(newest["time"])), now), now=now)
+    result = worker_reports.resume_result(event)
     if result == stored:
         return stored, []
     return result, [RecordEvent(event)]
 
 
-def first_step_events(ledger: Accounting, steps: Sequence[datetime], *, attempt: int, now: datetime) -> list[Action]:
-    """A FirstStep event for each worker's first step (from its termination message) that changes the
-    accounting: the newest of the current or just-ended period. Read again at every reconcile, so
-    only news is recorded."""
+def first_step_events(ledger: Accounting, steps: Sequence[dict[str, Any]], *, attempt: int,
+                      now: datetime) -> list[Action]:
+    """A FirstStep event for each worker's first step (from its report) that changes the accounting: the
+    newest of the current or just-ended period. Read again at every reconcile, so only news is recorded."""
     out: list[Action] = []
-    for t in sorted(steps):
-        event = Event(time=now, type=EventType.FIRST_STEP, attempt=attempt, data={"at": min(t, now).isoformat()},
-                      message="")
-        after = ledger.apply(event)
+    for doc in sorted(steps, key=lambda d: d["time"]):
+        event, after = worker_reports.first_step(ledger, doc, attempt=attempt, at=doc["time"], now=now)
         if after != ledger:
-            out.append(RecordEvent(replace(event, message=_first_step_message(after, min(t, now)))))
+            out.append(RecordEvent(event))
             ledger = after
     return out
-
-
-def _first_step_message(ledger: Accounting, t: datetime) -> str:
-    """What a FirstStep says: read from a report (often as the worker exits), so when it was, counted
-    from the gang's start; and a load only after a stop, not on the task's first start."""
-    up = ledger.up_since if ledger.stepped_at == t else (ledger.last_up.start if ledger.last_up else None)
-    if up is None:
-        return "a worker took its first step"
-    fresh = up == ledger.first_up
-    what = "a worker took its first step" + ("" if fresh else " after its load")
-    return f"{what}, {(t - up).total_seconds():.1f} s after the gang came up" + (" (the task's first start)"
-                                                                                    if fresh else "")
 
 
 def _worker_failed(ledger: Accounting, gang: Gang | None, decided: TaskState, *, attempt: int,

@@ -23,7 +23,8 @@ from gangrun._backends.local.render import Launch, launch, worker_env
 from gangrun._backends.local.task import LocalTask
 from gangrun._ckpt import events
 from gangrun._ckpt.storage import remove_checkpoints
-from gangrun._core.timeline import Event, EventType, resume_event
+from gangrun._core import worker_reports
+from gangrun._core.timeline import Event, EventType
 from gangrun._core.worker_env import new_start
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class Effects:
         g.events_offset += end
         g.touch()
         for line in data[:end].splitlines():
-            e = _checkpoint_event(line, attempt=g.attempt, now=now)
+            e = _checkpoint_event(task, line, attempt=g.attempt, now=now)
             if e is not None:
                 task.record(e)
 
@@ -131,40 +132,24 @@ def remove_files(paths: Paths, task: LocalTask) -> None:
             log.warning("gangrun: could not remove the checkpoints of deleted task %s at %s: %s", task.name, root, e)
 
 
-def first_step_message(doc: dict[str, Any]) -> str:
-    """A worker's first step as its report says: after loading which step, or from a fresh start; never the
-    step of its first save, which is not what it loaded."""
-    who = f"rank {doc.get('rank', 0)} took its first step"
-    if "loaded" not in doc:  # it never loaded: nothing to say about a load
-        return who
-    if not doc["loaded"]:
-        return f"{who} (nothing to load: a fresh start)"
-    step = doc.get("loadedStep")
-    return f"{who} after loading step {step}" if step is not None else f"{who} after loading its checkpoint"
-
-
-def _checkpoint_event(line: bytes, *, attempt: int, now: datetime) -> Event | None:
+def _checkpoint_event(task: LocalTask, line: bytes, *, attempt: int, now: datetime) -> Event | None:
     try:
         doc = json.loads(line)
     except ValueError:
         return None
     if not isinstance(doc, dict) or doc.get("type") not in (events.COMMITTED, events.FIRST_STEP, events.RESUME):
         return None
-    # Stamped when it is read, so the timeline stays in order; when it happened is in the data.
     at = _time(doc.get("time"), now)
+    attempt = doc.get("attempt", attempt)
     if doc["type"] == events.RESUME:
-        return resume_event(doc, attempt=attempt, at=at, now=now)
+        return worker_reports.resume_event(doc, attempt=attempt, at=at, now=now)
     if doc["type"] == events.FIRST_STEP:
-        return Event(time=now, type=EventType.FIRST_STEP, attempt=doc.get("attempt", attempt),
-                     message=first_step_message(doc), data={"at": at.isoformat(), "rank": doc.get("rank", 0)})
-    step = doc.get("step")
-    what = f"step {step}" if step is not None else f"seq {doc.get('seq')}"
-    data = {"step": step, "seq": doc.get("seq"), "uri": doc.get("uri"), "committedAt": at.isoformat()}
-    if "takenAt" in doc:
-        data.update(takenAt=_time(doc["takenAt"], now).isoformat(), saveSeconds=doc.get("saveSeconds"),
-                    final=doc.get("final") is True)
-    return Event(time=now, type=EventType.CHECKPOINT, attempt=doc.get("attempt", attempt),
-                 message=f"checkpoint committed ({what}) by rank {doc.get('rank', 0)}", data=data)
+        return worker_reports.first_step(task.acct, doc, attempt=attempt, at=at, now=now)[0]
+    taken = "takenAt" in doc
+    return worker_reports.commit_event(
+        attempt=attempt, rank=doc.get("rank", 0), step=doc.get("step"), seq=doc.get("seq"), uri=doc.get("uri"),
+        committed_at=at, now=now, taken_at=_time(doc["takenAt"], now) if taken else None,
+        save_seconds=doc.get("saveSeconds") if taken else None, final=doc.get("final") is True)
 
 
 def _time(v: Any, now: datetime) -> datetime:
