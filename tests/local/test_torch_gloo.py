@@ -114,6 +114,8 @@ if int(os.environ["JOBSET_RESTART_ATTEMPT"]) == 0:
     if ctx.stop_requested:
         time.sleep(1.5)
     print(f"left the loop own_signal={ctx.stop_requested}", flush=True)
+else:  # the next round only completes: every rank is up before rank 0, which holds the store, leaves
+    dist.barrier()
 dist.destroy_process_group()
 """
 

@@ -9,6 +9,7 @@ from typing import Any
 from gangrun._core import grace
 from gangrun._core.accounting import Accounting
 from gangrun._core.policy import Policy
+from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
 
 
@@ -27,6 +28,17 @@ def accounting_view(acct: Accounting, *, grace_seconds: float, now: datetime, pr
     check = grace.check(acct.final_saves, grace_seconds)
     return {**acct.view(now=now), "preemptionsByCause": preemptions, "waitingForReadmissionSeconds": waited,
             "grace": check.for_json() if check is not None else None}
+
+
+def spec_view(spec: TaskSpec | None, *, default_priority_class: str = "") -> dict[str, Any]:
+    """What the view shows of the task's spec, with the spec's own defaults; all None for a spec that is
+    not valid (such a task is Failed with InvalidSpec, which says why)."""
+    if spec is None:
+        return dict.fromkeys(("queue", "priorityClass", "nodes", "minNodes", "nprocPerNode", "worldSize",
+                              "resumeFrom"))
+    return {"queue": spec.queue, "priorityClass": spec.priority_class or default_priority_class,
+            "nodes": spec.nodes, "minNodes": spec.least_nodes, "nprocPerNode": spec.nproc_per_node,
+            "worldSize": spec.world_size, "resumeFrom": spec.resume_from or None}
 
 
 def task_view(name: str, state: TaskState, *, now: datetime, extra: dict[str, Any] | None = None,

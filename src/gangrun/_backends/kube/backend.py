@@ -38,7 +38,7 @@ from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event
-from gangrun._core.view import accounting_view, eviction_accounting, task_view
+from gangrun._core.view import accounting_view, eviction_accounting, spec_view, task_view
 from gangrun._errors import ApiError, BackendError, Conflict, NotFound, SpecError, UsageError
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -262,25 +262,19 @@ class KubeBackend:
         return False
 
     def _view(self, task: dict[str, Any]) -> dict[str, Any]:
-        md = task.get("metadata") or {}
-        spec = task.get("spec") or {}
+        md, status = task.get("metadata") or {}, task.get("status") or {}
         created = adapter.parse_time(md.get("creationTimestamp")) or system_clock()
         state = load_state(task, now=created)
-        extra = {"backend": self.name, "namespace": md.get("namespace", self._namespace),
-                 "queue": spec.get("queue", "default"), "priorityClass": spec.get("priorityClass", ""),
-                 "nodes": spec.get("nodes"), "minNodes": spec.get("minNodes", spec.get("nodes")),
-                 "runningNodes": (task.get("status") or {}).get("runningNodes", 0),
-                 "nprocPerNode": spec.get("nprocPerNode", 1),
-                 "jobSet": (task.get("status") or {}).get("jobSet", ""), **self._pending(task, state),
-                 "uid": md.get("uid", ""),
-                 "resumeFrom": c.get("resumeFrom") or None if isinstance(c := spec.get("checkpoint"), dict) else None,
-                 "resumeFromResult": (task.get("status") or {}).get("resumeFromResult"),
-                 "accounting": _accounting(task, state)}
         try:
-            policy = task_spec(task).policy()
+            spec: TaskSpec | None = task_spec(task)
         except SpecError:  # an invalid spec reads as Failed (the controller says why); it has no budgets to show
-            policy = None
-        return task_view(md.get("name", ""), state, now=system_clock(), extra=extra, policy=policy)
+            spec = None
+        extra = {"backend": self.name, "namespace": md.get("namespace", self._namespace), **spec_view(spec),
+                 "runningNodes": status.get("runningNodes", 0), "jobSet": status.get("jobSet", ""),
+                 **self._pending(task, state), "uid": md.get("uid", ""),
+                 "resumeFromResult": status.get("resumeFromResult"), "accounting": _accounting(task, state)}
+        return task_view(md.get("name", ""), state, now=system_clock(), extra=extra,
+                         policy=spec.policy() if spec is not None else None)
 
     def _pending(self, task: dict[str, Any], state: TaskState) -> dict[str, Any]:
         """`pending` (Kueue's message) and `queuePosition` (1-based, in the LocalQueue) while the gang waits

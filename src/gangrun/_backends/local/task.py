@@ -21,9 +21,10 @@ from gangrun._core import lifecycle
 from gangrun._core.accounting import Accounting
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
-from gangrun._core.timeline import Event, EventType, resume_result
+from gangrun._core.timeline import Event, EventType
 from gangrun._core.times import time_in, time_out
-from gangrun._core.view import accounting_view, eviction_accounting, task_view
+from gangrun._core.view import accounting_view, eviction_accounting, spec_view, task_view
+from gangrun._core.worker_reports import resume_result
 from gangrun._errors import GangrunError
 
 
@@ -107,18 +108,13 @@ def view(task: LocalTask, config: Config, paths: Paths, *, now: datetime,
          queue_position: int | None = None) -> dict[str, Any]:
     """The `get -o json` document: the engine's view plus the local backend's facts."""
     g, wl, spec = task.gang, task.workload, task.spec
-    pc = spec.priority_class or config.default_priority_class
     causes, waited = eviction_accounting(task.state, now=now)
+    shown = spec_view(spec, default_priority_class=config.default_priority_class)
     extra: dict[str, Any] = {
         "backend": "local",
-        "queue": spec.queue,
-        "priorityClass": pc,
-        "priority": config.priority_classes.get(pc),
-        "nodes": spec.nodes,
-        "minNodes": spec.least_nodes,
+        **shown,
+        "priority": config.priority_classes.get(shown["priorityClass"]),
         "runningNodes": len({w.node for w in g.live}) if g is not None and g.attempt == task.state.attempt else 0,
-        "nprocPerNode": spec.nproc_per_node,
-        "worldSize": spec.world_size,
         "queuePosition": queue_position,
         "pending": pending_message(task),
         "workload": wl.summary() if wl else None,
@@ -130,7 +126,6 @@ def view(task: LocalTask, config: Config, paths: Paths, *, now: datetime,
         "executable": task.doc.get("executable"),
         "uid": task.uid,
         "checkpointRoot": paths.checkpoint_root(task.name, task.uid, spec.checkpoint_uri),
-        "resumeFrom": spec.resume_from or None,
         "resumeFromResult": task.resumed,
         "logs": str(paths.logs(task.name, task.uid)),
         "accounting": accounting_view(task.acct, grace_seconds=task.grace_seconds, now=now,
