@@ -4,6 +4,7 @@
     backends.py  which backend a call means ("local", "kubernetes", $GANGRUN_BACKEND or an instance)
     run.py       TaskRun, submit, attach: status, wait, logs, events, cancel, delete; purge_checkpoints
     watch.py     what `gangrun run` shows: timeline events and worker output, interleaved
+    arguments.py the API's own arguments (not the manifest's), each checked once at the call
 
 Every call is synchronous and starts no event loop, so it works the same from a script, a thread or a
 Jupyter notebook (whose own loop is already running). `gangrun/__init__.py` re-exports the public names;

@@ -5,10 +5,14 @@
     storage    byte access through fsspec (local paths get fsync and atomic rename)
     commit     PendingCheckpoint: finalize() is the only commit (rename or manifest marker)
     catalog    committed saves newest first across attempts; next seq; retention
+    resume     where spec.checkpoint.resumeFrom points, as saves to try newest first
+    resume_point  one resume point per gang start: rank 0 chooses, every other rank loads exactly it
+    shards     sharded saves: each rank writes its part, one commit makes them a checkpoint together
+    polls      waiting on the store until something appears, a timeout passes or the gang stops
     transfer   what a save is made of, its snapshot, verified reads into the cache
     pool       many files on a few threads (the parallelism of a save, snapshot and load)
     writer     the background writer and the count of saves in flight
     notice     SIGTERM -> stop notice (cause, deadline, hooks), flush, exit in time
-    events     checkpoint_committed lines for the task timeline
+    events     the lines for the task timeline: commits, first steps, what resumeFrom gave a load
     logs       the lines a worker's user must see
 """

@@ -15,6 +15,14 @@ The modules mirror the Kubernetes backend's: the same concept has the same name 
     jobs.py        Kueue's job reconciler on the twins: suspend, release, resume, finish
     workload.py    the Workload twin and Kueue's condition write order
     gang.py        the JobSet twin: gangs of processes, restarts, suspension, node loss
+    effects.py     carrying out what the gang twin asks: start a round, signal, write the stop notice;
+                   the SDK's lines of a running attempt read into its timeline
+    scheduler.py   Kueue's scheduling cycle on the twins: who holds quota, who waits
+    inject.py      evictions injected on purpose (`gangrun local evict`, B6)
+    recovery.py    a daemon starting on the state an earlier one left
+    resume_check.py  a spec.checkpoint.resumeFrom known at submit to find nothing is refused
+    purge.py       `delete --purge`: who still resumes from a task, what deleted tasks left
+    logfiles.py    worker log files read in bounded chunks, and their newest lines
     launcher.py    starting and killing workers so none is orphaned
     orphans.py     ending what workers started in other sessions (a mark, the daemon as subreaper)
     store.py       SQLite
