@@ -151,14 +151,14 @@ def stop_notice(spec: TaskSpec, d: Decision, gang: Gang | None, *, now: datetime
     ev = d.state.eviction
     if ev is not None:  # Kueue takes the gang back; the workers go once it suspends the gang
         return Notice(ev.reason or ev.kind.value, ev.message, ev.at + spec.termination_grace)
-    if gang is not None and gang.disruption_pending and spec.failure_policy.restart_on_disruption:
-        return Notice(stop_causes.NODE_DISRUPTION, d.state.info.reason, deadline)
+    if gang is not None and gang.disruption is not None and gang.disruption_pending \
+            and spec.failure_policy.restart_on_disruption:
+        return Notice(*stop_causes.node_lost(gang.disruption.reason, gang.disruption.message), deadline)
     if gang is not None and gang.first_failure and not gang.completed:
         # A worker of this round failed: the gang restarts whole, or stops with no restart left, and its
         # peers learn which worker failed before they go.
-        if gang.restarts_count_towards_max < spec.failure_policy.max_restarts:
-            return Notice(stop_causes.RESTART, stop_causes.restart_message(gang.first_failure), deadline)
-        return Notice(stop_causes.WORKER_FAILED, stop_causes.no_restart_left_message(gang.first_failure), deadline)
+        left = gang.restarts_count_towards_max < spec.failure_policy.max_restarts
+        return Notice(*stop_causes.worker_failed(gang.first_failure, restart_left=left), deadline)
     return None
 
 

@@ -4,7 +4,9 @@ these, a Kueue eviction's cause is Kueue's Evicted reason and an ended attempt's
 
 A worker failed: while restarts are left the whole gang restarts (cause `Restart`), else it stops (cause
 `WorkerFailed`). Either way the surviving ranks learn which worker failed, instead of a stop whose cause
-is unknown. A worker lost with its node stops its peers with cause `NodeDisruption`.
+is unknown. A worker lost with its node stops its peers with cause `NodeDisruption`. `worker_failed` and
+`node_lost` give the cause and message of these stops, to `lifecycle.stop_notice` and to the local
+backend's JobSet twin, which stops its gang's processes itself.
 
 `PEER_LOST` are the causes that say a peer is gone: a sharded save still waiting for a part when one of
 them arrives is given up after a moment, not at the end of the grace period (gangrun._ckpt.shards).
@@ -14,8 +16,8 @@ from __future__ import annotations
 
 from gangrun._core.policy import WORKER_FAILED
 
-__all__ = ["ABORTED", "ATTEMPT_ENDED", "NODE_DISRUPTION", "PEER_LOST", "RESTART", "WORKER_FAILED",
-           "no_restart_left_message", "restart_message"]
+__all__ = ["ABORTED", "ATTEMPT_ENDED", "NODE_DISRUPTION", "PEER_LOST", "RESTART", "WORKER_FAILED", "node_lost",
+           "worker_failed"]
 
 ABORTED = "Aborted"  # the user cancelled the task
 ATTEMPT_ENDED = "AttemptEnded"  # an attempt ended for a reason with no error code
@@ -24,10 +26,14 @@ NODE_DISRUPTION = "NodeDisruption"  # a peer was lost with its node
 PEER_LOST = frozenset({RESTART, WORKER_FAILED, NODE_DISRUPTION})
 
 
-def restart_message(failure: str) -> str:
-    """`failure`: the failed worker as the backend names it ("worker rank 1 (node 1) exited with code 3")."""
-    return f"{failure or 'a worker failed'}; the whole gang restarts"
+def worker_failed(failure: str, *, restart_left: bool) -> tuple[str, str]:
+    """(cause, message) for the peers of a worker that failed: the gang restarts while a restart is left,
+    else it stops. Whoever stops the gang (the local JobSet twin, the Kubernetes controller) says this."""
+    if restart_left:
+        return RESTART, f"{failure or 'a worker failed'}; the whole gang restarts"
+    return WORKER_FAILED, f"{failure or 'a worker failed'}; no restart left: the gang stops"
 
 
-def no_restart_left_message(failure: str) -> str:
-    return f"{failure or 'a worker failed'}; no restart left: the gang stops"
+def node_lost(reason: str, message: str) -> tuple[str, str]:
+    """(cause, message) for the peers of a worker lost with its node (a DisruptionTarget `reason`)."""
+    return NODE_DISRUPTION, f"worker lost to node disruption ({reason}): {message}; restarting the gang"

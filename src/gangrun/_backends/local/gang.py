@@ -290,20 +290,18 @@ class GangTwin:
                 assert self.disruption is not None
                 self.restarts += 1
                 self._set(jobset.RESTARTING, TRUE, jobset.DEFAULT_FAILURE_POLICY, jobset.restarting_message(job), now)
-                d = self.disruption
-                notice = (NODE_DISRUPTION, f"worker lost to node disruption ({d.reason}): {d.message}; "
-                                           "restarting the gang")
+                notice = stop_causes.node_lost(self.disruption.reason, self.disruption.message)
                 effects = self.stop(StopReason.RESTART, grace=grace, now=now, notice=notice)
             elif self.restarts_count_towards_max < self.max_restarts:
                 self.restarts += 1  # JobSet counts the restart when it decides it
                 self.restarts_count_towards_max += 1
                 self._set(jobset.RESTARTING, TRUE, jobset.DEFAULT_FAILURE_POLICY, jobset.restarting_message(job), now)
-                notice = (stop_causes.RESTART, stop_causes.restart_message(self.first_failure))
+                notice = stop_causes.worker_failed(self.first_failure, restart_left=True)
                 effects = self.stop(StopReason.RESTART, grace=grace, now=now, notice=notice)
             else:
                 self._set(jobset.FAILED, TRUE, jobset.REACHED_MAX_RESTARTS,
                           jobset.reached_max_restarts_message(job), now)
-                notice = (stop_causes.WORKER_FAILED, stop_causes.no_restart_left_message(self.first_failure))
+                notice = stop_causes.worker_failed(self.first_failure, restart_left=False)
                 effects = self.stop(StopReason.FAIL, grace=grace, now=now, notice=notice)
             return effects + (self._stopped(now=now) if not self.live else [])
         if all(x.exit_code == 0 for x in self.workers):
