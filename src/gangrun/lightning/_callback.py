@@ -28,7 +28,7 @@ from gangrun._frameworks import task_checkpoint
 from gangrun.checkpoint import Checkpoint
 from gangrun.lightning import _rng
 from gangrun.lightning._position import epoch, lightning_restores_position, restart_epoch, trained_in_epoch
-from gangrun.lightning._resume import CKPT_FILE, resumed_folder
+from gangrun.lightning._resume import CKPT_FILE, ckpt_path, resumed_folder
 
 
 class GangCallback(Callback):
@@ -64,8 +64,6 @@ class GangCallback(Callback):
 
     def ckpt_path(self) -> str | None:
         """The value for ``trainer.fit(ckpt_path=...)`` (see `gangrun.lightning.ckpt_path`)."""
-        from gangrun.lightning._resume import ckpt_path
-
         return ckpt_path(checkpoint=self.checkpoint)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
