@@ -94,3 +94,28 @@ def test_with_restart_on_disruption_off_a_lost_node_is_an_ordinary_failure(backe
     done = wait_for(backend, "train", phase("Failed"))
     assert done["code"] == "MaxRetriesExceeded" and "WorkerFailed" in done["message"]
     assert "(no restarts allowed: maxRestarts is 0)" in done["message"], done["message"]
+
+
+def test_a_node_about_to_go_stops_the_gang_with_its_own_cause_and_it_resumes_from_its_save_charged_to_nothing(
+        backend: LocalBackend, manifest) -> None:
+    """A node cordoned for maintenance: every worker hears NodeMaintenance before the node goes, saves in its
+    grace period, and the gang restarts in the same attempt from that save; no budget pays for it."""
+    # Saves every 4 steps, and once more when stopped (LINGER_SECONDS): the restart resumes from that last save.
+    backend.submit(manifest("train", nodes=2, steps=30, max_restarts=0, retries=0,
+                            env={"CHECKPOINT_EVERY": "4", "LINGER_SECONDS": "0.2"}))
+    wait_for(backend, "train", checkpointed(1))
+    backend.evict("train", "NodeMaintenance")
+    done = wait_for(backend, "train", phase("Succeeded"))
+    assert (done["attempt"], done["restartAttempt"], done["userRetriesUsed"], done["systemRetriesUsed"]) == (1, 1, 0, 0)
+    assert not {"AttemptEnded", "Failed"} & set(event_types(backend, "train"))
+    disrupted = [e for e in backend.events("train") if e.type.value == "WorkerDisrupted"]
+    assert len(disrupted) == 1 and "cordoned for maintenance" in disrupted[0].message, disrupted
+    stopped, resumed = [], set()
+    for rank in (0, 1):
+        lines = list(backend.logs("train", rank=rank))
+        assert any("stop requested (cause NodeMaintenance" in line for line in lines), lines
+        stopped += [int(line.split("step=")[1]) for line in lines if line.startswith("stopped at step=")]
+        restart = [line for line in lines if line.startswith("start ") and "restart=1" in line]
+        assert restart and "loaded_from=own" in restart[0], restart
+        resumed.add(int(restart[0].split("resumed_from=")[1].split()[0]))
+    assert len(stopped) == 2 and resumed == {max(stopped)}, (stopped, resumed)  # both from the save at the notice

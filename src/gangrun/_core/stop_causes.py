@@ -4,8 +4,9 @@ these, a Kueue eviction's cause is Kueue's Evicted reason and an ended attempt's
 
 A worker failed: while restarts are left the whole gang restarts (cause `Restart`), else it stops (cause
 `WorkerFailed`). Either way the surviving ranks learn which worker failed, instead of a stop whose cause
-is unknown. A worker lost with its node stops its peers with cause `NodeDisruption`. `worker_failed` and
-`node_lost` give the cause and message of these stops, to `lifecycle.stop_notice` and to the local
+is unknown. A worker lost with its node stops its peers with cause `NodeDisruption`; a node about to go
+stops every worker, before it goes, with cause `NodeMaintenance`. `worker_failed`, `node_lost` and
+`node_maintenance` give the cause and message of these stops, to `lifecycle.stop_notice` and to the local
 backend's JobSet twin, which stops its gang's processes itself.
 
 `PEER_LOST` are the causes that say a peer is gone: a sharded save still waiting for a part when one of
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 from gangrun._core.policy import WORKER_FAILED
 
-__all__ = ["ABORTED", "ATTEMPT_ENDED", "NODE_DISRUPTION", "PEER_LOST", "RESTART", "WORKER_FAILED", "node_lost",
-           "worker_failed"]
+__all__ = ["ABORTED", "ATTEMPT_ENDED", "NODE_DISRUPTION", "NODE_MAINTENANCE", "PEER_LOST", "RESTART", "WORKER_FAILED",
+           "node_lost", "node_maintenance", "worker_failed"]
 
 ABORTED = "Aborted"  # the user cancelled the task
 ATTEMPT_ENDED = "AttemptEnded"  # an attempt ended for a reason with no error code
 RESTART = "Restart"  # a peer failed and the whole gang restarts (failurePolicy.maxRestarts)
 NODE_DISRUPTION = "NodeDisruption"  # a peer was lost with its node
+NODE_MAINTENANCE = "NodeMaintenance"  # a node of the gang is about to go: save now, the gang moves, charged to nothing
 PEER_LOST = frozenset({RESTART, WORKER_FAILED, NODE_DISRUPTION})
 
 
@@ -32,6 +34,13 @@ def worker_failed(failure: str, *, restart_left: bool) -> tuple[str, str]:
     if restart_left:
         return RESTART, f"{failure or 'a worker failed'}; the whole gang restarts"
     return WORKER_FAILED, f"{failure or 'a worker failed'}; no restart left: the gang stops"
+
+
+def node_maintenance(node: str, why: str) -> tuple[str, str]:
+    """(cause, message) for every worker of a gang one of whose nodes is about to go (drained, cordoned for
+    maintenance, reclaimed): the workers save in the grace period and the gang restarts elsewhere,
+    charged to no budget."""
+    return NODE_MAINTENANCE, f"node {node} is about to go ({why}); the gang saves and restarts (not counted)"
 
 
 def node_lost(reason: str, message: str) -> tuple[str, str]:

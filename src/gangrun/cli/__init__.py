@@ -141,8 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = lcmd("evict", commands.local_evict, "inject a Kueue eviction into a task's gang")
     sp.add_argument("name")
     sp.add_argument("--reason", required=True,
-                    choices=["Preempted", "PodsReadyTimeout", "NodeFailures", "NodeDisruption"],
-                    help="NodeDisruption kills the workers of one node at once, as a drained node does")
+                    choices=["Preempted", "PodsReadyTimeout", "NodeFailures", "NodeDisruption", "NodeMaintenance"],
+                    help="NodeDisruption kills the workers of one node at once, as a lost node does; "
+                         "NodeMaintenance tells every worker that one node is about to go, and the gang saves "
+                         "and restarts, charged to nothing")
     sp = lcmd("deactivate", commands.local_deactivate, "set the task's workload inactive (spec.active=false)")
     sp.add_argument("name")
     sp = lcmd("activate", commands.local_activate, "set the task's workload active again")

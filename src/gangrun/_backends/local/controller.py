@@ -204,7 +204,8 @@ class Controller:
         task, wl = self._live_workload(name)
         if not wl.reserved:
             raise UsageError(f'task "{name}" is not admitted (nothing to evict); phase {task.state.phase}')
-        self.effects.apply(task, inject(reason, wl, task.gang, nodes=task.spec.nodes, now=now), now)
+        self.effects.apply(task, inject(reason, wl, task.gang, nodes=task.spec.nodes,
+                                               grace=task.spec.termination_grace, now=now), now)
         self.dirty.add(name)
 
     def set_active(self, name: str, active: bool, now: datetime) -> None:

@@ -71,6 +71,7 @@ class WriteNotice:
 
 Effect = StartRound | Signal | WriteNotice
 NODE_DISRUPTION = stop_causes.NODE_DISRUPTION  # the stop notice's cause for the peers of a worker lost to its node
+DISRUPTION_REASON = "EvictionByEvictionAPI"  # the DisruptionTarget reason of a drained node's pods
 
 
 def gang_name(task: str, attempt: int) -> str:
@@ -264,6 +265,23 @@ class GangTwin:
                                      worker=f"rank {victims[0].rank} (node {node})")
         self.disrupted_node = node
         return [Signal(tuple(w.pid for w in victims), signal.SIGKILL)]
+
+    def drain(self, node: int, *, why: str, grace: timedelta, now: datetime) -> list[Effect]:
+        """The node of `node` is about to go: every worker gets the stop notice (NodeMaintenance) and SIGTERM,
+        saves in the grace period, and the gang restarts, not counted, as JobSet restarts a gang whose pods
+        were evicted from a drained node."""
+        victims = [w for w in self.workers if w.node == node and w.running]
+        if not victims or self.stopping is not None:
+            return []
+        self.touch()
+        name = f"local-node-{node}"
+        self.disruption = Disruption(reason=DISRUPTION_REASON, message=f"Eviction API: evicting ({name}: {why})",
+                                     restart_attempt=self.restarts, worker=f"rank {victims[0].rank} (node {node})")
+        self.disrupted_node = node
+        self.restarts += 1
+        job = self.job_name(node)
+        self._set(jobset.RESTARTING, TRUE, jobset.DEFAULT_FAILURE_POLICY, jobset.restarting_message(job), now)
+        return self.stop(StopReason.RESTART, grace=grace, now=now, notice=stop_causes.node_maintenance(name, why))
 
     def lost_with_its_node(self, rank: int) -> bool:
         """Whether worker `rank` of this round is one a node disruption killed."""
