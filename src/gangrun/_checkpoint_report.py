@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gangrun._ckpt import events
+from gangrun._core import worker_env as wenv
 
 VERSION = 1
 LIMIT = 4096  # the kubelet keeps at most this many bytes of a termination message
-COMMITTED, FIRST_STEP, RESUME = events.COMMITTED, events.FIRST_STEP, events.RESUME
+COMMITTED, FIRST_STEP, RESUME = wenv.EVENT_COMMITTED, wenv.EVENT_FIRST_STEP, wenv.EVENT_RESUME
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,9 +32,7 @@ from gangrun._core import worker_env as wenv
 log = logging.getLogger("gangrun")
 
 EVENTS_FILE_ENV = wenv.EVENTS_FILE
-COMMITTED = "checkpoint_committed"
-FIRST_STEP = "first_step"
-RESUME = "resume_from"
+COMMITTED, FIRST_STEP, RESUME = wenv.EVENT_COMMITTED, wenv.EVENT_FIRST_STEP, wenv.EVENT_RESUME
 
 _stepped: set[str] = set()  # events files this process has reported its first step (since its load) to
 _load: dict[str, Any] = {}  # what this process's newest load found: {"loaded": bool, "loadedStep": int | None}

@@ -53,6 +53,9 @@ PREV_CHECKPOINT_PATH = "GANGRUN_PREV_CHECKPOINT_PATH"
 RESUME_FROM = "GANGRUN_RESUME_FROM"  # spec.checkpoint.resumeFrom as a URI: loaded when the task has nothing of its own
 STOP_FILE = "GANGRUN_STOP_FILE"
 EVENTS_FILE = "GANGRUN_EVENTS_FILE"
+# The `type` of each line the SDK appends to EVENTS_FILE (gangrun._ckpt.events writes them; the local
+# backend reads the file, a pod's launcher folds the lines into its report, gangrun._checkpoint_report).
+EVENT_COMMITTED, EVENT_FIRST_STEP, EVENT_RESUME = "checkpoint_committed", "first_step", "resume_from"
 GRACE_PERIOD = "GANGRUN_GRACE_PERIOD"
 DEFAULT_GRACE_SECONDS = 30  # spec.terminationGracePeriod when unset, and what a worker assumes without the variable
 

@@ -21,8 +21,8 @@ from gangrun._backends.local.config import Paths
 from gangrun._backends.local.gang import Effect, GangTwin, Signal, StartRound, Worker, WriteNotice
 from gangrun._backends.local.render import Launch, launch, worker_env
 from gangrun._backends.local.task import LocalTask
-from gangrun._ckpt import events
 from gangrun._ckpt.storage import remove_checkpoints
+from gangrun._core import worker_env as wenv
 from gangrun._core import worker_reports
 from gangrun._core.timeline import Event, EventType
 from gangrun._core.worker_env import new_start
@@ -132,18 +132,21 @@ def remove_files(paths: Paths, task: LocalTask) -> None:
             log.warning("gangrun: could not remove the checkpoints of deleted task %s at %s: %s", task.name, root, e)
 
 
+_LINES = (wenv.EVENT_COMMITTED, wenv.EVENT_FIRST_STEP, wenv.EVENT_RESUME)
+
+
 def _checkpoint_event(task: LocalTask, line: bytes, *, attempt: int, now: datetime) -> Event | None:
     try:
         doc = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(doc, dict) or doc.get("type") not in (events.COMMITTED, events.FIRST_STEP, events.RESUME):
+    if not isinstance(doc, dict) or doc.get("type") not in _LINES:
         return None
     at = _time(doc.get("time"), now)
     attempt = doc.get("attempt", attempt)
-    if doc["type"] == events.RESUME:
+    if doc["type"] == wenv.EVENT_RESUME:
         return worker_reports.resume_event(doc, attempt=attempt, at=at, now=now)
-    if doc["type"] == events.FIRST_STEP:
+    if doc["type"] == wenv.EVENT_FIRST_STEP:
         return worker_reports.first_step(task.acct, doc, attempt=attempt, at=at, now=now)[0]
     taken = "takenAt" in doc
     return worker_reports.commit_event(
