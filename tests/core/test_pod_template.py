@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gangrun._core.pod_template import local_ignored, merge_named, merge_pod_template, worker_plain_env
+from gangrun._core.pod_merge import local_ignored, merge_named, merge_pod_template, worker_plain_env
 from gangrun._core.spec import parse_manifest
 from gangrun._errors import SpecError
 

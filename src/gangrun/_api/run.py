@@ -19,7 +19,7 @@ from gangrun._api.backends import open_backend
 from gangrun._api.task import ClusteredTask
 from gangrun._backends.base import Backend, SupportsFollow, SupportsPurgeDeleted
 from gangrun._core.phases import TERMINAL
-from gangrun._core.pod_template import local_ignored
+from gangrun._core.pod_merge import local_ignored
 from gangrun._errors import IgnoredLocally, UsageError, WaitTimeout
 
 if TYPE_CHECKING:

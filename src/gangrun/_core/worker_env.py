@@ -174,7 +174,7 @@ def worker_env(spec: TaskSpec, *, attempt: int, gang: str, node_rank: int, local
 def user_env(spec: TaskSpec) -> dict[str, str]:
     """The user's own variables that apply on both backends: spec.env, then the worker container's
     plain `env` values of spec.podTemplate (a `valueFrom` needs a cluster; see `local_ignored`)."""
-    from gangrun._core.pod_template import worker_plain_env
+    from gangrun._core.pod_merge import worker_plain_env
 
     return {**spec.env, **worker_plain_env(spec.pod_template)}
 

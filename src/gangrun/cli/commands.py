@@ -15,7 +15,7 @@ import yaml
 from gangrun._api import ClusteredTask, TaskRun, attach, open_backend, purge_checkpoints
 from gangrun._api import submit as submit_task
 from gangrun._backends.base import Backend
-from gangrun._core.pod_template import local_ignored
+from gangrun._core.pod_merge import local_ignored
 from gangrun._core.priority_boost import BoostPolicy
 from gangrun._core.spec import TaskSpec
 from gangrun._core.units import format_bytes, format_duration

@@ -15,7 +15,7 @@ import posixpath
 from urllib.parse import urlparse
 
 from gangrun._backends.kube.render import DEFAULT_CHECKPOINT_ROOT
-from gangrun._core.pod_template import worker_container
+from gangrun._core.pod_merge import worker_container
 from gangrun._core.spec import TaskSpec
 from gangrun._errors import SpecError
 

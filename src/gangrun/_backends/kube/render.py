@@ -15,7 +15,7 @@ controller creates. Rules that shape it (reference kueue-jobset.md §3.3–§3.4
 * with `failurePolicy.restartOnDisruption` (the default) a pod with the DisruptionTarget condition
   fails its Job by the Job's podFailurePolicy, and JobSet restarts the gang for it without counting
   the restart (RestartJobSetAndIgnoreMaxRestarts);
-* `spec.podTemplate` is merged into the pod template (`gangrun._core.pod_template`), gangrun's own
+* `spec.podTemplate` is merged into the pod template (`gangrun._core.pod_merge`), gangrun's own
   fields winning; gangrun adds the stop-notice file (a downward-API projection of the pod annotation
   the controller writes before it stops a gang), a writable run directory and, for `spec.shmSize`,
   a memory-backed /dev/shm.
@@ -29,7 +29,7 @@ from typing import Any
 
 from gangrun._backends.kube import crd, hardening
 from gangrun._core import checkpoint_root as ckroot
-from gangrun._core import jobset, kueue, pod_template
+from gangrun._core import jobset, kueue, pod_merge, pod_template
 from gangrun._core import worker_env as wenv
 from gangrun._core.spec import TaskSpec
 from gangrun._errors import SpecError
@@ -131,7 +131,7 @@ def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = N
         "subdomain": name,
         "terminationGracePeriodSeconds": int(spec.termination_grace.total_seconds()),
     }
-    template = pod_template.merge_pod_template(spec.pod_template, labels=own, annotations={}, pod=pod,
+    template = pod_merge.merge_pod_template(spec.pod_template, labels=own, annotations={}, pod=pod,
                                                worker=_container(spec, name, attempt, owner_uid),
                                                volumes=_volumes(spec))
     template = hardening.harden(template, writable=_writable(spec))

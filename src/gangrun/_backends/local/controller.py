@@ -42,7 +42,7 @@ from gangrun._backends.metrics import Metrics
 from gangrun._core import elastic
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.checkpoint_root import refuse_if_depended_on
-from gangrun._core.pod_template import local_ignored
+from gangrun._core.pod_merge import local_ignored
 from gangrun._core.priority_boost import BoostPolicy
 from gangrun._core.spec import GENERATED_SUFFIX_LEN, parse_manifest
 from gangrun._core.state import TaskState
