@@ -18,8 +18,8 @@ skips, and with ``CI=true`` it fails.
 from __future__ import annotations
 
 import importlib
-import os
 import re
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,13 +81,14 @@ def until(service: flyte_connector.ConnectorService, meta, pred, what: str, time
 
 
 def test_a_flyte_task_s_gang_made_by_the_connector_is_preempted_resumes_its_own_checkpoint_and_returns_rank_0_s_value(
-        real_cluster: RealCluster) -> None:
+        real_cluster: RealCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """CreateTask through Flyte's connector service → 2 real pods running Flyte's entrypoint in the image
     with flyte and gangrun; a higher-priority task makes Kueue preempt the gang; every rank saves and
     exits 143 with no outputs written; the gang is readmitted in attempt 1 and both ranks load the step
     saved at the stop; GetTask → SUCCEEDED, no retry used, rank 0's value in the output location."""
     rc = real_cluster
-    os.environ["GANGRUN_E2E_FLYTE_DATA"] = str(rc.data)  # read by the task's module, here and in the pods
+    monkeypatch.setenv("GANGRUN_E2E_FLYTE_DATA", str(rc.data))  # read by the task's module, here and in the pods
+    monkeypatch.delitem(sys.modules, "flyte_gang_task", raising=False)
     task_module = importlib.import_module("flyte_gang_task")
     assert {k: task_module.PLACEMENT[k] for k in ("nodeSelector", "tolerations")} == realnode.placement()
     assert task_module.IMAGE == realnode.FLYTE_IMAGE and task_module.QUEUE == "real"
