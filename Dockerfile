@@ -21,16 +21,20 @@ FROM ${BASE} AS build
 # Optional, for a build behind a proxy or a mirror: pip's CA bundle and index (unset: pip's defaults).
 ARG PIP_CERT
 ARG PIP_INDEX_URL
+# The extras installed with gangrun. hack/build-images.sh --flyte builds a second image with
+# EXTRAS=kubernetes,s3,flyte: the Flyte connector's image and a base for Flyte tasks' (docs/flyte.md).
+ARG EXTRAS=kubernetes,s3
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 # The dependencies first, in a layer of their own (installed with a stand-in package), so that a change
-# to the source reuses it. "python-dateutil<3" steers pip: the newest kubernetes client wants
+# to the source reuses it; at the versions the tests use (constraints.txt: the flyte extra's tree makes
+# pip backtrack without them). "python-dateutil<3" steers pip: the newest kubernetes client wants
 # python-dateutil>=3 while every aiobotocore (the s3 extra) wants <3, and pip otherwise backtracks
 # through years of s3fs releases.
 RUN python3 -m venv /opt/gangrun \
  && /opt/gangrun/bin/pip install --no-cache-dir --quiet --upgrade pip \
  && mkdir -p src/gangrun && touch src/gangrun/__init__.py \
- && /opt/gangrun/bin/pip install --no-cache-dir ".[kubernetes,s3]" "python-dateutil<3" \
+ && /opt/gangrun/bin/pip install --no-cache-dir -c constraints.txt ".[$EXTRAS]" "python-dateutil<3" \
  && /opt/gangrun/bin/pip uninstall --yes gangrun && rm -rf src build
 COPY src ./src
 # pip leaves the bytecode it compiled in place: the image's user cannot write /opt/gangrun, so without it

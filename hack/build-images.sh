@@ -10,15 +10,21 @@
 #   4. both exported as docker-archive tarballs, which `--import SOCKET` loads into the k8s.io
 #      namespace of the containerd listening on SOCKET (the real node does this when it starts).
 #
+#   5. with --flyte, a second project image from the same Dockerfile with the flyte extra
+#      (--build-arg EXTRAS=kubernetes,s3,flyte), localhost/gangrun-flyte:dev, exported beside the others:
+#      the Flyte connector's image and the base of a Flyte task's (tests/e2e/test_realnode_flyte.py).
+#
 # Usage:
 #   hack/build-images.sh                  build what is missing; print the timing and the image size
 #   hack/build-images.sh --print-dir      print the folder holding the tarballs and exit
 #   hack/build-images.sh --import SOCKET  build what is missing, then import into that containerd
+#   hack/build-images.sh --flyte [...]    the gangrun-flyte image too (with either of the above)
 #
 # Environment (all optional):
 #   GANGRUN_IMAGE_CACHE     cache root (default: $HOME/.cache/gangrun/images)
 #   GANGRUN_DEBIAN_MIRROR   Debian mirror for debootstrap (default: the first Debian URI in apt's sources)
 #   GANGRUN_IMAGE           the tag of the project image (default: localhost/gangrun:dev)
+#   GANGRUN_FLYTE_IMAGE     the tag of the image with the flyte extra (default: localhost/gangrun-flyte:dev)
 #
 # Needs root and Debian's debootstrap, buildah and gcc (with static libc); they are installed with
 # apt-get when missing.
@@ -33,12 +39,17 @@ SUITE=bookworm
 PACKAGES=python3,python3-venv,ca-certificates
 OUT="$CACHE/out"
 
-case "${1:-}" in
-  --print-dir) echo "$OUT"; exit 0 ;;
-  --import) [ -n "${2:-}" ] || { echo "usage: $0 --import SOCKET" >&2; exit 2; }; IMPORT_SOCKET=$2 ;;
-  "") IMPORT_SOCKET= ;;
-  *) echo "usage: $0 [--print-dir|--import SOCKET]" >&2; exit 2 ;;
-esac
+FLYTE_IMAGE=${GANGRUN_FLYTE_IMAGE:-localhost/gangrun-flyte:dev}
+IMPORT_SOCKET= WITH_FLYTE=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --print-dir) echo "$OUT"; exit 0 ;;
+    --import) [ -n "${2:-}" ] || { echo "usage: $0 --import SOCKET" >&2; exit 2; }; IMPORT_SOCKET=$2; shift ;;
+    --flyte) WITH_FLYTE=1 ;;
+    *) echo "usage: $0 [--flyte] [--print-dir|--import SOCKET]" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 need_packages() {
   local missing=()
@@ -125,19 +136,27 @@ build_pause() {
 
 source_key() {
   # The project image's inputs: the Dockerfile, the package metadata and the source tree.
-  { sha256sum Dockerfile pyproject.toml README.md; find src -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 \
+  { sha256sum Dockerfile pyproject.toml README.md constraints.txt; find src -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 \
       | sort -z | xargs -0 sha256sum; echo "$BASE_KEY"; } | sha256sum | cut -c1-16
 }
 
-build_project_image() {
-  rm -f "$OUT/gangrun.tar"
+bud() {  # bud <tag> <archive name> [buildah args...]: the Dockerfile on the base, exported to $OUT/<name>.tar
+  local tag=$1 name=$2; shift 2
+  rm -f "$OUT/$name.tar"
   # pip in the build trusts what the host trusts (a proxy's CA may be there), and uses the host's index.
   local ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt} args=()
   if [ -f "$ca" ]; then args+=(-v "$ca:/run/host-ca.crt:ro" --build-arg PIP_CERT=/run/host-ca.crt); fi
   if [ -n "${PIP_INDEX_URL:-}" ]; then args+=(--build-arg "PIP_INDEX_URL=$PIP_INDEX_URL"); fi
-  buildah bud --quiet --layers --network host --pull-never --build-arg "BASE=$BASE_IMAGE" "${args[@]}" \
-    -t "$IMAGE" -f Dockerfile . >/dev/null
-  buildah push --quiet "$IMAGE" "docker-archive:$OUT/gangrun.tar:$IMAGE"
+  buildah bud --quiet --layers --network host --pull-never --build-arg "BASE=$BASE_IMAGE" "${args[@]}" "$@" \
+    -t "$tag" -f Dockerfile . >/dev/null
+  buildah push --quiet "$tag" "docker-archive:$OUT/$name.tar:$tag"
+}
+
+build_project_image() { bud "$IMAGE" gangrun; }
+build_flyte_image() { bud "$FLYTE_IMAGE" gangrun-flyte --build-arg EXTRAS=kubernetes,s3,flyte; }
+
+cached() {  # cached <tag> <archive name> <key>: whether that image is built from these inputs and exported
+  [ "$(cat "$OUT/$2.key" 2>/dev/null)" = "$3" ] && [ -f "$OUT/$2.tar" ] && buildah inspect --type image "$1" >/dev/null 2>&1
 }
 
 timed() {  # timed <label> <function>
@@ -154,8 +173,7 @@ else
   timed "pause image" build_pause
 fi
 KEY=$(source_key)
-if [ "$(cat "$OUT/gangrun.key" 2>/dev/null)" = "$KEY" ] && [ -f "$OUT/gangrun.tar" ] \
-    && buildah inspect --type image "$IMAGE" >/dev/null 2>&1; then
+if cached "$IMAGE" gangrun "$KEY"; then
   TIMINGS+=("$IMAGE: cached")
 else
   timed "$IMAGE (buildah bud)" build_project_image
@@ -163,12 +181,25 @@ else
 fi
 echo "$IMAGE" > "$OUT/gangrun.name"
 echo "$PAUSE_IMAGE" > "$OUT/pause.name"
+ARCHIVES=("$OUT/pause.tar" "$OUT/gangrun.tar")
+if [ -n "$WITH_FLYTE" ]; then
+  if cached "$FLYTE_IMAGE" gangrun-flyte "$KEY"; then
+    TIMINGS+=("$FLYTE_IMAGE: cached")
+  else
+    timed "$FLYTE_IMAGE (buildah bud)" build_flyte_image
+    echo "$KEY" > "$OUT/gangrun-flyte.key"
+  fi
+  echo "$FLYTE_IMAGE" > "$OUT/gangrun-flyte.name"
+  ARCHIVES+=("$OUT/gangrun-flyte.tar")
+fi
 
 printf '  %s\n' "${TIMINGS[@]}"
-echo "  $IMAGE: $(du -m "$OUT/gangrun.tar" | cut -f1) MB as an archive"
+for tar in "${ARCHIVES[@]:1}"; do
+  echo "  $(cat "${tar%.tar}.name"): $(du -m "$tar" | cut -f1) MB as an archive"
+done
 
 if [ -n "$IMPORT_SOCKET" ]; then
-  for tar in "$OUT/pause.tar" "$OUT/gangrun.tar"; do
+  for tar in "${ARCHIVES[@]}"; do
     ctr --address "$IMPORT_SOCKET" -n k8s.io images import "$tar" >/dev/null
   done
 fi

@@ -38,9 +38,9 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
-def real_node_images(binaries: controlplane.Binaries) -> list[Path]:
-    """The image archives a real node imports; skips the test (fails it with CI=true) when a piece the
-    node needs is missing here."""
+def real_node_images(binaries: controlplane.Binaries, *, flyte: bool = False) -> list[Path]:
+    """The image archives a real node imports (with `flyte`, the image with the flyte extra too); skips the
+    test (fails it with CI=true) when a piece the node needs is missing here."""
     import realnode
 
     missing = realnode.missing_pieces(binaries)
@@ -49,7 +49,7 @@ def real_node_images(binaries: controlplane.Binaries) -> list[Path]:
         if _in_ci():
             pytest.fail(f"CI=true and {msg}", pytrace=False)
         pytest.skip(msg)
-    return realnode.image_archives()
+    return realnode.image_archives(flyte=flyte)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -55,6 +55,7 @@ GATEWAY = "10.250.0.1"
 CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "localhost/pause:gangrun"
 IMAGE = "localhost/gangrun:dev"
+FLYTE_IMAGE = "localhost/gangrun-flyte:dev"  # the same Dockerfile with the flyte extra (build-images.sh --flyte)
 DEBIAN_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "nftables")
 IMAGES_SCRIPT = REPO_ROOT / "hack" / "build-images.sh"
 
@@ -103,14 +104,15 @@ def missing_pieces(binaries: Binaries | None) -> list[str]:
     return out
 
 
-def image_archives() -> list[Path]:
-    """The image tarballs of hack/build-images.sh, building what is missing (cached: a second call is quick)."""
-    r = subprocess.run(["bash", str(IMAGES_SCRIPT)], capture_output=True, text=True)
+def image_archives(*, flyte: bool = False) -> list[Path]:
+    """The image tarballs of hack/build-images.sh, building what is missing (cached: a second call is quick);
+    with `flyte`, :data:`FLYTE_IMAGE`'s too."""
+    r = subprocess.run(["bash", str(IMAGES_SCRIPT), *(["--flyte"] if flyte else [])], capture_output=True, text=True)
     if r.returncode != 0:
         raise NodeSetupError(f"hack/build-images.sh failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
     out = Path(subprocess.run(["bash", str(IMAGES_SCRIPT), "--print-dir"], capture_output=True, text=True,
                               check=True).stdout.strip())
-    return [out / "pause.tar", out / "gangrun.tar"]
+    return [out / "pause.tar", out / "gangrun.tar", *([out / "gangrun-flyte.tar"] if flyte else [])]
 
 
 # --------------------------------------------------------------------------------------------

@@ -106,3 +106,16 @@ unknown_class = flyte.TaskEnvironment(name="gangunknown", plugin_config=gangrun.
 @unknown_class.task
 def of_an_unknown_priority_class() -> int:
     return 1
+
+
+@env.task
+def stopped_while_running() -> str:
+    """Listens for the stop notice, gets one (SIGTERM to itself, as a preemption sends it) and returns early."""
+    import signal
+
+    stop = threading.Event()
+    gangrun.context().on_stop(lambda notice: stop.set())
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.wait(10), "the stop notice never came: its handler was not installed"
+    print("saw the stop notice; returning early", flush=True)
+    return "a value of a stopped rank"

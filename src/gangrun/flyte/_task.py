@@ -8,7 +8,12 @@ still waiting when its process ends (Ctrl+C, SIGTERM, SIGHUP, any normal exit) c
 call's folder is removed however it ends.
 
 On a cluster Flyte's connector (`gangrun.flyte.connector`) makes the gang, and each rank runs Flyte's
-own entrypoint, which calls the function here: a call from inside a gang runs the function itself.
+own entrypoint, which calls the function here: a call from inside a gang runs the function itself
+(`run_rank`). Flyte calls a plain function on a thread of its own, where Python cannot set a signal
+handler, so the stop notice is installed first, from the entrypoint's event loop (its main thread); a
+rank whose gang was stopped while it ran (a preemption, a drain) ends with status 143 as soon as the
+function returns, before Flyte's entrypoint uploads what it returned: that value is not the task's
+(the gang runs again), and a stopped rank never reports success (gangrun._ckpt.notice).
 
 Retries: a Flyte task's `retries=` become the gang's user retries, and the task's own retry count
 is set to 0, so neither Flyte's local runner nor its platform starts a second gang on top of a failed
@@ -40,6 +45,7 @@ from flyte.models import SerializationContext
 
 import gangrun
 from gangrun._api.run import TaskRun
+from gangrun._ckpt import notice
 from gangrun._errors import GangrunError, SpecError
 from gangrun.cli.follow import follow_run
 from gangrun.flyte import _call
@@ -85,10 +91,24 @@ class GangTask(AsyncFunctionTaskTemplate[..., Any, Any]):
         return {CUSTOM_KEY: json.dumps(self.manifest(list(WORKER) + ["flyte"]).to_dict())}
 
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        if os.environ.get("GANGRUN_TASK") or flyte.ctx().mode != "local":
-            return await super().execute(*args, **kwargs)  # a rank of a gang: run the function itself
+        if os.environ.get("GANGRUN_TASK"):
+            return await run_rank(super().execute, *args, **kwargs)  # a rank of a gang: run the function itself
+        if flyte.ctx().mode != "local":
+            return await super().execute(*args, **kwargs)
         inputs = inspect.signature(self.func).bind(*args, **kwargs).arguments
         return await run_local_gang(self, dict(inputs))
+
+
+async def run_rank(execute: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One rank's call of the function through Flyte's `execute` (see the module's docstring). Returns what
+    the function returned; raises SystemExit(143) instead when the rank's gang was stopped meanwhile, so
+    that Flyte's entrypoint neither uploads the value nor reports success (its error handling takes
+    `Exception`s only; the process then ends through gangrun's own exit path, with status 143)."""
+    notice.install()  # here, not in the function: Flyte runs a plain function on another thread
+    value = await execute(*args, **kwargs)
+    if notice.stopping() or notice.STATE.stopped:
+        raise SystemExit(notice.EXIT_STATUS)
+    return value
 
 
 async def run_local_gang(task: GangTask, inputs: dict[str, Any]) -> Any:
