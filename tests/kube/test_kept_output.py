@@ -14,6 +14,7 @@ from gangrun._backends.kube import kept_output
 from gangrun._backends.kube.client import CONFIGMAPS, PODS, TASKS
 from gangrun._backends.kube.kept_output import INDEX, PER_POD, add, merged, pieces, read, tail
 from gangrun._errors import UsageError
+from gangrun._ui.server import Pages
 
 
 def keep(data: dict[str, str], text: str, *, attempt: int = 1, round: int = 0, rank: int = 0, uid: str = "",
@@ -139,6 +140,9 @@ def test_after_the_pods_are_gone_the_kept_rounds_are_the_output() -> None:
     c.settle()
     c.ctl.keeper.wait()
     assert logs(c, attempt=1, round=0) == ["[rank 0] round 0 of rank 0"]  # rank 1's log was gone: nothing kept
+    page = Pages(c.backend).logs("train", rank=0, attempt=1)  # the web page's log view reads the same
+    assert page["lines"] == ["round 0 of rank 0"]
+    assert b"".join(Pages(c.backend).log_text("train", rank=None, attempt=None)) == b"[rank 0] round 0 of rank 0\n"
     with pytest.raises(UsageError, match="no worker pods for round 3 of attempt 1"):
         logs(c, round=3)
     with pytest.raises(UsageError, match="use one or the other"):
