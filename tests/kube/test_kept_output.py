@@ -170,3 +170,22 @@ def test_follow_prints_the_kept_output_first_then_streams_only_pods_not_kept() -
     c.settle()
     assert sorted(logs(c, follow=True)[:2]) == ["[rank 0] old 0", "[rank 1] old 1"]
     assert sorted(logs(c, follow=True)[2:]) == ["[rank 0] new 0", "[rank 1] new 1"]
+
+
+def test_a_write_that_conflicts_is_retried_from_the_newest_configmap_and_each_pod_is_read_once() -> None:
+    c = Cluster()
+    c.submit()
+    c.settle()
+    c.admit()
+    c.api.logs[("ml", "train-1-workers-0-0-abcde")] = ["rank 0 out"]
+    c.api.logs[("ml", "train-1-workers-0-1-abcde")] = ["rank 1 out"]
+    c.api.fail("create", "configmaps", 409)  # another writer got there first (a former leader)
+    c.api.fail("patch", "configmaps", 409)
+    for i in range(2):
+        c.api.put(PODS, ended(pod_obj("train-1", i), code=0))
+    c.settle()
+    assert c.ctl.keeper is not None
+    c.ctl.keeper.wait()
+    data = c.api.obj(CONFIGMAPS, "ml", "train.gangrun-output")["data"]
+    assert [(p.rank, t) for p, t in read(data, attempt=1)] == [(0, "rank 0 out"), (1, "rank 1 out")]
+    assert sum(1 for v, _, _ in c.api.calls if v == "log") == 2
