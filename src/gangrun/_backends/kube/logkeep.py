@@ -9,8 +9,9 @@ left until its container ends.
 
 Reads go to a pool of POOL threads (a log is a streamed GET that can take a while; the informer must
 not wait on it) and each pod is read once, by UID; writes to one task's ConfigMap are one at a time
-(a lock per task) and retried on a conflict, so two pods of a gang ending together both land. After a
-controller restart, a pod already in the ConfigMap's index is not read again.
+(a lock per task, taken after the read), each from the newest ConfigMap and retried on a conflict,
+so two pods of a gang ending together both land. After a controller restart, a pod already in the
+ConfigMap's index is not read again.
 """
 
 from __future__ import annotations
@@ -91,14 +92,18 @@ class Keeper:
         task_uid = self.task_uid(namespace, task)
         if not task_uid or not adapter.belongs_to(pod, task_uid):
             return False  # the task is gone (its pods go with it), or this pod is an earlier task's of the name
+        cm = self._get(namespace, task)
+        if cm is not None and (not adapter.belongs_to(cm, task_uid) or kept_output.kept(cm.get("data"), uid)):
+            return False  # kept already; or an earlier task's of the name, which the collector is deleting
+        # Read outside the task's lock: a long log must not hold up the other pods of the gang.
+        text, cut = kept_output.tail(self.api.log_lines(namespace, name, container=pod_template.WORKER))
         with self._lock:
             task_lock = self._task_locks.setdefault((namespace, task), threading.Lock())
         with task_lock:
-            cm = self._get(namespace, task)
-            if cm is not None and (not adapter.belongs_to(cm, task_uid) or kept_output.kept(cm.get("data"), uid)):
-                return False  # kept already; or an earlier task's of the name, which the collector is deleting
-            text, cut = kept_output.tail(self.api.log_lines(namespace, name, container=pod_template.WORKER))
             for _ in range(WRITE_TRIES):
+                cm = self._get(namespace, task)  # the newest: another pod of the gang may just have written it
+                if cm is not None and not adapter.belongs_to(cm, task_uid):
+                    return False
                 patch = kept_output.add(
                     (cm or {}).get("data"), attempt=adapter.attempt_of(pod) or 1,
                     round=_int(labels.get(jobset.RESTART_ATTEMPT_KEY)), rank=_rank(pod), pod=name, uid=uid,
@@ -115,7 +120,7 @@ class Keeper:
                                        {"metadata": {"resourceVersion": rv}, "data": patch})
                     return True
                 except Conflict:  # created or changed since it was read (another controller's term)
-                    cm = self._get(namespace, task)
+                    continue
             return False
 
     def _get(self, namespace: str, task: str) -> dict[str, Any] | None:
