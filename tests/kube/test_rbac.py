@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # FakeApi's verbs → the RBAC (resource suffix, verb) they need.
 VERBS = {"get": ("", "get"), "list": ("", "list"), "watch": ("", "watch"), "create": ("", "create"),
          "replace": ("", "update"), "patch": ("", "patch"), "delete": ("", "delete"),
-         "patch-status": ("/status", "patch")}
+         "patch-status": ("/status", "patch"), "log": ("/log", "get")}
 
 
 def _grants(kind: str, name: str) -> set[tuple[str, str]]:
@@ -38,6 +38,9 @@ def test_the_controller_role_grants_every_call_a_task_s_life_makes() -> None:
     c.settle()
     c.complete(2)
     c.settle()
+    assert c.ctl.keeper is not None
+    c.ctl.keeper.wait()  # each ended pod's output, kept by a pool of threads of its own
+    assert {("configmaps", "create"), ("pods/log", "get")} <= {(p + VERBS[v][0], VERBS[v][1]) for v, p, _ in c.api.calls}
     calls = {(plural + VERBS[verb][0], VERBS[verb][1]) for verb, plural, _ in c.api.calls}
     calls |= {(i.res.plural, "watch") for i in c.ctl.informers}  # settle() relists; the real loop watches too
     assert calls - _grants("ClusterRole", "gangrun-controller") == set()

@@ -77,12 +77,13 @@ class TaskRun:
         self._sleep(min(POLL, slice_))
         return self.status()
 
-    def logs(self, rank: int | None = 0, attempt: int | None = None) -> str:
+    def logs(self, rank: int | None = 0, attempt: int | None = None, *, round: int | None = None) -> str:
         """Worker output of `rank` (None: every rank, each line prefixed `[rank N]`) in `attempt` (None: the
-        current one), as one text: it costs the text's size in memory (`log_lines` does not)."""
+        current one), of every round (whole-gang restart) oldest first, or of `round` alone, as one text:
+        it costs the text's size in memory (`log_lines` does not)."""
         pieces, piece = [], []  # joined a megabyte at a time: the text once, plus a megabyte
         size = 0
-        for line in self.log_lines(rank, attempt):
+        for line in self.log_lines(rank, attempt, round=round):
             piece.append(line if line.endswith("\n") else line + "\n")
             size += len(line) + 1
             if size >= 1 << 20:
@@ -91,16 +92,22 @@ class TaskRun:
         pieces.append("".join(piece))
         return "".join(pieces)
 
-    def log_lines(self, rank: int | None = 0, attempt: int | None = None, *, follow: bool = False) -> Iterator[str]:
+    def log_lines(self, rank: int | None = 0, attempt: int | None = None, *, round: int | None = None,
+                  follow: bool = False) -> Iterator[str]:
         """The same output line by line, read a chunk at a time (a log of any size costs about one chunk);
-        with `follow`, new lines as they are written, until the task ends: without an `attempt`, from the
-        current attempt on into each next one (a retry, a preemption that ends the attempt), as on every
-        backend a gang restart or a readmission inside one attempt is followed into its new workers."""
+        with `follow`, the output so far then new lines as they are written, until the task ends: without
+        an `attempt`, from the current attempt on into each next one (a retry, a preemption that ends the
+        attempt), as on every backend a gang restart or a readmission inside one attempt is followed into
+        its new workers. `round` (a whole-gang restart's number, from 0) cannot go with `follow`."""
         rank = arguments.index(rank, "rank", first=0, none_means="every rank")
         attempt = arguments.index(attempt, "attempt", first=1, none_means="the current attempt")
+        round = arguments.index(round, "round", first=0, none_means="every round")
+        if follow and round is not None:
+            raise UsageError("round= shows one round's output; follow=True follows the attempt from its first "
+                             "round on: use one or the other")
         if follow and attempt is None:
             return self._follow_attempts(rank)
-        return self._backend.logs(self._name, rank=rank, attempt=attempt, follow=follow)
+        return self._backend.logs(self._name, rank=rank, attempt=attempt, round=round, follow=follow)
 
     def _follow_attempts(self, rank: int | None) -> Iterator[str]:
         """A backend follows one attempt, until the task ends or moves past it; then the next one."""

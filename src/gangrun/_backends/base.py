@@ -35,11 +35,13 @@ class Backend(Protocol):
     def events(self, name: str) -> builtins.list[Event]:
         ...
 
-    def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
+    def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None, round: int | None = None,
              follow: bool = False) -> Iterator[str]:
         """Worker output lines of one attempt (None: the current one), prefixed by rank when several ranks
-        are shown. With `follow`, new lines as they are written, across the attempt's gang restarts and
-        readmissions, until the task ends or moves to a later attempt (`TaskRun.log_lines` goes on there)."""
+        are shown: of every round (whole-gang restart) the backend still has, oldest first, or of `round`
+        alone (a UsageError with `follow`). With `follow`, new lines as they are written, across the
+        attempt's gang restarts and readmissions, until the task ends or moves to a later attempt
+        (`TaskRun.log_lines` goes on there)."""
         ...
 
     def cancel(self, name: str) -> bool:

@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("name")
     sp.add_argument("--rank", type=_rank_or_all, default=None, help="only this global rank, or all (the default)")
     sp.add_argument("--attempt", type=_at_least(1), default=None, help="this attempt (default: the current one)")
+    sp.add_argument("--round", type=_at_least(0), default=None,
+                    help="only this whole-gang restart round of the attempt, from 0 (default: every round, oldest "
+                         "first)")
     sp.add_argument("-f", "--follow", action="store_true", help="keep printing new output")
     sp = cmd("cancel", commands.cancel, "stop the task (Aborted)")
     sp.add_argument("name")

@@ -148,7 +148,7 @@ def events(args: argparse.Namespace) -> int:
 
 
 def logs(args: argparse.Namespace) -> int:
-    for line in _run(args).log_lines(rank=args.rank, attempt=args.attempt, follow=args.follow):
+    for line in _run(args).log_lines(rank=args.rank, attempt=args.attempt, round=args.round, follow=args.follow):
         sys.stdout.write(line if line.endswith("\n") else line + "\n")
         if args.follow:  # as it comes; otherwise the output is buffered, a log of any size a chunk at a time
             sys.stdout.flush()

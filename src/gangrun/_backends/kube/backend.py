@@ -14,8 +14,9 @@ from dataclasses import replace
 from typing import Any
 
 from gangrun._backends.clock import system_clock
-from gangrun._backends.kube import adapter, crd, durable, events, logfollow
+from gangrun._backends.kube import adapter, crd, durable, events, kept_output, logfollow
 from gangrun._backends.kube.client import (
+    CONFIGMAPS,
     EVENTS,
     JOBSETS,
     LOCAL_QUEUES,
@@ -115,8 +116,10 @@ class KubeBackend:
         pairs = [(ev, adapter.resource_version(i) or 0) for i in items if (ev := events.from_k8s(i))]
         return [ev for ev, _ in sorted(pairs, key=lambda p: (p[0].time, p[1]))]
 
-    def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
+    def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None, round: int | None = None,
              follow: bool = False) -> Iterator[str]:
+        """The attempt's worker output: first what the controller kept of pods that are gone
+        (`kept_output.py`), oldest first, then the pods still there (of `round`, else of the newest round)."""
         task = self._task(name)
         status, spec = task.get("status") or {}, task.get("spec") or {}
         current = int(status.get("attempt") or 1)
@@ -127,34 +130,71 @@ class KubeBackend:
         world = int(spec.get("nodes") or 1) * nproc
         if rank is not None and not 0 <= rank < world:
             raise UsageError(f'task "{name}" has ranks 0..{world - 1}, not {rank}')
+        if round is not None and round < 0:
+            raise UsageError(f"a round is a JobSet restart number, 0 or more, not {round}")
+        if follow and round is not None:
+            raise UsageError("--round (round=) shows one round's output; --follow (follow=True) follows the attempt "
+                             "from its first round on: use one or the other")
+        node = None if rank is None else rank // nproc  # one pod per node runs ranks node*nproc .. +nproc-1
+        prefix = rank is None and world > 1
         if follow:
-            yield from self._follow(name, n, rank, nproc, world)
+            yield from self._follow(name, n, node, prefix, task)
             return
         with self._calling("read the worker pods of"):
-            pods = self._worker_pods(name, n, uid=_uid(task))
-        if rank is not None:  # one pod per node runs ranks node*nproc .. node*nproc + nproc - 1
-            pods = [(r, p) for r, p in pods if r == rank // nproc]
-        if not pods:
+            there = [(r, p, u) for r, p, u in self._round_pods(name, n, uid=_uid(task), round=round)
+                     if node is None or r == node]
+        pods = [(r, p) for r, p, _ in there]
+        kept = [(piece, text) for piece, text in self._kept(name, task, n, round, node)
+                if piece.uid not in {u for _, _, u in there}]  # a pod still there is read whole, not its tail
+        if not pods and not kept:
             state = load_state(task, now=system_clock())
             # An open eviction of a Running task is a preempted gang kept for re-admission (S5).
-            if n == current and state.eviction is not None and state.phase is Phase.RUNNING:
+            if n == current and round is None and state.eviction is not None and state.phase is Phase.RUNNING:
                 raise UsageError(f"task {name} was preempted and its workers are stopped until Kueue admits it "
                                  f"again ({state.info.reason})")
             which = f"rank {rank} of " if rank is not None else ""
-            raise UsageError(f"no worker pods for {which}attempt {n} of task {name} (yet, or any more)")
+            which += f"round {round} of " if round is not None else ""
+            raise UsageError(f"no worker pods for {which}attempt {n} of task {name} (yet, or any more), "
+                             f"and no output kept of them")
+        for piece, text in kept:
+            for line in text.split("\n") if text else []:
+                yield f"[rank {piece.rank}] {line}" if prefix else line
         with self._calling("read the logs of"):
-            if len(pods) == 1:
-                yield from self.api.log_lines(self.namespace, pods[0][1], container=CONTAINER)
-                return
             for r, pod in pods:
                 for line in self.api.log_lines(self.namespace, pod, container=CONTAINER):
-                    yield f"[rank {r}] {line}"
+                    yield f"[rank {r}] {line}" if prefix else line
 
-    def _follow(self, name: str, attempt: int, rank: int | None, nproc: int, world: int) -> Iterator[str]:
-        """Follow the attempt's worker output until the task ends or moves to a later attempt: every
-        round's pods (a gang readmitted after a preemption, or restarted whole, runs in new pods), each
-        streamed once as it starts (`logfollow.py`)."""
-        uid = ""
+    def _kept(self, name: str, task: dict[str, Any], attempt: int, round: int | None,
+              node: int | None) -> builtins.list[tuple[kept_output.Piece, str]]:
+        """The output the controller kept of the attempt's gone pods; none where the ConfigMap is missing, or
+        a user may not read it (then `logs` shows the pods still there, as before kept output)."""
+        try:
+            cm = self.api.get(CONFIGMAPS, self.namespace, kept_output.name_of(name))
+        except NotFound:
+            return []
+        except ApiError as e:
+            if e.status == 403:
+                return []
+            raise self._explain(e, "read the kept output of") from None
+        if not adapter.belongs_to(cm, _uid(task)):
+            return []  # an earlier task's of this name, not yet collected
+        return kept_output.read(cm.get("data"), attempt=attempt, round=round, rank=node)
+
+    def _follow(self, name: str, attempt: int, node: int | None, prefix: bool,
+                task: dict[str, Any]) -> Iterator[str]:
+        """Follow the attempt's worker output until the task ends or moves to a later attempt: first the
+        kept output of its pods that are gone, then every round's pods (a gang readmitted after a
+        preemption, or restarted whole, runs in new pods), each streamed once as it starts (`logfollow.py`)."""
+        uid = _uid(task)
+        with self._calling("read the worker pods of"):
+            there = {u for _, _, u in self._round_pods(name, attempt, uid=uid)}
+        shown: set[str] = set()  # UIDs of the pods whose kept output was printed
+        for piece, text in self._kept(name, task, attempt, None, node):
+            if piece.uid in there:
+                continue  # still there: streamed from its first line below
+            shown.add(piece.uid)
+            for line in text.split("\n") if text else []:
+                yield f"[rank {piece.rank}] {line}" if prefix else line
 
         def ended() -> bool:
             nonlocal uid
@@ -165,15 +205,14 @@ class KubeBackend:
 
         def pods() -> builtins.list[tuple[int, str]]:
             with self._calling("read the worker pods of"):
-                return [(r, p) for r, p in self._worker_pods(name, attempt, running=True, uid=uid)
-                        if rank is None or r == rank // nproc]
+                return [(r, p) for r, p, u in self._round_pods(name, attempt, running=True, uid=uid)
+                        if (node is None or r == node) and u not in shown]
 
         def stream(pod: str) -> Iterator[str]:
             with self._calling("read the logs of"):
                 yield from self.api.log_lines(self.namespace, pod, container=CONTAINER, follow=True)
 
-        yield from logfollow.follow(pods=pods, ended=ended, stream=stream, prefix=rank is None and world > 1,
-                                    poll=FOLLOW_POLL)
+        yield from logfollow.follow(pods=pods, ended=ended, stream=stream, prefix=prefix, poll=FOLLOW_POLL)
 
     def delete(self, name: str, *, force: bool = False, purge: bool = False) -> bool:
         """Delete an ended task, its JobSets and its Events; with `purge` its checkpoints too (from this
@@ -367,24 +406,30 @@ class KubeBackend:
         except ApiError:
             pass  # forbidden or Kueue not served to us: Kueue itself reports a missing queue later
 
-    def _worker_pods(self, name: str, attempt: int, *, running: bool = False,
-                     uid: str = "") -> builtins.list[tuple[int, str]]:
-        """(node index, pod name) of the attempt's newest round (of the task with `uid`: not an earlier task's
-        of the same name); `running`: only pods whose container started (a pod still being created has no
-        log to stream yet)."""
+    def _worker_pods(self, name: str, attempt: int, *, running: bool = False, uid: str = "",
+                     round: int | None = None) -> builtins.list[tuple[int, str]]:
+        """(node index, pod name) of the attempt's pods of `round`, else of its newest round (of the task
+        with `uid`: not an earlier task's of the same name); `running`: only pods whose container started (a
+        pod still being created has no log to stream yet)."""
+        return [(r, pod) for r, pod, _ in self._round_pods(name, attempt, running=running, uid=uid, round=round)]
+
+    def _round_pods(self, name: str, attempt: int, *, running: bool = False, uid: str = "",
+                    round: int | None = None) -> builtins.list[tuple[int, str, str]]:
+        """`_worker_pods`, each with its pod's UID."""
         selector = f"{crd.TASK_LABEL}={name},{crd.ATTEMPT_LABEL}={attempt}"
         items = [p for p in self.api.list(PODS, self.namespace, label_selector=selector).get("items") or []
                  if adapter.belongs_to(p, uid)]
-        newest = max((int(adapter.labels(p).get(jobset.RESTART_ATTEMPT_KEY, "0") or 0) for p in items), default=0)
+        if round is None:
+            round = max((int(adapter.labels(p).get(jobset.RESTART_ATTEMPT_KEY, "0") or 0) for p in items), default=0)
         out = []
-        for p in adapter.current_round(items, newest):
+        for p in adapter.current_round(items, round):
             if running and (p.get("status") or {}).get("phase") == "Pending":
                 continue
             md = p.get("metadata") or {}
             index = (md.get("annotations") or {}).get(jobset.JOB_COMPLETION_INDEX_KEY) \
                 or adapter.labels(p).get(jobset.JOB_COMPLETION_INDEX_KEY, "")
             if str(index).isdigit():
-                out.append((int(index), md.get("name", "")))
+                out.append((int(index), md.get("name", ""), str(md.get("uid") or "")))
         return sorted(out)
 
     @contextmanager

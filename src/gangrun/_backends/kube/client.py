@@ -53,6 +53,7 @@ LOCAL_QUEUES = Resource(kueue.GROUP, kueue.VERSION, kueue.LOCAL_QUEUES, "LocalQu
 CLUSTER_QUEUES = Resource(kueue.GROUP, kueue.VERSION, kueue.CLUSTER_QUEUES, "ClusterQueue", namespaced=False)
 PODS = Resource("", "v1", "pods", "Pod")
 EVENTS = Resource("", "v1", "events", "Event")
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 
 

@@ -43,7 +43,7 @@ from functools import partial
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.kube import adapter, boost, crd, elastic, events, indexes, live_reports, preemptor
+from gangrun._backends.kube import adapter, boost, crd, elastic, events, indexes, live_reports, logkeep, preemptor
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
@@ -96,7 +96,8 @@ class Controller:
     def __init__(self, api: KubeApi, *, namespace: str | None, clock: Clock = system_clock,
                  metrics: Metrics | None = None, identity: str = "",
                  queue: WorkQueue[Key] | None = None, strict_events: bool = False,
-                 boost: BoostPolicy | None = None, report_period: float | None = live_reports.PERIOD) -> None:
+                 boost: BoostPolicy | None = None, report_period: float | None = live_reports.PERIOD,
+                 keep_output: bool = True) -> None:
         # Every call goes through the table deploy/rbac.yaml grants (permissions.py): one outside it is a bug.
         self.api: KubeApi = Scoped(api, CONTROLLER | PRIORITY_BOOST)
         self.namespace, self.clock = namespace, clock
@@ -122,6 +123,8 @@ class Controller:
         self._notices = ThreadPoolExecutor(max_workers=NOTICE_FANOUT, thread_name_prefix="stop-notice")
         self._tomb_lock = threading.Lock()
         self._tombstones: dict[Key, dict[str, dict[str, Any]]] = {}  # task -> pod name -> its last state
+        # Each ended worker pod's output, kept in the task's ConfigMap past the pod (`logkeep.py`).
+        self.keeper = logkeep.Keeper(self.api, task_uid=self._task_uid) if keep_output else None
 
     # -- event routing --------------------------------------------------------------------------------
 
@@ -135,10 +138,16 @@ class Controller:
 
     def _pod_changed(self, obj: dict[str, Any]) -> None:
         task = adapter.labels(obj).get(crd.TASK_LABEL)
+        if task and self.keeper is not None:
+            self.keeper.saw(obj, deleted=self.pods.get(key_of(obj)) is None)
         if task and self.pods.get(key_of(obj)) is None and _worth_keeping(obj):
             with self._tomb_lock:
                 self._tombstones.setdefault((key_of(obj)[0], task), {})[key_of(obj)[1]] = obj
         self._owned_changed(obj)
+
+    def _task_uid(self, namespace: str, name: str) -> str:
+        task = self.tasks.get((namespace, name))
+        return str(((task or {}).get("metadata") or {}).get("uid") or "")
 
     def _queue_changed(self, _obj: dict[str, Any]) -> None:
         """Quota freed or taken: every elastic gang may now fit at another size."""
@@ -406,6 +415,8 @@ class Controller:
         for t in workers_:
             t.join(timeout=10)
         self._notices.shutdown(wait=False)
+        if self.keeper is not None:
+            self.keeper.close()
 
 
 def _elastic(task: dict[str, Any]) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from gangrun._backends.kube.client import (
     CLUSTER_QUEUES,
+    CONFIGMAPS,
     EVENTS,
     JOBSETS,
     LEASES,
@@ -53,6 +54,8 @@ CONTROLLER: frozenset[Permission] = (
     | _on(PODS, "list", "watch")  # readiness, failures, disruptions, checkpoints (termination messages)
     | _on(PODS, "patch")  # the stop notice annotation, before a gang is stopped
     | _on(EVENTS, "create")  # the task's timeline
+    | _on(PODS, "get", sub="log")  # each ended worker pod's output, read once to be kept (logkeep.py)
+    | _on(CONFIGMAPS, "get", "create", "patch")  # ... into its task's <task>.gangrun-output (kept_output.py)
 )
 PRIORITY_BOOST: frozenset[Permission] = _on(WORKLOADS, "patch")  # the kueue.x-k8s.io/priority-boost annotation
 LEADER_ELECTION: frozenset[Permission] = _on(LEASES, "get", "create", "update")

@@ -233,9 +233,12 @@ class LocalBackend:
         were. Refused while a task that has not ended resumes from them, unless `force`."""
         return builtins.list(self._call("purge", {"name": name, "force": force}, start=True))
 
-    def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None,
+    def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None, round: int | None = None,
              follow: bool = False) -> Iterator[str]:
-        files, prefix, shown = self._log_files(name, rank, attempt)
+        if follow and round is not None:
+            raise UsageError("--round (round=) shows one round's output; --follow (follow=True) follows the attempt "
+                             "from its first round on: use one or the other")
+        files, prefix, shown = self._log_files(name, rank, attempt, round)
         offsets: dict[Path, int] = {}
         while True:
             done = True
@@ -266,18 +269,27 @@ class LocalBackend:
             truncated = truncated or cut
         return out[-max_lines:], truncated or len(out) > max_lines
 
-    def _log_files(self, name: str, rank: int | None,
-                   attempt: int | None) -> tuple[Callable[[], builtins.list[tuple[int, int, Path]]], bool, int]:
-        """The attempt's log files (a function: a running gang adds restart rounds), whether lines
-        are prefixed by rank, and the attempt. Raises UsageError for an attempt or rank the task does not have."""
+    def _log_files(self, name: str, rank: int | None, attempt: int | None, round: int | None = None,
+                   ) -> tuple[Callable[[], builtins.list[tuple[int, int, Path]]], bool, int]:
+        """The attempt's log files (a function: a running gang adds restart rounds), of one `round` or
+        every one, whether lines are prefixed by rank, and the attempt. Raises UsageError for an attempt,
+        rank or round the task does not have."""
         v = self.get(name)
         n = v["attempt"] if attempt is None else attempt
         if n < 1 or n > v["attempt"]:
             raise UsageError(f'task "{name}" has attempts 1..{v["attempt"]}, not {n}')
         if rank is not None and not 0 <= rank < v["worldSize"]:
             raise UsageError(f'task "{name}" has ranks 0..{v["worldSize"] - 1}, not {rank}')
-        return ((lambda: log_files(self.paths, name, v.get("uid") or "", n, rank)), rank is None and v["worldSize"] > 1,
-                n)
+
+        def files() -> builtins.list[tuple[int, int, Path]]:
+            found = log_files(self.paths, name, v.get("uid") or "", n, rank)
+            return [f for f in found if round is None or f[0] == round]
+
+        if round is not None and not files():
+            rounds = sorted({r for r, _, _ in log_files(self.paths, name, v.get("uid") or "", n, rank)})
+            raise UsageError(f'attempt {n} of task "{name}" has no output of round {round} (rounds: '
+                             f'{", ".join(map(str, rounds)) or "none yet"})')
+        return files, rank is None and v["worldSize"] > 1, n
 
     def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
         try:
