@@ -39,7 +39,7 @@ def test_the_demo_installs_only_the_package_and_the_tests_add_the_extras(tmp_pat
     assert _dev(venv, "demo") == [UV, "-m uv pip install --quiet --python {venv}/bin/python -c constraints.txt -e ."]
     assert _dev(venv, "demo") == []  # set up already
     assert _dev(venv, "bench") == [UV, "-m uv pip install --quiet --python {venv}/bin/python -c constraints.txt "
-                                       "-e .[test,kubernetes,torch,flyte,transformers]"]
+                                       "-e .[test,kubernetes,torch,flyte,transformers,lightning]"]
     assert _dev(venv, "bench") == []
     assert _dev(venv, "demo") == []  # the full install serves the demo too
 

@@ -1,10 +1,12 @@
-"""What a framework integration (gangrun.transformers; a Lightning one would too) needs: the task's
-checkpoint, and a folder of a few files to hand to it without copying them."""
+"""What the framework integrations (gangrun.transformers, gangrun.lightning) share: the task's
+checkpoint, a folder of a few files to hand over without copying them, and the folder a rank
+resumes from (rank 0's part of gangrun's choice of checkpoint, with this rank's own)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -50,3 +52,23 @@ def symlink_tree(entries: Iterable[Path], dest: Path) -> Path:
     for src in entries:
         (dest / src.name).symlink_to(src.resolve())
     return dest
+
+
+def resume_folder(checkpoint: Checkpoint, *, name: str) -> Path | None:
+    """The folder this rank resumes from: gangrun's choice of checkpoint (own attempt first, then
+    earlier attempts, then `resumeFrom`; the same on every rank of a gang start), None on a fresh
+    start. Call it on every rank.
+
+    A sharded checkpoint (each rank contributed what it wrote) comes back as one folder holding rank
+    0's files and this rank's own, linked under a fresh folder named `name` (formatted with
+    ``step=``); a whole folder saved by rank 0 alone comes back as it is.
+    """
+    own = checkpoint.load()
+    if checkpoint.loaded_seq is None:
+        return None
+    if checkpoint.loaded_world_size is None:
+        return own
+    parts = [checkpoint.shard_path(0)] + ([own] if own is not None and checkpoint.rank != 0 else [])
+    entries = [p for part in parts for p in sorted(part.iterdir())]
+    folder = Path(tempfile.mkdtemp(prefix="gangrun-resume-")) / name.format(step=checkpoint.loaded_step)
+    return symlink_tree(entries, folder)

@@ -204,3 +204,16 @@ def test_b3_handler_is_installed_only_in_a_gang_and_only_from_the_main_thread() 
     assert results == [False] and not notice.STATE.installed
     ctx = Context.from_env({}, install_stop_handler=True)
     assert notice.STATE.installed and ctx.stop_requested is False and ctx.stop_notice is None
+
+
+def test_b3_reclaim_puts_gangrun_back_in_front_of_a_framework_that_replaced_it() -> None:
+    """Lightning installs its own SIGTERM handler at the start of fit; after `reclaim()` SIGTERM reaches
+    gangrun's handler first, and the handler gangrun found at install is still the one it calls."""
+    assert notice.reclaim() is False, "nothing to reclaim before install"
+    Context.from_env({}, install_stop_handler=True)
+    found = notice.STATE.previous
+    framework = lambda s, f: None  # noqa: E731
+    signal.signal(signal.SIGTERM, framework)
+    assert notice.reclaim() is True
+    assert signal.getsignal(signal.SIGTERM) == notice.STATE.handle
+    assert notice.STATE.previous is found, "the framework's handler is not chained in"

@@ -191,6 +191,22 @@ def install(env: Mapping[str, str] | None = None) -> bool:
     return True
 
 
+def reclaim() -> bool:
+    """Make gangrun's handler SIGTERM's handler again, after a framework replaced it (main thread
+    only). Returns whether it is SIGTERM's handler now.
+
+    Lightning's Trainer installs its own at the start of every `fit` and calls the one it found
+    after its own: its handler ends the run with its own exception at the next batch (and issues a
+    collective from inside the signal handler), before the step every rank agreed to stop at. The
+    handler gangrun keeps calling after the notice (`previous`) stays the one found at `install`.
+    Lightning puts gangrun's back when `fit` ends."""
+    if not STATE.installed or threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) != STATE.handle:  # != : a bound method is a new object each time
+        signal.signal(signal.SIGTERM, STATE.handle)
+    return True
+
+
 def uninstall() -> None:
     """Restore the previous handler and forget any notice (for tests and embedding)."""
     if STATE.installed and threading.current_thread() is threading.main_thread():

@@ -25,7 +25,7 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from gangrun._context import context
-from gangrun._frameworks import link_tree, symlink_tree, task_checkpoint
+from gangrun._frameworks import link_tree, resume_folder, task_checkpoint
 from gangrun.checkpoint import Checkpoint
 
 _RNG = re.compile(r"rng_state(?:_(\d+))?\.pth")
@@ -105,16 +105,8 @@ def resume_from_checkpoint(*, checkpoint: Checkpoint | None = None) -> str | Non
     """The value for ``trainer.train(resume_from_checkpoint=...)``: a folder in the Trainer's layout
     restored from gangrun's choice of checkpoint (own attempt first, then earlier attempts, then
     `resumeFrom`), the same on every rank; None on a fresh start. Call it on every rank."""
-    ckpt = task_checkpoint(checkpoint)
-    own = ckpt.load()
-    if ckpt.loaded_seq is None:
-        return None
-    if ckpt.loaded_world_size is None:  # a whole folder saved by rank 0 alone (`ckpt.save(folder)`)
-        return str(own) if own is not None else None
-    parts = [ckpt.shard_path(0)] + ([own] if own is not None and ckpt.rank != 0 else [])
-    entries = [p for part in parts for p in sorted(part.iterdir())]
-    folder = Path(tempfile.mkdtemp(prefix="gangrun-trainer-")) / f"checkpoint-{ckpt.loaded_step}"
-    return str(symlink_tree(entries, folder))
+    folder = resume_folder(task_checkpoint(checkpoint), name="checkpoint-{step}")
+    return str(folder) if folder is not None else None
 
 
 def train(trainer: Trainer, *, save_every: int | None = None, checkpoint: Checkpoint | None = None,
