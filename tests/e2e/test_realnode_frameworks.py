@@ -12,7 +12,9 @@ the local-backend tests use), to 6 significant digits at every step.
 The image has no torch (PyPI's is a multi-GB CUDA build) nor the frameworks: as in
 test_realnode_e2e.py's gloo DDP test, this host virtualenv's site-packages is mounted read-only
 through a hostPath volume and put on PYTHONPATH (the image's Python has the same minor version), and
-the example's folder is mounted beside it. A second framework is a second `Case` in `CASES`.
+the example's folder is mounted beside it. This tree's ``src`` is mounted the same way and put first:
+the pods run the integration under test (launcher included) even with an image built before it.
+Another framework is another `Case` in `CASES`.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ CASES = [
     # 8 steps an epoch on 2 ranks: the stop lands wherever Kueue's preemption reaches the workers,
     # mid-epoch or not; 0.5 s a step leaves it the room to arrive before the end.
     pytest.param(Case("transformers", EXAMPLES / "hf_trainer.py", steps=32, preempt_after=3), id="hf-trainer"),
+    pytest.param(Case("lightning", EXAMPLES / "lightning_fit.py", steps=32, preempt_after=3), id="lightning-fit"),
 ]
 
 
@@ -78,18 +81,20 @@ def real_cluster_fixture(control_plane_tier_c: ControlPlane) -> Iterator[RealClu
 
 
 def framework_task(rc: RealCluster, name: str, case: Case) -> dict:
-    """`case`'s script as a 2-worker task of low priority, with this host's site-packages and the
-    script's folder mounted read-only; the Trainer's own output goes to the container's /tmp."""
+    """`case`'s script as a 2-worker task of low priority, with this tree's src, this host's
+    site-packages and the script's folder mounted read-only; what the framework writes of its own
+    (the HF Trainer's `checkpoint-*` folders) goes to the container's /tmp."""
     torch = require("torch")
     site = str(Path(torch.__file__).resolve().parents[1])
+    src = str(REPO_ROOT / "src")
     body = train_task(rc, name)
     spec = body["spec"]
     spec.update(command=["python", str(case.script)], workingDir="/tmp", terminationGracePeriod="60s",
                 resources={"cpu": "500m", "memory": "2Gi"},
                 env={"MAX_STEPS": str(case.steps), "STEP_SECONDS": "0.5", "OMP_NUM_THREADS": "1",
-                     "PYTHONPATH": site, **case.env})  # fmt: skip
+                     "PYTHONPATH": f"{src}:{site}", **case.env})  # fmt: skip
     pod = spec["podTemplate"]["spec"]
-    for volume, path in (("site-packages", site), ("example", str(case.script.parent))):
+    for volume, path in (("src", src), ("site-packages", site), ("example", str(case.script.parent))):
         pod["volumes"].append({"name": volume, "hostPath": {"path": path, "type": "Directory"}})
         pod["containers"][0]["volumeMounts"].append({"name": volume, "mountPath": path, "readOnly": True})
     return body
