@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -62,7 +62,6 @@ class Case:
     script: Path
     steps: int
     preempt_after: int
-    env: dict[str, str] = field(default_factory=dict)
 
 
 CASES = [
@@ -92,7 +91,7 @@ def framework_task(rc: RealCluster, name: str, case: Case) -> dict:
     spec.update(command=["python", str(case.script)], workingDir="/tmp", terminationGracePeriod="60s",
                 resources={"cpu": "500m", "memory": "2Gi"},
                 env={"MAX_STEPS": str(case.steps), "STEP_SECONDS": "0.5", "OMP_NUM_THREADS": "1",
-                     "PYTHONPATH": f"{src}:{site}", **case.env})  # fmt: skip
+                     "PYTHONPATH": f"{src}:{site}"})  # fmt: skip
     pod = spec["podTemplate"]["spec"]
     for volume, path in (("src", src), ("site-packages", site), ("example", str(case.script.parent))):
         pod["volumes"].append({"name": volume, "hostPath": {"path": path, "type": "Directory"}})
