@@ -157,8 +157,7 @@ class KubeBackend:
             raise UsageError(f"no worker pods for {which}attempt {n} of task {name} (yet, or any more), "
                              f"and no output kept of them")
         for piece, text in kept:
-            for line in text.split("\n") if text else []:
-                yield f"[rank {piece.rank}] {line}" if prefix else line
+            yield from _kept_lines(piece, text, prefix=prefix)
         with self._calling("read the logs of"):
             for r, pod in pods:
                 for line in self.api.log_lines(self.namespace, pod, container=CONTAINER):
@@ -193,8 +192,7 @@ class KubeBackend:
             if piece.uid in there:
                 continue  # still there: streamed from its first line below
             shown.add(piece.uid)
-            for line in text.split("\n") if text else []:
-                yield f"[rank {piece.rank}] {line}" if prefix else line
+            yield from _kept_lines(piece, text, prefix=prefix)
 
         def ended() -> bool:
             nonlocal uid
@@ -406,16 +404,11 @@ class KubeBackend:
         except ApiError:
             pass  # forbidden or Kueue not served to us: Kueue itself reports a missing queue later
 
-    def _worker_pods(self, name: str, attempt: int, *, running: bool = False, uid: str = "",
-                     round: int | None = None) -> builtins.list[tuple[int, str]]:
-        """(node index, pod name) of the attempt's pods of `round`, else of its newest round (of the task
-        with `uid`: not an earlier task's of the same name); `running`: only pods whose container started (a
-        pod still being created has no log to stream yet)."""
-        return [(r, pod) for r, pod, _ in self._round_pods(name, attempt, running=running, uid=uid, round=round)]
-
     def _round_pods(self, name: str, attempt: int, *, running: bool = False, uid: str = "",
                     round: int | None = None) -> builtins.list[tuple[int, str, str]]:
-        """`_worker_pods`, each with its pod's UID."""
+        """(node index, pod name, pod UID) of the attempt's pods of `round`, else of its newest round (of the
+        task with `uid`: not an earlier task's of the same name); `running`: only pods whose container
+        started (a pod still being created has no log to stream yet)."""
         selector = f"{crd.TASK_LABEL}={name},{crd.ATTEMPT_LABEL}={attempt}"
         items = [p for p in self.api.list(PODS, self.namespace, label_selector=selector).get("items") or []
                  if adapter.belongs_to(p, uid)]
@@ -485,6 +478,12 @@ def _cause(message: str) -> str:
     if found:
         return found.group(0).strip()
     return message if len(message) <= 200 else message[:200] + "…"
+
+
+def _kept_lines(piece: kept_output.Piece, text: str, *, prefix: bool) -> Iterator[str]:
+    """A gone pod's kept output, a line at a time, prefixed with its rank as live pods' lines are."""
+    for line in text.split("\n") if text else []:
+        yield f"[rank {piece.rank}] {line}" if prefix else line
 
 
 def _uid(task: dict[str, Any]) -> str:
