@@ -257,6 +257,21 @@ class GangTwin:
 
     def disrupt(self, node: int, *, reason: str, message: str, now: datetime) -> list[Effect]:
         """The node of `node` is lost: its workers are killed at once, as a reclaimed node kills its pods."""
+        victims = self._lose(node, reason=reason, message=message)
+        return [Signal(tuple(w.pid for w in victims), signal.SIGKILL)] if victims else []
+
+    def drain(self, node: int, *, why: str, grace: timedelta, now: datetime) -> list[Effect]:
+        """The node of `node` is about to go: every worker gets the stop notice (NodeMaintenance) and SIGTERM,
+        saves in the grace period, and the gang restarts, not counted, as JobSet restarts a gang whose pods
+        were evicted from a drained node."""
+        name = f"local-node-{node}"
+        if not self._lose(node, reason=DISRUPTION_REASON, message=f"Eviction API: evicting ({name}: {why})"):
+            return []
+        return self._restart(node, stop_causes.node_maintenance(name, why), counted=False, grace=grace, now=now)
+
+    def _lose(self, node: int, *, reason: str, message: str) -> list[Worker]:
+        """Record that the workers of `node` are lost to a disruption (charged to no budget); returns them,
+        none when the node runs none or the gang is stopping already."""
         victims = [w for w in self.workers if w.node == node and w.running]
         if not victims or self.stopping is not None:
             return []
@@ -264,24 +279,18 @@ class GangTwin:
         self.disruption = Disruption(reason=reason, message=message, restart_attempt=self.restarts,
                                      worker=f"rank {victims[0].rank} (node {node})")
         self.disrupted_node = node
-        return [Signal(tuple(w.pid for w in victims), signal.SIGKILL)]
+        return victims
 
-    def drain(self, node: int, *, why: str, grace: timedelta, now: datetime) -> list[Effect]:
-        """The node of `node` is about to go: every worker gets the stop notice (NodeMaintenance) and SIGTERM,
-        saves in the grace period, and the gang restarts, not counted, as JobSet restarts a gang whose pods
-        were evicted from a drained node."""
-        victims = [w for w in self.workers if w.node == node and w.running]
-        if not victims or self.stopping is not None:
-            return []
-        self.touch()
-        name = f"local-node-{node}"
-        self.disruption = Disruption(reason=DISRUPTION_REASON, message=f"Eviction API: evicting ({name}: {why})",
-                                     restart_attempt=self.restarts, worker=f"rank {victims[0].rank} (node {node})")
-        self.disrupted_node = node
+    def _restart(self, node: int, notice: tuple[str, str], *, counted: bool, grace: timedelta,
+                 now: datetime) -> list[Effect]:
+        """JobSet restarts the gang for the Job of `node`: the restart is counted when JobSet decides it
+        (`counted`: also towards maxRestarts), and every worker gets `notice`."""
         self.restarts += 1
-        job = self.job_name(node)
-        self._set(jobset.RESTARTING, TRUE, jobset.DEFAULT_FAILURE_POLICY, jobset.restarting_message(job), now)
-        return self.stop(StopReason.RESTART, grace=grace, now=now, notice=stop_causes.node_maintenance(name, why))
+        if counted:
+            self.restarts_count_towards_max += 1
+        self._set(jobset.RESTARTING, TRUE, jobset.DEFAULT_FAILURE_POLICY,
+                  jobset.restarting_message(self.job_name(node)), now)
+        return self.stop(StopReason.RESTART, grace=grace, now=now, notice=notice)
 
     def lost_with_its_node(self, rank: int) -> bool:
         """Whether worker `rank` of this round is one a node disruption killed."""
@@ -302,23 +311,17 @@ class GangTwin:
         if self.stopping is not None:
             return self._stopped(now=now) if not self.live else []
         if code != 0:
-            job = self.job_name(w.node)
             self.first_failure = f"worker rank {w.rank} (node {w.node}) exited with code {code}"
             if self._disrupted and self.restart_on_disruption:  # not the application's fault: not counted
                 assert self.disruption is not None
-                self.restarts += 1
-                self._set(jobset.RESTARTING, TRUE, jobset.DEFAULT_FAILURE_POLICY, jobset.restarting_message(job), now)
                 notice = stop_causes.node_lost(self.disruption.reason, self.disruption.message)
-                effects = self.stop(StopReason.RESTART, grace=grace, now=now, notice=notice)
+                effects = self._restart(w.node, notice, counted=False, grace=grace, now=now)
             elif self.restarts_count_towards_max < self.max_restarts:
-                self.restarts += 1  # JobSet counts the restart when it decides it
-                self.restarts_count_towards_max += 1
-                self._set(jobset.RESTARTING, TRUE, jobset.DEFAULT_FAILURE_POLICY, jobset.restarting_message(job), now)
                 notice = stop_causes.worker_failed(self.first_failure, restart_left=True)
-                effects = self.stop(StopReason.RESTART, grace=grace, now=now, notice=notice)
+                effects = self._restart(w.node, notice, counted=True, grace=grace, now=now)
             else:
                 self._set(jobset.FAILED, TRUE, jobset.REACHED_MAX_RESTARTS,
-                          jobset.reached_max_restarts_message(job), now)
+                          jobset.reached_max_restarts_message(self.job_name(w.node)), now)
                 notice = stop_causes.worker_failed(self.first_failure, restart_left=False)
                 effects = self.stop(StopReason.FAIL, grace=grace, now=now, notice=notice)
             return effects + (self._stopped(now=now) if not self.live else [])
