@@ -22,6 +22,8 @@ User mistakes (SpecError, UsageError) are reported without a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class GangrunError(Exception):
     """Base class of every error gangrun raises on purpose."""
@@ -51,7 +53,7 @@ class WorkerEnvError(UsageError):
 class WaitTimeout(GangrunError, TimeoutError):
     """A wait for a task ran out of time; the task goes on. `view` is its last status."""
 
-    def __init__(self, message: str, *, view: dict[str, object] | None = None) -> None:
+    def __init__(self, message: str, *, view: Mapping[str, object] | None = None) -> None:
         self.view = view or {}
         super().__init__(message)
 

@@ -8,7 +8,7 @@ from gangrun._core.observation import NOT_FOUND, observed
 from gangrun._core.policy import Policy
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType, transition_events
-from gangrun._core.view import task_view
+from gangrun._core.view import state_view
 
 RESUME = Policy(retries=0, resume_after_preemption=True)
 
@@ -59,7 +59,7 @@ def test_task_view_has_the_interface_fields():
         (3, observed(make_gang().ready().obj(), make_workload().admitted().obj())),
         (10, observed(make_gang().suspended().obj(), make_workload().preemption().obj())),
     ])
-    view = task_view("train", state, now=at(20))
+    view = state_view("train", state, now=at(20))
     assert view["name"] == "train" and view["phase"] == "Running" and view["attempt"] == 1
     assert view["reason"].endswith("; waiting for re-admission")
     assert (view["userRetriesUsed"], view["systemRetriesUsed"], view["restartAttempt"]) == (0, 0, 0)

@@ -20,6 +20,7 @@ from gangrun._api.task import ClusteredTask
 from gangrun._backends.base import Backend, SupportsFollow, SupportsPurgeDeleted
 from gangrun._core.phases import TERMINAL
 from gangrun._core.pod_merge import local_ignored
+from gangrun._core.view_types import TaskView
 from gangrun._errors import IgnoredLocally, UsageError, WaitTimeout
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class TaskRun:
     def backend(self) -> Backend:
         return self._backend
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> TaskView:
         """The task's status: the document `gangrun get NAME -o json` prints."""
         return self._backend.get(self._name)
 
@@ -53,7 +54,7 @@ class TaskRun:
         """Whether the task has ended (Succeeded, Failed or Aborted)."""
         return self.status()["phase"] in TERMINAL
 
-    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+    def wait(self, timeout: float | None = None) -> TaskView:
         """Block until the task ends and return its final status.
 
         Raises WaitTimeout (a TimeoutError) after `timeout` seconds; the task goes on running.
@@ -69,7 +70,7 @@ class TaskRun:
             view = self._next(view, min(left, 1.0) if left is not None else 1.0)
         return view
 
-    def _next(self, view: dict[str, Any], slice_: float) -> dict[str, Any]:
+    def _next(self, view: TaskView, slice_: float) -> TaskView:
         """The next status: at once when it changes where the backend can say so, else after a short poll."""
         if isinstance(self._backend, SupportsFollow):
             key = (view["attempt"], view["phaseVersion"], view["phase"])

@@ -19,11 +19,11 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from gangrun._backends.base import Backend
 from gangrun._core.phases import TERMINAL
 from gangrun._core.timeline import Event
+from gangrun._core.view_types import TaskView
 from gangrun._errors import GangrunError, UsageError
 
 POLL = 0.5
@@ -45,17 +45,17 @@ class LogLine:
 
 @dataclass(frozen=True)
 class StatusUpdate:
-    view: dict[str, Any]
+    view: TaskView
 
 
 Update = EventUpdate | LogLine | StatusUpdate
 
 
-def world_size(view: dict[str, Any]) -> int | None:
-    if view.get("worldSize"):
-        return int(view["worldSize"])
-    if view.get("nodes"):
-        return int(view["nodes"]) * int(view.get("nprocPerNode") or 1)
+def world_size(view: TaskView) -> int | None:
+    if world := view.get("worldSize"):
+        return int(world)
+    if nodes := view.get("nodes"):
+        return int(nodes) * int(view.get("nprocPerNode") or 1)
     return None
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import builtins  # the `list` method shadows the builtin inside the class body
 from collections.abc import Iterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from gangrun._core.spec import TaskSpec
 from gangrun._core.timeline import Event
+from gangrun._core.view_types import ListedView, TaskView
 
 
 @runtime_checkable
@@ -25,11 +26,14 @@ class Backend(Protocol):
         spec has no name. Refuses a bad queue or a duplicate name."""
         ...
 
-    def get(self, name: str) -> dict[str, Any]:
-        """The task's view (`gangrun._core.view.task_view`). Raises UsageError for an unknown task."""
+    def get(self, name: str) -> TaskView:
+        """The task's view (`gangrun._core.view_types.TaskView`). Raises UsageError for an unknown task, and
+        for a task whose stored record no longer reads."""
         ...
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> list[ListedView]:
+        """Every task's view; a backend that keeps records of its own lists one that no longer reads as an
+        `UnreadableView` (never leaves it out)."""
         ...
 
     def events(self, name: str) -> builtins.list[Event]:
@@ -61,7 +65,7 @@ class Backend(Protocol):
 
 @runtime_checkable
 class SupportsFollow(Protocol):
-    def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
+    def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> TaskView:
         """Block until the task's (attempt, phaseVersion, phase) differs from `after_version`, or timeout."""
         ...
 

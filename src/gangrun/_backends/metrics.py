@@ -12,8 +12,9 @@
 Counters and histograms are fed as things happen (`preemptions.inc(cause)`); the gauges are set from
 the task views at scrape time (`observe_views(views)`), so a process that holds its tasks' views (the
 Kubernetes controller's cache, the local daemon's table) exports the same series from the same
-documents. Each `Metrics` has its own registry: two in one process (tests) never collide. `serve`
-answers `/metrics` (and health probes) over HTTP from a daemon thread.
+documents: a `TaskView`, or the few fields of it the gauges read (`GaugedTask`), typed either way.
+Each `Metrics` has its own registry: two in one process (tests) never collide. `serve` answers
+`/metrics` (and health probes) over HTTP from a daemon thread.
 """
 
 from __future__ import annotations
@@ -22,16 +23,31 @@ import threading
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypedDict
 
 import prometheus_client as prom
 
 from gangrun._core.timeline import Event, EventType
+from gangrun._core.view_types import TaskView
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600)
 CONTENT_TYPE = prom.CONTENT_TYPE_LATEST
 WAITING_PHASES = frozenset({"Queued", "WaitingForResources"})
+
+
+class Goodput(TypedDict):
+    goodput: float
+
+
+class GaugedTask(TypedDict):
+    """The fields of a task view the gauges read, for a process that has the task but not its whole view."""
+
+    name: str | None
+    phase: str | None
+    queue: str | None
+    eviction: object  # open while the gang waits for re-admission
+    accounting: Goodput | None
 
 
 class LabeledCounter:
@@ -93,7 +109,7 @@ class Metrics:
         self.reconcile = Timing("gangrun_reconcile_seconds", "reconcile latency", LATENCY_BUCKETS, r)
         self.errors = LabeledCounter("gangrun_reconcile_errors", "reconciles that failed and were retried", (), r)
 
-    def observe_views(self, views: Iterable[Mapping[str, Any]]) -> None:
+    def observe_views(self, views: Iterable[TaskView | GaugedTask]) -> None:
         """Set the gauges from the tasks' `get -o json` views: phases, waiting gangs per queue, goodput."""
         phases: Tally[tuple[str, ...]] = Tally()
         waiting: Tally[tuple[str, ...]] = Tally()

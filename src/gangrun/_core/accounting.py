@@ -62,6 +62,7 @@ from gangrun._core import accounting_storage, badput
 from gangrun._core.accounting_records import CheckpointMark, UpPeriod, WorkLost, loss_since
 from gangrun._core.timeline import Event, EventType
 from gangrun._core.times import time_in
+from gangrun._core.view_types import AccountingFigures
 
 __all__ = ["SAVES_KEPT", "Accounting", "CheckpointMark", "UpPeriod", "WorkLost"]
 
@@ -341,7 +342,7 @@ class Accounting:
                                restoring=self.restoring(now=now), restarting=self.restarting(now=now),
                                lost=self.lost_seconds(), below=self.below_full_size(now=now))
 
-    def view(self, *, now: datetime) -> dict[str, Any]:
+    def view(self, *, now: datetime) -> AccountingFigures:
         """The accounting fields of `get -o json` (without the eviction counts, which the state keeps)."""
         return {
             "queuedSeconds": round(self.queued(now=now), 3),

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from gangrun._core.times import time_in, time_out
+from gangrun._core.view_types import CheckpointView
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,9 +27,11 @@ class CheckpointMark:
     def taken(self) -> datetime:
         return self.taken_at or self.at
 
-    def for_json(self) -> dict[str, Any]:
-        return {"attempt": self.attempt, "step": self.step, "at": self.at.isoformat(), "uri": self.uri,
-                **({"takenAt": self.taken_at.isoformat()} if self.taken_at is not None else {})}
+    def for_json(self) -> CheckpointView:
+        out: CheckpointView = {"attempt": self.attempt, "step": self.step, "at": self.at.isoformat(), "uri": self.uri}
+        if self.taken_at is not None:
+            out["takenAt"] = self.taken_at.isoformat()
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CheckpointMark:

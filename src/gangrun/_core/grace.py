@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from gangrun._core.view_types import GraceView
 
 MARGIN = 1.5
 CONDITION = "GracePeriodTooShort"  # the status condition and the timeline event of a short grace period
@@ -45,7 +46,7 @@ class GraceCheck:
                     f"{math.ceil(self.needed)}s")
         return f"the grace period ({self.grace_seconds:g}s) covers {MARGIN:g} × {p95}"
 
-    def for_json(self) -> dict[str, Any]:
+    def for_json(self) -> GraceView:
         return {"gracePeriodSeconds": self.grace_seconds, "finalSaveP95Seconds": round(self.final_save_p95, 3),
                 "finalSaves": self.saves, "sufficient": not self.short, "message": self.message}
 

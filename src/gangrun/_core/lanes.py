@@ -15,6 +15,8 @@ per attempt:
               accounted it (`accounting.workLost`)
 
 Times are ISO-8601 text in and out; an open span ends at `now`. The page only maps times to pixels.
+The view is read as typed (`gangrun._core.view_types`), tolerating one without the keys a view may
+lack (an unreadable task, a view from an older backend).
 """
 
 from __future__ import annotations
@@ -26,14 +28,16 @@ from typing import Any
 from gangrun._core import badput
 from gangrun._core.eviction import EvictionKind
 from gangrun._core.timeline import EventType
+from gangrun._core.view_types import AccountingView, AttemptView, EvictionView, ListedView, TaskView
 
 Doc = dict[str, Any]
 WAITING_TEXT = "waiting for re-admission"
 
 
-def task_row(view: Doc) -> Doc:
+def task_row(view: ListedView) -> Doc:
     """One row of the task list: what a user scans for (phase, why, attempt, retries left, goodput)."""
-    accounting = view.get("accounting") if isinstance(view.get("accounting"), dict) else {}
+    task: TaskView | None = None if "unreadable" in view else view
+    accounting = _accounting(task)
     reason = str(view.get("reason") or "")
     phase = str(view.get("phase") or "")
     waiting = phase in ("Queued", "WaitingForResources") or WAITING_TEXT in reason
@@ -42,10 +46,21 @@ def task_row(view: Doc) -> Doc:
         "retriesLeft": view.get("retriesLeft"), "userRetriesUsed": view.get("userRetriesUsed"),
         "systemRetriesUsed": view.get("systemRetriesUsed"),
         "goodput": accounting.get("goodput") if accounting else None,
-        "preemptions": sum((view.get("evictionsByCause") or {}).values()),
+        "preemptions": _preemptions(task),
         "waiting": waiting, "pending": view.get("pending"), "queuePosition": view.get("queuePosition"),
         "queue": view.get("queue"), "priorityClass": view.get("priorityClass"),
     }
+
+
+def _accounting(view: TaskView | None) -> AccountingView | None:
+    """The view's accounting, or None for a view without it (or an empty one)."""
+    accounting = None if view is None else view.get("accounting")
+    return accounting if isinstance(accounting, dict) and accounting else None
+
+
+def _preemptions(view: TaskView | None) -> int:
+    """Evictions of the gang, of every cause."""
+    return sum(((None if view is None else view.get("evictionsByCause")) or {}).values())
 
 
 @dataclass(frozen=True)
@@ -154,10 +169,11 @@ def _linked(lanes: list[Doc]) -> list[Doc]:
         if m["kind"] == "resumed" else m for m in lane["marks"]]} for lane in lanes]
 
 
-def _evictions(view: Doc, events: list[_Ev]) -> list[Doc]:
+def _evictions(view: TaskView, events: list[_Ev]) -> list[EvictionView] | list[Doc]:
     """The view's evictions; from the timeline (a preemption until its readmission) for a view without them."""
-    if isinstance(view.get("evictions"), list):
-        return list(view["evictions"])
+    evictions = view.get("evictions")
+    if isinstance(evictions, list):
+        return list(evictions)
     out: list[Doc] = []
     for e in events:
         if e.type in (EventType.PREEMPTED.value, EventType.EVICTED.value):
@@ -168,7 +184,7 @@ def _evictions(view: Doc, events: list[_Ev]) -> list[Doc]:
     return out
 
 
-def _lane(attempt: Doc, view: Doc, events: list[_Ev], checkpoints: list[Doc], *, now: datetime) -> Doc:
+def _lane(attempt: AttemptView, view: TaskView, events: list[_Ev], checkpoints: list[Doc], *, now: datetime) -> Doc:
     n = attempt.get("number")
     start = _t(attempt.get("startedAt")) or now
     end = _t(attempt.get("endedAt")) or now
@@ -256,9 +272,9 @@ def _lane(attempt: Doc, view: Doc, events: list[_Ev], checkpoints: list[Doc], *,
         marks.append({"kind": "ended", "at": _iso(end), "label": str(attempt.get("outcome") or "ended"),
                       "message": attempt.get("reason") or ""})
 
-    accounting = view.get("accounting") if isinstance(view.get("accounting"), dict) else {}
+    accounting = _accounting(view)
     lost = []
-    for w in (accounting or {}).get("workLost") or []:
+    for w in (accounting.get("workLost") if accounting else None) or []:
         at, seconds = _t(w.get("at")), float(w.get("seconds") or 0)
         if w.get("attempt") == n and at is not None and seconds > 0:
             lost.append({"start": _iso(at - timedelta(seconds=seconds)), "end": _iso(at), "seconds": seconds,
@@ -269,7 +285,7 @@ def _lane(attempt: Doc, view: Doc, events: list[_Ev], checkpoints: list[Doc], *,
             "reason": attempt.get("reason"), "segments": segments, "marks": marks, "lost": lost}
 
 
-def timeline(view: Doc, events: list[Doc], *, now: datetime) -> Doc:
+def timeline(view: TaskView, events: list[Doc], *, now: datetime) -> Doc:
     """The chart of one task: a lane per attempt, and the numbers beside it."""
     evs = _events(events)
     checkpoints = _checkpoints(evs)
@@ -279,22 +295,22 @@ def timeline(view: Doc, events: list[Doc], *, now: datetime) -> Doc:
     ends = [_t(lane["end"]) for lane in lanes]
     start = min((t for t in starts if t is not None), default=now)
     end = max((t for t in ends if t is not None), default=now)
-    accounting = view.get("accounting") if isinstance(view.get("accounting"), dict) else {}
+    accounting = _accounting(view)
     return {
         "name": view.get("name"), "phase": view.get("phase"), "reason": view.get("reason"),
         "start": _iso(start), "end": _iso(max(end, start)), "now": _iso(now),
         "lanes": lanes,
         "summary": {
-            "goodput": (accounting or {}).get("goodput"),
-            "preemptions": sum((view.get("evictionsByCause") or {}).values()),
+            "goodput": accounting.get("goodput") if accounting else None,
+            "preemptions": _preemptions(view),
             "waitingForReadmissionSeconds": view.get("waitingForReadmissionSeconds"),
-            "workLostSeconds": (accounting or {}).get("workLostSeconds"),
-            "queuedSeconds": (accounting or {}).get("queuedSeconds"),
-            "restoringSeconds": (accounting or {}).get("restoringSeconds"),
-            "badputSeconds": (accounting or {}).get("badputSeconds"),
+            "workLostSeconds": accounting.get("workLostSeconds") if accounting else None,
+            "queuedSeconds": accounting.get("queuedSeconds") if accounting else None,
+            "restoringSeconds": accounting.get("restoringSeconds") if accounting else None,
+            "badputSeconds": accounting.get("badputSeconds") if accounting else None,
             "badputCauses": badput.for_json(),  # the page labels the causes from here, in this order
-            "stepSeconds": (accounting or {}).get("stepSeconds"),
-            "grace": (accounting or {}).get("grace"),
+            "stepSeconds": accounting.get("stepSeconds") if accounting else None,
+            "grace": accounting.get("grace") if accounting else None,
             "checkpoints": len(checkpoints),
         },
     }

@@ -17,6 +17,7 @@ from gangrun._core.eviction import Eviction, EvictionKind
 from gangrun._core.observation import Disruption
 from gangrun._core.phases import Phase, PhaseInfo
 from gangrun._core.times import time_in, time_out
+from gangrun._core.view_types import AttemptView, EvictionView
 
 
 class Outcome(StrEnum):
@@ -42,6 +43,11 @@ class EvictionRecord:
     @classmethod
     def of(cls, ev: Eviction, *, attempt: int, at: datetime) -> EvictionRecord:
         return cls(attempt=attempt, kind=ev.kind, reason=ev.reason, detail=ev.detail, message=ev.message, at=at)
+
+    def for_json(self) -> EvictionView:
+        """The eviction as stored and as `get -o json` lists it."""
+        return {"attempt": self.attempt, "kind": self.kind.value, "reason": self.reason, "detail": self.detail,
+                "message": self.message, "at": time_out(self.at), "readmittedAt": time_out(self.readmitted_at)}
 
     def as_eviction(self) -> Eviction:
         return Eviction(kind=self.kind, reason=self.reason, detail=self.detail, message=self.message)
@@ -79,7 +85,7 @@ class AttemptRecord:
     code: str | None = None
     reason: str | None = None
 
-    def for_storage(self) -> dict[str, Any]:
+    def for_storage(self) -> AttemptView:
         """The attempt as stored and as `get -o json` lists it."""
         return {"number": self.number, "startedAt": time_out(self.started_at), "runningAt": time_out(self.running_at),
                 "endedAt": time_out(self.ended_at), "outcome": self.outcome.value if self.outcome else None,
@@ -260,11 +266,8 @@ def _attempt_in(d: dict[str, Any]) -> AttemptRecord:
                          code=d.get("code"), reason=d.get("reason"))
 
 
-def _eviction_out(e: EvictionRecord | None) -> dict[str, Any] | None:
-    if e is None:
-        return None
-    return {"attempt": e.attempt, "kind": e.kind.value, "reason": e.reason, "detail": e.detail,
-            "message": e.message, "at": time_out(e.at), "readmittedAt": time_out(e.readmitted_at)}
+def _eviction_out(e: EvictionRecord | None) -> EvictionView | None:
+    return None if e is None else e.for_json()
 
 
 def _eviction_in(d: dict[str, Any] | None) -> EvictionRecord | None:

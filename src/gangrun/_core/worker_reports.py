@@ -22,6 +22,7 @@ from typing import Any
 
 from gangrun._core.accounting import Accounting
 from gangrun._core.timeline import Event, EventType
+from gangrun._core.view_types import ResumeFromResult
 
 
 def commit_event(*, attempt: int, rank: int, step: int | None, seq: int | None, uri: str | None,
@@ -82,7 +83,7 @@ def resume_event(doc: dict[str, Any], *, attempt: int, at: datetime, now: dateti
                          "the task starts from scratch")
 
 
-def resume_result(event: Event) -> dict[str, Any]:
+def resume_result(event: Event) -> ResumeFromResult:
     """What a ResumedFrom or ResumeFromFoundNothing event says, as a task's `resumeFromResult` shows it."""
     return {"found": event.type is EventType.RESUMED_FROM, "uri": event.data.get("uri"),
             "step": event.data.get("step"), "at": event.data.get("at")}

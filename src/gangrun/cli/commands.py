@@ -19,6 +19,7 @@ from gangrun._core.pod_merge import local_ignored
 from gangrun._core.priority_boost import BoostPolicy
 from gangrun._core.spec import TaskSpec
 from gangrun._core.units import format_bytes, format_duration
+from gangrun._core.view_types import ListedView
 from gangrun._errors import UsageError
 from gangrun.cli import output
 from gangrun.cli.follow import TERMINAL, follow_run
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def get(args: argparse.Namespace) -> int:
-    views = [_run(args).status()] if args.name else backend(args).list()
+    views: list[ListedView] = [_run(args).status()] if args.name else backend(args).list()
     if _json(args):
         output.emit_json(views[0] if args.name else views)
     elif views:

@@ -9,22 +9,23 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
 from gangrun._api.run import TaskRun
 from gangrun._api.watch import EventUpdate, LogLine, StatusUpdate
 from gangrun._core import phases
+from gangrun._core.view_types import TaskView
 from gangrun.cli import output
 
 TERMINAL = phases.TERMINAL  # a view's phase is the phase's string value; they compare equal
 
 
-def follow_run(run: TaskRun, *, rank: int | None = 0, stream: TextIO | None = None) -> dict[str, Any]:
+def follow_run(run: TaskRun, *, rank: int | None = 0, stream: TextIO | None = None) -> TaskView:
     """Print what `run.watch(rank)` yields until the task ends; return the final status."""
     out = stream or sys.stdout
     live = out.isatty()
     started = time.monotonic()
-    view: dict[str, Any] = {}
+    view: TaskView | None = None
     shown_why = ""
     drawn = False
 
@@ -50,6 +51,7 @@ def follow_run(run: TaskRun, *, rank: int | None = 0, stream: TextIO | None = No
                     say(output.prefixed(output.TIMELINE, f"waiting: {why}"))
                 shown_why = why
         out.flush()
+    assert view is not None, "watch yields the status before it ends"
     say(f"{run.name}: {view['phase']} — {view['reason']}")
     out.flush()
     return view

@@ -1,16 +1,22 @@
-"""How the CLI prints tasks, timelines and tables. Text for people, `-o json` for programs."""
+"""How the CLI prints tasks, timelines and tables. Text for people, `-o json` for programs.
+
+The views it prints are typed (`gangrun._core.view_types`): a key read here that the view does not
+have is a type error.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 import textwrap
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from gangrun._core.checkpoint_root import describe as describe_resume_from
 from gangrun._core.timeline import Event
 from gangrun._core.units import format_bytes, format_duration
+from gangrun._core.view_types import AttemptView, ListedView, TaskView
 
 
 def emit_json(doc: Any) -> None:
@@ -24,7 +30,7 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-def task_rows(views: list[dict[str, Any]]) -> str:
+def task_rows(views: Sequence[ListedView]) -> str:
     rows = [[v["name"], v["phase"], str(v["attempt"]), shorten_reason(v["reason"], REASON_WIDTH)] for v in views]
     return table(rows, ["NAME", "PHASE", "ATTEMPT", "REASON"])
 
@@ -38,7 +44,7 @@ def prefixed(source: str, text: str) -> str:
     return f"{source:<{_SOURCE_WIDTH}} {text}"
 
 
-def waiting_why(view: dict[str, Any]) -> str:
+def waiting_why(view: TaskView) -> str:
     """Why a task waits, while it waits: its place in the queue and Kueue's message (or gangrun's reason);
     "" once it runs or ended."""
     waiting = view["phase"] in ("Queued", "WaitingForResources") or "waiting for re-admission" in view["reason"]
@@ -50,7 +56,7 @@ def waiting_why(view: dict[str, Any]) -> str:
     return f"{where}: {why}" if where else why
 
 
-def status_line(view: dict[str, Any], *, elapsed: float, width: int = 119) -> str:
+def status_line(view: TaskView, *, elapsed: float, width: int = 119) -> str:
     """The live line under `gangrun run`'s output: time, phase, attempt, and what is happening or why it waits."""
     seconds = int(elapsed)
     head = f"[{seconds // 60:02d}:{seconds % 60:02d}] {view['phase']}  attempt {view['attempt']}  "
@@ -62,7 +68,7 @@ def event_line(e: Event) -> str:
     return f"{_clock(e.time)}  {e.type.value:<22} {attempt:<10} {e.message}"
 
 
-def describe(view: dict[str, Any], events: list[Event]) -> str:
+def describe(view: TaskView, events: list[Event]) -> str:
     out = [
         f"Name:           {view['name']}",
         f"Phase:          {view['phase']} (version {view['phaseVersion']})",
@@ -75,11 +81,12 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
         out.append(f"Waiting:        {waiting_why(view)}")
     for key, label in (("queue", "Queue"), ("priorityClass", "Priority"), ("namespace", "Namespace"),
                        ("checkpointRoot", "Checkpoints"), ("resumeFrom", "Resumes from")):
-        if view.get(key) not in (None, ""):
-            out.append(f"{label + ':':<16}{view[key]}" + (_resume_result(view) if key == "resumeFrom" else ""))
+        value = view.get(key)
+        if value not in (None, ""):
+            out.append(f"{label + ':':<16}{value}" + (_resume_result(view) if key == "resumeFrom" else ""))
     if "executable" in view:  # local: the command's argv[0], found on the submitter's PATH at submit
         missing = "not found on the submitting PATH (the workers cannot start)"
-        out.append(f"Executable:     {view['executable'] or missing}")
+        out.append(f"Executable:     {view.get('executable') or missing}")
     if view.get("code"):
         out.append(f"Error:          {view['code']}: {view.get('message', '')}")
     if view.get("evictionsByCause"):
@@ -101,7 +108,7 @@ def describe(view: dict[str, Any], events: list[Event]) -> str:
     return "\n".join(out)
 
 
-def _resume_result(view: dict[str, Any]) -> str:
+def _resume_result(view: TaskView) -> str:
     """What resumeFrom gave the load, after its source: the checkpoint, or a warning that it held none."""
     result = view.get("resumeFromResult")
     if not isinstance(result, dict):
@@ -115,7 +122,7 @@ LABEL_WIDTH = 30  # the accounting's values line up after their labels, at every
 REASON_LINE = 100  # an attempt's reason wraps at this width; it is never cut
 
 
-def accounting_lines(doc: dict[str, Any], *, indent: int, seconds: bool = False) -> list[str]:
+def accounting_lines(doc: Mapping[str, Any], *, indent: int, seconds: bool = False) -> list[str]:
     """The accounting as labelled lines with units, whatever its keys: `queuedSeconds` is "queued  3.0 s",
     `goodput` a percentage, a nested mapping an indented block (a key ending in Seconds gives its
     children seconds), a list one indented line per item. New keys print the same way."""
@@ -196,7 +203,7 @@ def _time(text: str) -> str:
         return text
 
 
-def attempt_lines(attempts: list[dict[str, Any]]) -> list[str]:
+def attempt_lines(attempts: Sequence[AttemptView]) -> list[str]:
     """The attempts table, each attempt's reason whole on the lines below its row (wrapped, never cut)."""
     rows = [[str(a["number"]), _clock_s(a["startedAt"]), _clock_s(a.get("endedAt")), a.get("outcome") or "-"]
             for a in attempts]

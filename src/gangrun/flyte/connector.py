@@ -16,6 +16,7 @@ registers the connector. The connection's configs (or secrets) may name `namespa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +63,8 @@ class GangConnector(AsyncConnector[GangMeta]):
     async def get(self, resource_meta: GangMeta, **kwargs: Any) -> Resource:
         view = await asyncio.to_thread(lambda: _run(resource_meta, kwargs).status())
         phase = TaskExecution.Phase.Value(flyte_phase(view["phase"]))
-        info: dict[str, Any] = {k: view[k] for k in INFO_KEYS if k in view}
+        fields: Mapping[str, object] = view  # INFO_KEYS are keys of every view (`StateView`)
+        info: dict[str, Any] = {k: fields[k] for k in INFO_KEYS if k in fields}
         return Resource(phase=phase, message=f"{view['phase']}: {view.get('reason') or ''}".rstrip(": "),
                         custom_info={"gangrunTask": resource_meta.name, **info})
 

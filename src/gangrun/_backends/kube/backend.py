@@ -39,7 +39,8 @@ from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event
-from gangrun._core.view import accounting_view, eviction_accounting, spec_view, task_view
+from gangrun._core.view import accounting_view, eviction_accounting, spec_view, state_view
+from gangrun._core.view_types import AccountingView, KubeView, ListedView, TaskView, Waiting
 from gangrun._errors import ApiError, BackendError, Conflict, NotFound, SpecError, UsageError
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -95,10 +96,10 @@ class KubeBackend:
             raise self._explain(e, "create") from None
         return str(((created or {}).get("metadata") or {}).get("name") or spec.name)
 
-    def get(self, name: str) -> dict[str, Any]:
+    def get(self, name: str) -> TaskView:
         return self._view(self._task(name))
 
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> list[ListedView]:
         with self._calling("list"):
             items = self.api.list(TASKS, self.namespace).get("items") or []
         if not items and self._namespace_missing(self.namespace):
@@ -267,7 +268,7 @@ class KubeBackend:
             self.api.patch(TASKS, self.namespace, name, patch)
         return True
 
-    def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
+    def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> TaskView:
         """`SupportsFollow`: re-read the task until (attempt, phaseVersion, phase) moves, or `timeout`."""
         deadline = time.monotonic() + timeout
         while True:
@@ -298,7 +299,7 @@ class KubeBackend:
             return False
         return False
 
-    def _view(self, task: dict[str, Any]) -> dict[str, Any]:
+    def _view(self, task: dict[str, Any]) -> KubeView:
         md, status = task.get("metadata") or {}, task.get("status") or {}
         created = adapter.parse_time(md.get("creationTimestamp")) or system_clock()
         state = load_state(task, now=created)
@@ -306,19 +307,21 @@ class KubeBackend:
             spec: TaskSpec | None = task_spec(task)
         except SpecError:  # an invalid spec reads as Failed (the controller says why); it has no budgets to show
             spec = None
-        extra = {"backend": self.name, "namespace": md.get("namespace", self._namespace), **spec_view(spec),
-                 "runningNodes": status.get("runningNodes", 0), "jobSet": status.get("jobSet", ""),
-                 **self._pending(task, state), "uid": md.get("uid", ""),
-                 "resumeFromResult": status.get("resumeFromResult"), "accounting": _accounting(task, state)}
-        return task_view(md.get("name", ""), state, now=system_clock(), extra=extra,
-                         policy=spec.policy() if spec is not None else None)
+        shown, waiting, accounting = spec_view(spec), self._pending(task, state), _accounting(task, state)
+        return {
+            **state_view(md.get("name", ""), state, now=system_clock(),
+                         policy=spec.policy() if spec is not None else None),
+            "backend": self.name, "namespace": md.get("namespace", self._namespace), **shown,
+            "runningNodes": status.get("runningNodes", 0), "jobSet": status.get("jobSet", ""),
+            **waiting, "uid": md.get("uid", ""),
+            "resumeFromResult": status.get("resumeFromResult"), "accounting": accounting}
 
-    def _pending(self, task: dict[str, Any], state: TaskState) -> dict[str, Any]:
+    def _pending(self, task: dict[str, Any], state: TaskState) -> Waiting:
         """`pending` (Kueue's message) and `queuePosition` (1-based, in the LocalQueue) while the gang waits
         for admission or re-admission; nothing once it runs or ended. Reading them is best effort."""
         if state.phase.terminal or (state.phase not in WAITING_PHASES and state.eviction is None):
             return {}
-        out: dict[str, Any] = {"pending": None, "queuePosition": None}
+        out: Waiting = {"pending": None, "queuePosition": None}
         md, status = task.get("metadata") or {}, task.get("status") or {}
         namespace, name = md.get("namespace") or self.namespace, status.get("jobSet")
         if not name:
@@ -453,7 +456,7 @@ def _grace_seconds(task: dict[str, Any]) -> float:
         return 30.0
 
 
-def _accounting(task: dict[str, Any], state: TaskState) -> dict[str, Any]:
+def _accounting(task: dict[str, Any], state: TaskState) -> AccountingView:
     """The accounting of `get -o json`, the same fields as on the local backend."""
     now = system_clock()
     causes, waited = eviction_accounting(state, now=now)

@@ -49,6 +49,7 @@ from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
+from gangrun._core.view_types import ResumeFromResult
 from gangrun._errors import SpecError
 
 INVALID_SPEC = "InvalidSpec"
@@ -241,7 +242,7 @@ def _checkpoint_events(ledger: Accounting, commits: Sequence[Commit], *, now: da
 
 
 def _resumed(task: dict[str, Any], reports: Sequence[dict[str, Any]], *, attempt: int,
-             now: datetime) -> tuple[dict[str, Any] | None, list[Action]]:
+             now: datetime) -> tuple[ResumeFromResult | None, list[Action]]:
     """`status.resumeFromResult`: what spec.checkpoint.resumeFrom gave the newest load a worker reported,
     and its event (ResumedFrom, or the warning ResumeFromFoundNothing) when that load is news."""
     stored = (_persisted(task) or {}).get(RESUME_RESULT)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gangrun._backends.clock import Clock, system_clock
 from gangrun._backends.local import launcher, logfiles, protocol
@@ -30,6 +30,7 @@ from gangrun._backends.local.task import LocalTask, log_files, read_rows, unread
 from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.timeline import Event
+from gangrun._core.view_types import ListedView, LocalView, OfflineLocalView, TaskView
 from gangrun._core.worker_env import submitter_env
 from gangrun._errors import DaemonUnavailable, SpecError, UsageError
 
@@ -197,12 +198,12 @@ class LocalBackend:
                "env": env, "executable": resolve_executable(spec.command[0], path=env.get("PATH"), cwd=str(cwd))}
         return str(self._call("submit", doc, start=True))
 
-    def get(self, name: str) -> dict[str, Any]:
-        return dict(self._read("get", {"name": name},
-                               lambda store, tasks, broken, cfg, now: _offline_view(
-                                   _pick(tasks, broken, name), cfg, self.paths, store, now)))
+    def get(self, name: str) -> TaskView:
+        return cast(TaskView, dict(self._read("get", {"name": name},
+                                              lambda store, tasks, broken, cfg, now: _offline_view(
+                                                  _pick(tasks, broken, name), cfg, self.paths, store, now))))
 
-    def list(self) -> builtins.list[dict[str, Any]]:
+    def list(self) -> builtins.list[ListedView]:
         return builtins.list(self._read("list", {}, lambda store, tasks, broken, cfg, now: [
             *(_offline_view(t, cfg, self.paths, store, now) for t in tasks),
             *(unreadable_view(name, why) for name, why in broken.items())]))
@@ -278,8 +279,9 @@ class LocalBackend:
         n = v["attempt"] if attempt is None else attempt
         if n < 1 or n > v["attempt"]:
             raise UsageError(f'task "{name}" has attempts 1..{v["attempt"]}, not {n}')
-        if rank is not None and not 0 <= rank < v["worldSize"]:
-            raise UsageError(f'task "{name}" has ranks 0..{v["worldSize"] - 1}, not {rank}')
+        world = v["worldSize"] or 0  # a local task's spec is valid: it always says
+        if rank is not None and not 0 <= rank < world:
+            raise UsageError(f'task "{name}" has ranks 0..{world - 1}, not {rank}')
 
         def files() -> builtins.list[tuple[int, int, Path]]:
             found = log_files(self.paths, name, v.get("uid") or "", n, rank)
@@ -289,12 +291,12 @@ class LocalBackend:
             rounds = sorted({r for r, _, _ in log_files(self.paths, name, v.get("uid") or "", n, rank)})
             raise UsageError(f'attempt {n} of task "{name}" has no output of round {round} (rounds: '
                              f'{", ".join(map(str, rounds)) or "none yet"})')
-        return files, rank is None and v["worldSize"] > 1, n
+        return files, rank is None and world > 1, n
 
-    def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> dict[str, Any]:
+    def wait_for_change(self, name: str, *, after_version: tuple[int, int, str], timeout: float) -> TaskView:
         try:
-            return dict(self._call("wait", {"name": name, "after": builtins.list(after_version), "timeout": timeout},
-                                   timeout=timeout + 30))
+            return cast(TaskView, dict(self._call("wait", {"name": name, "after": builtins.list(after_version),
+                                                           "timeout": timeout}, timeout=timeout + 30)))
         except DaemonUnavailable:
             time.sleep(min(timeout, 0.5))
             return self.get(name)
@@ -345,17 +347,19 @@ class LocalBackend:
             store.close()
 
 
-def _offline_view(task: LocalTask, cfg: Config, paths: Paths, store: Store, now: datetime) -> dict[str, Any]:
+def _offline_view(task: LocalTask, cfg: Config, paths: Paths, store: Store,
+                  now: datetime) -> LocalView | OfflineLocalView:
     """The view of a task while no daemon runs. A gang recorded as running is not known to run."""
     v = view(task, cfg, paths, now=now)
     g = task.gang
-    if g is not None and g.live and not task.terminal:
-        seen = store.heartbeat()
-        since = f" since {datetime.fromisoformat(seen).isoformat(timespec='seconds')}" if seen else ""
-        v["reason"] = (f"unknown{since}: the local control plane is not running, so this gang's workers are "
-                       f"gone; `gangrun local up` restarts it and decides what follows")
-        v["controlPlane"] = {"running": False, "lastSeen": seen}
-    return v
+    if g is None or not g.live or task.terminal:
+        return v
+    seen = store.heartbeat()
+    since = f" since {datetime.fromisoformat(seen).isoformat(timespec='seconds')}" if seen else ""
+    # `reason` keeps its place in the view; `controlPlane` comes last.
+    return {**v, "reason": f"unknown{since}: the local control plane is not running, so this gang's workers are "
+                           f"gone; `gangrun local up` restarts it and decides what follows",
+            "controlPlane": {"running": False, "lastSeen": seen}}
 
 
 def _pick(tasks: list[LocalTask], broken: dict[str, str], name: str) -> LocalTask:

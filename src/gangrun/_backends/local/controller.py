@@ -47,6 +47,7 @@ from gangrun._core.priority_boost import BoostPolicy
 from gangrun._core.spec import GENERATED_SUFFIX_LEN, parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
+from gangrun._core.view_types import ListedView, TaskView
 from gangrun._errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -411,15 +412,15 @@ class Controller:
     def _in_order(self) -> list[LocalTask]:
         return sorted(self.tasks.values(), key=lambda t: t.seq)
 
-    def view(self, name: str, now: datetime) -> dict[str, Any]:
+    def view(self, name: str, now: datetime) -> TaskView:
         return view(self.task(name), self.config, self.paths, now=now,
                     queue_position=self._positions(now).get(name))
 
-    def views(self, now: datetime) -> list[dict[str, Any]]:
+    def views(self, now: datetime) -> list[ListedView]:
         """Every task's view, then one for each stored task that no longer reads (never left out)."""
-        return self.readable_views(now) + [unreadable_view(name, why) for name, why in self.broken.items()]
+        return [*self.readable_views(now), *(unreadable_view(name, why) for name, why in self.broken.items())]
 
-    def readable_views(self, now: datetime) -> list[dict[str, Any]]:
+    def readable_views(self, now: datetime) -> list[TaskView]:
         positions = self._positions(now)
         return [view(t, self.config, self.paths, now=now, queue_position=positions.get(t.name))
                 for t in self._in_order()]

@@ -23,7 +23,8 @@ from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
 from gangrun._core.times import time_in, time_out
-from gangrun._core.view import accounting_view, eviction_accounting, spec_view, task_view
+from gangrun._core.view import accounting_view, eviction_accounting, spec_view, state_view
+from gangrun._core.view_types import LocalView, ResumeFromResult, UnreadableView
 from gangrun._core.worker_reports import resume_result
 from gangrun._errors import GangrunError
 
@@ -46,7 +47,7 @@ class LocalTask:
     purging: bool = False  # `delete --purge`: its checkpoints are removed with it
     wake_at: datetime | None = None  # the engine asked to decide again by then
     # What spec.checkpoint.resumeFrom gave the newest load that used it: {"found", "uri", "step"}; None: not yet.
-    resumed: dict[str, Any] | None = None
+    resumed: ResumeFromResult | None = None
     events: list[Event] = field(default_factory=list)  # recorded, not yet persisted
     saved: tuple[Any, ...] = ()  # fingerprint() as last persisted
 
@@ -105,15 +106,16 @@ class LocalTask:
 
 
 def view(task: LocalTask, config: Config, paths: Paths, *, now: datetime,
-         queue_position: int | None = None) -> dict[str, Any]:
+         queue_position: int | None = None) -> LocalView:
     """The `get -o json` document: the engine's view plus the local backend's facts."""
     g, wl, spec = task.gang, task.workload, task.spec
     causes, waited = eviction_accounting(task.state, now=now)
     shown = spec_view(spec, default_priority_class=config.default_priority_class)
-    extra: dict[str, Any] = {
+    return {
+        **state_view(task.name, task.state, now=now, policy=spec.policy()),
         "backend": "local",
         **shown,
-        "priority": config.priority_classes.get(shown["priorityClass"]),
+        "priority": None if (cls := shown["priorityClass"]) is None else config.priority_classes.get(cls),
         "runningNodes": len({w.node for w in g.live}) if g is not None and g.attempt == task.state.attempt else 0,
         "queuePosition": queue_position,
         "pending": pending_message(task),
@@ -131,7 +133,6 @@ def view(task: LocalTask, config: Config, paths: Paths, *, now: datetime,
         "accounting": accounting_view(task.acct, grace_seconds=task.grace_seconds, now=now,
                                       preemptions=causes, waited=waited),
     }
-    return task_view(task.name, task.state, now=now, extra=extra, policy=spec.policy())
 
 
 UNREADABLE = "Unreadable"  # the phase shown for a stored task whose record no longer reads
@@ -151,7 +152,7 @@ def read_rows(rows: list[Row]) -> tuple[list[LocalTask], dict[str, str]]:
     return tasks, broken
 
 
-def unreadable_view(name: str, why: str) -> dict[str, Any]:
+def unreadable_view(name: str, why: str) -> UnreadableView:
     """A task whose record no longer reads, as the task list shows it: its name, why, and the way out."""
     return {"name": name, "backend": "local", "phase": UNREADABLE, "phaseVersion": 0, "attempt": 0,
             "reason": f"{why.removeprefix(NO_LONGER_READS)}; `gangrun delete {name}` removes it", "unreadable": why,

@@ -27,6 +27,7 @@ from gangrun._core import kueue
 from gangrun._core.conditions import FALSE, TRUE, Condition, find_condition, set_condition
 from gangrun._core.observation import Workload
 from gangrun._core.times import time_in, time_out
+from gangrun._core.view_types import WorkloadView
 
 REQUEUE_ON = (kueue.EVICTED_BY_PREEMPTION, kueue.EVICTED_DUE_TO_NODE_FAILURES)  # Kueue's reconciler rule
 BACKOFF_MAX = timedelta(seconds=60)
@@ -253,7 +254,7 @@ class WorkloadTwin:
                    cooldown=timedelta(seconds=float(d.get("cooldownSeconds", 300))),
                    conditions=[Condition.from_json(c) for c in d.get("conditions", [])])
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> WorkloadView:
         """What `get` shows of it: name, admitted/active, and the conditions Kueue-style."""
         admitted = find_condition(self.conditions, kueue.ADMITTED)
         return {"name": self.name, "queue": self.queue, "clusterQueue": CLUSTER_QUEUE, "priority": self.priority,
