@@ -166,6 +166,23 @@ def test_the_page_script_spells_no_badput_cause_of_its_own() -> None:
     assert "badputCauses" in script and '"waitingForReadmission"' not in script
 
 
+def test_every_field_the_page_script_reads_of_a_row_or_the_summary_is_one_the_server_gives() -> None:
+    """The page reads task rows (`row.x`, `t.x`) and the timeline's summary (`s.x` in showTask) by name: a
+    field renamed here and not there would show a dash, so the names it reads are held to what it gets."""
+    import re
+    from pathlib import Path
+
+    import gangrun._ui
+
+    script = (Path(gangrun._ui.__file__).parent / "static" / "app.js").read_text()
+    show_task = script[script.index("async function showTask"):script.index("function logsPanel")]
+    row_fields = set(re.findall(r"\b(?:row|t)\.([A-Za-z]+)", script))
+    summary_fields = set(re.findall(r"\bs\.([A-Za-z]+)", show_task))
+    doc = timeline(*PREEMPTED_AND_RESUMED, now=T0 + timedelta(seconds=40))
+    assert row_fields and row_fields <= set(task_row(PREEMPTED_AND_RESUMED[0])), row_fields
+    assert summary_fields and summary_fields <= set(doc["summary"]), summary_fields - set(doc["summary"])
+
+
 def test_s5_a_final_save_committed_while_waiting_is_drawn_at_the_stop_not_inside_the_wait() -> None:
     doc = timeline(
         view([attempt(1, 0, 2, 30, "Succeeded")], [eviction(1, "Preempted", 10, 20)]),
