@@ -3,7 +3,7 @@
 Every save takes the one commit path of `gangrun._ckpt.commit` (the data, the manifest last, then
 the report) and runs on the background writer's terms (`gangrun._ckpt.writer`: here when blocking,
 in the background otherwise, retention after it in the background either way). Sharded saves
-coordinate the ranks through the store (`gangrun._ckpt.shards`).
+coordinate the ranks through the store (`gangrun._ckpt.rendezvous`, `gangrun._ckpt.shards`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gangrun._ckpt import catalog, commit, events, shards, transfer
+from gangrun._ckpt import catalog, commit, events, rendezvous, shards, transfer
 from gangrun._ckpt import writer as writer_mod
 from gangrun._ckpt.commit import Content, Taken
 from gangrun._ckpt.layout import entry_name, join
@@ -132,7 +132,7 @@ class Saving(Places):
                 raise UsageError(f"sharded save steps must grow: step {step} after step {self._last_shard_step}")
             self._last_shard_step = step
             try:
-                save = shards.open_save(
+                save = rendezvous.open_save(
                     self._storage, self._attempt_path, rank=self.rank, restart=self.restart_attempt, step=step,
                     seq_floor=self._last_seq + 1, timeout=self.shard_timeout, protocol=self._protocol,
                 )  # fmt: skip
@@ -205,7 +205,7 @@ class Saving(Places):
 
         commit.commit(pending, self._save_of(seq, step, taken), write)
 
-    def _commit_shard(self, save: shards.ShardSave, src: transfer.Source, taken: Taken) -> shards.ShardSave:
+    def _commit_shard(self, save: rendezvous.ShardSave, src: transfer.Source, taken: Taken) -> rendezvous.ShardSave:
         """Write this rank's part and see the save committed (rank 0 commits it); returns the save
         that committed, which on a rank other than 0 may be a newer one than `save` (shards.py)."""
         if self.rank != 0:  # rank 0 commits, and reports the commit
@@ -226,7 +226,7 @@ class Saving(Places):
             return Content(kind="sharded", world_size=world_size, parts=(mine, *parts[1:]))
 
         commit.commit(save.pending, self._save_of(save.seq, save.step, taken), write,
-                      abandon=lambda e: shards.abandon(save, e), after=lambda: shards.finish(save))  # fmt: skip
+                      abandon=lambda e: shards.abandon(save, e), after=lambda: rendezvous.finish(save))  # fmt: skip
         return save
 
     def _save_of(self, seq: int, step: int | None, taken: Taken) -> commit.Save:
