@@ -1,6 +1,6 @@
-"""What the framework integrations (gangrun.transformers, gangrun.lightning) share: the task's
-checkpoint, a folder of a few files to hand over without copying them, and the folder a rank
-resumes from (rank 0's part of gangrun's choice of checkpoint, with this rank's own)."""
+"""What the framework integrations (gangrun.transformers, gangrun.lightning) share: their callbacks'
+settings, the task's checkpoint, a folder of a few files to hand over without copying them, and the
+folder a rank resumes from (rank 0's part of gangrun's choice of checkpoint, with this rank's own)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,26 @@ from pathlib import Path
 from gangrun._context import context
 from gangrun._errors import UsageError
 from gangrun.checkpoint import Checkpoint
+
+
+class CallbackSettings:
+    """The settings both frameworks' `GangCallback` take (each class's docstring says what they mean
+    there), and the stop notice turned on as the callback is made."""
+
+    def __init__(self, *, save_every: int | None = None, checkpoint: Checkpoint | None = None,
+                 exit_on_stop: bool = True) -> None:  # fmt: skip
+        if save_every is not None and save_every < 1:
+            raise ValueError(f"save_every must be >= 1 or None, got {save_every}")
+        self.save_every = save_every
+        self.exit_on_stop = exit_on_stop
+        self._checkpoint = checkpoint
+        #: True once the gang's stop was agreed on and the last save committed.
+        self.stopped = False
+        context()  # in a gang, turns SIGTERM into the stop notice from now on
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return task_checkpoint(self._checkpoint)
 
 
 def task_checkpoint(checkpoint: Checkpoint | None) -> Checkpoint:

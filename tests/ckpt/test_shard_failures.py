@@ -20,6 +20,7 @@ import pytest
 
 from gangrun import Checkpoint
 from gangrun._ckpt import shards
+from gangrun._ckpt.rendezvous import open_save
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -71,8 +72,8 @@ def test_a_resave_of_an_abandoned_sharded_step_commits(tmp_path: Path, protocol:
     saves step 2 again, and rank 1 gets there before rank 0 replaces the rendezvous."""
     root = str(tmp_path / "ck" / "train")
     earlier = Checkpoint.for_path(root, rank=0, world_size=2, protocol=protocol)
-    left = shards.open_save(earlier._storage, earlier._attempt_path, rank=0, restart=0, step=2, seq_floor=1,
-                            timeout=5, protocol=protocol)  # fmt: skip
+    left = open_save(earlier._storage, earlier._attempt_path, rank=0, restart=0, step=2, seq_floor=1,
+                     timeout=5, protocol=protocol)  # fmt: skip
     shards.abandon(left, "rank(s) 1 did not finish within 300s")
     rendezvous = Path(earlier._attempt_path) / "shards-r0-s2.json"
     assert "abandoned" in json.loads(rendezvous.read_text())
@@ -93,7 +94,7 @@ def test_a_failure_reported_after_rank_0_abandoned_the_save_leaves_nothing(tmp_p
     reported its own failure, whose marker would bring the folder back (seen once in CI)."""
     root = str(tmp_path / "ck" / "train")
     ck = Checkpoint.for_path(root, rank=0, world_size=2)
-    save = shards.open_save(ck._storage, ck._attempt_path, rank=0, restart=0, step=1, seq_floor=1, timeout=5)
+    save = open_save(ck._storage, ck._attempt_path, rank=0, restart=0, step=1, seq_floor=1, timeout=5)
     shards.give_up(save, 0, "nothing to save at 'x'")
     shards.give_up(save, 1, "nothing to save at 'y'")
     assert not [n for n in os.listdir(ck._attempt_path) if n.startswith("ckpt-")], os.listdir(ck._attempt_path)

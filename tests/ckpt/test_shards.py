@@ -248,6 +248,7 @@ def test_save_at_the_step_a_killed_gang_was_saving_commits_after_a_readmission(t
     the previous checkpoint and saves the same step again: a rank that reads the leftover
     rendezvous before rank 0 replaces it must still end up in the new save, not wait for the old one."""
     from gangrun._ckpt import shards
+    from gangrun._ckpt.rendezvous import open_save
 
     if where == "s3":
         root, opts = request.getfixturevalue("s3_root")
@@ -263,7 +264,7 @@ def test_save_at_the_step_a_killed_gang_was_saving_commits_after_a_readmission(t
     killed = ck(1)
     # What the killed gang left of its save of step 2: rank 0 opened it (pending folder and
     # rendezvous) and rank 1 wrote its part, then both were killed before the commit.
-    stale = shards.open_save(killed._storage, killed._attempt_path, rank=0, restart=0, step=2, seq_floor=1, timeout=5, protocol=protocol)
+    stale = open_save(killed._storage, killed._attempt_path, rank=0, restart=0, step=2, seq_floor=1, timeout=5, protocol=protocol)
     shards.write_part(stale, 1, transfer.source_of(b"old-1"))
 
     def readmitted(r: int) -> object:

@@ -8,7 +8,7 @@ candidate is complete is decided by the loader, which reads its manifest (see co
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from gangrun._ckpt.commit import PendingCheckpoint, uncommit
@@ -99,3 +99,20 @@ def apply_retention(
     if removed:
         log.debug("gangrun: removed %d old checkpoint folder(s) under %s", len(removed), root)
     return removed
+
+
+def retain(
+    storage: Storage, root: str, *, attempt: int, committed_seq: int, keep_last: int | None, keep: str | None = None,
+    stale: Iterable[str] = (), where: str,
+) -> bool:
+    """`apply_retention` after the commit of `committed_seq`, then remove `stale` (what the saver
+    knows to be obsolete); run by whoever committed, in the background, since nobody waits for it.
+    Never raises: the commit stands, and what is left is removed at the next commit (returns False)."""
+    try:
+        apply_retention(storage, root, attempt=attempt, committed_seq=committed_seq, keep_last=keep_last, keep=keep)
+        for path in stale:
+            storage.remove(path)
+    except Exception as e:
+        log.warning("gangrun: could not remove old checkpoints under %s: %r", where, e)
+        return False
+    return True

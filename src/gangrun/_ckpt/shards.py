@@ -7,14 +7,14 @@ by restart attempt `r`:
 1. Rank 0 picks the seq (the next one of the attempt folder), creates the pending folder and writes
    the rendezvous ``shards-r<r>-s<s>.json`` (``{"seq": N}``, one atomic write). The other ranks
    read it (polling) and so derive the same pending folder: ``ckpt-<N>.shard-r<r>-s<s>/`` on rename
-   stores, ``ckpt-<N>/`` on marker stores.
+   stores, ``ckpt-<N>/`` on marker stores. This step, and `ShardSave`, are rendezvous.py.
 2. Every rank writes its part under ``data/rank-<rank>/``, makes it durable, then writes its part
    marker ``parts/rank-<rank>.json`` (what the part holds: files, sizes, CRC-32s) last. A rank
    that has no part (its write failed, its input was bad) leaves ``parts/rank-<rank>.failed``
    (why, in one line) instead, so rank 0 gives up at once. A rank whose write failed removes what
    it wrote of its part first: when the disk is full, that is what makes room for the marker.
 3. Rank 0 waits for every marker, checks that every listed file is there with its size, and
-   commits with the same protocol as any save (commit.py): the manifest (kind "sharded", every
+   commits through the same path as any save (commit.py): the manifest (kind "sharded", every
    part) and a rename on local filesystems, the manifest written last on object stores. The other
    ranks' blocking saves return once they see the commit.
 
@@ -37,175 +37,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import time
-from dataclasses import dataclass, replace
 
-from gangrun._ckpt import catalog, transfer
-from gangrun._ckpt.commit import PendingCheckpoint, shared_pending
-from gangrun._ckpt.layout import (
-    MANIFEST,
-    PARTS,
-    entry_name,
-    is_rendezvous,
-    join,
-    part_name,
-    rendezvous_name,
-    shard_tag,
-)
+from gangrun._ckpt import rendezvous, transfer
+from gangrun._ckpt.layout import MANIFEST, PARTS, join, part_name
 from gangrun._ckpt.logs import say
 from gangrun._ckpt.manifest import ManifestError, Part
 from gangrun._ckpt.polls import Polls, peer_lost
-from gangrun._ckpt.storage import Storage
-from gangrun._errors import CommitFailed
+from gangrun._ckpt.rendezvous import ShardSave, ShardSaveAbandoned
 
 log = logging.getLogger("gangrun")
 
 #: How long a rank whose part failed waits for rank 0 to abandon the save, so that it raises rank
 #: 0's line (which names every rank that failed) rather than its own.
 AGREE_SECONDS = 10.0
-
-
-def _process_started() -> float:
-    """When this process started, on the wall clock (Linux: from /proc, to the clock tick; elsewhere,
-    when this module was imported, which a script does at its start)."""
-    now = time.time()
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time after boot
-        return now - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError, AttributeError):
-        return now
-
-
-_started: tuple[int, float] | None = None  # (pid, start): a forked child has a start of its own
-
-
-def process_started() -> float:
-    """When this process started: a rendezvous opened before it is a leftover of an earlier run."""
-    global _started
-    pid = os.getpid()
-    if _started is None or _started[0] != pid:
-        _started = (pid, _process_started())
-    return _started[1]
-
-
-class ShardSaveAbandoned(CommitFailed):
-    """A sharded save that could not complete; nothing of it was committed."""
-
-
-@dataclass(frozen=True)
-class ShardSave:
-    """One sharded save, as every rank sees it once the rendezvous is done."""
-
-    storage: Storage
-    attempt_dir: str
-    restart: int
-    step: int
-    seq: int
-    protocol: str | None  # the commit protocol override (tests), None: what the storage supports
-
-    @property
-    def pending(self) -> PendingCheckpoint:
-        """The same location on every rank: the folder is named by the seq, restart and step alone."""
-        final = join(self.attempt_dir, entry_name(self.seq))
-        return shared_pending(self.storage, final, tag=shard_tag(self.restart, self.step), protocol=self.protocol)
-
-    def at_seq(self, seq: int) -> ShardSave:
-        return replace(self, seq=seq)
-
-    @property
-    def rendezvous(self) -> str:
-        return join(self.attempt_dir, rendezvous_name(self.restart, self.step))
-
-    def part_dir(self, rank: int) -> str:
-        return join(self.pending.data_dir, part_name(rank))
-
-    def marker(self, rank: int, suffix: str = ".json") -> str:
-        return join(self.pending.location, PARTS, part_name(rank) + suffix)
-
-
-@dataclass(frozen=True)
-class _Rendezvous:
-    seq: int
-    abandoned: str | None  # why, once rank 0 gave the save up (late ranks learn it here)
-    opened: float | None  # when rank 0 opened the save (wall clock); None in files of older versions
-
-    def leftover(self, since: float) -> bool:
-        """Abandoned by a run of the gang older than `since` (this rank's start), not by this one."""
-        return self.abandoned is not None and self.opened is not None and self.opened < since
-
-
-def _read_rendezvous(storage: Storage, path: str) -> _Rendezvous | None:
-    """The rendezvous at `path`; None while it is absent (or, on a store without atomic writes,
-    not yet whole)."""
-    try:
-        doc = json.loads(storage.read_bytes(path))
-    except (FileNotFoundError, ValueError):
-        return None
-    if not isinstance(doc, dict) or type(doc.get("seq")) is not int or doc["seq"] < 1:
-        return None
-    why, opened = doc.get("abandoned"), doc.get("opened")
-    return _Rendezvous(
-        doc["seq"], None if why is None else str(why), float(opened) if isinstance(opened, (int, float)) else None
-    )
-
-
-def open_save(
-    storage: Storage,
-    attempt_dir: str,
-    *,
-    rank: int,
-    restart: int,
-    step: int,
-    seq_floor: int,
-    timeout: float,
-    since: float | None = None,
-    protocol: str | None = None,
-) -> ShardSave:
-    """Step 1: rank 0 picks the seq and publishes it; every other rank reads it (waits up to `timeout`).
-
-    The rendezvous a rank reads may be a leftover: a gang killed during its save of this step,
-    readmitted with the same restart attempt (a readmission is not a JobSet restart), saves the
-    same step again, and a rank can get there before rank 0 replaces the file. A leftover that is
-    still open cannot be told from the outside, so `wait_committed` watches for it and moves the
-    part (see there). One marked abandoned and opened before `since` (default: when this process
-    started) is an earlier run's: it is passed over, and the rank waits for the new one. Clocks of
-    different nodes may disagree by a little; a readmission takes far longer than that.
-    """
-    since = process_started() if since is None else since
-    name = rendezvous_name(restart, step)
-    if rank == 0:
-        seq = max(catalog.next_seq(storage, attempt_dir), seq_floor)
-        save = ShardSave(storage, attempt_dir, restart, step, seq, protocol)
-        save.pending.create()  # first: the new seq is above every leftover before any rank can read it
-        for stale in storage.list_names(attempt_dir):  # one sharded save at a time: others are leftovers
-            if is_rendezvous(stale):
-                storage.remove(join(attempt_dir, stale))
-        # No fsync: a rendezvous is never needed after a crash.
-        doc = {"seq": save.seq, "opened": time.time()}
-        storage.write_bytes(join(attempt_dir, name), json.dumps(doc).encode(), sync=False)
-        return save
-    found: _Rendezvous | None = None
-    passed_over = False
-    for _ in Polls(timeout=timeout, local=storage.local):
-        found = _read_rendezvous(storage, join(attempt_dir, name))
-        if found is not None and found.leftover(since):
-            if not passed_over:
-                passed_over = True
-                log.info("gangrun: step %d's rendezvous is an earlier run's abandoned save (seq %d): "
-                         "waiting for rank 0's", step, found.seq)  # fmt: skip
-            found = None
-            continue
-        if found is not None:
-            break
-    if found is None:
-        raise ShardSaveAbandoned(
-            f"sharded save of step {step} abandoned: rank 0 did not start it within {timeout:.0f}s"
-        )
-    if found.abandoned is not None:
-        raise ShardSaveAbandoned(found.abandoned)
-    return ShardSave(storage, attempt_dir, restart, step, found.seq, protocol)
 
 
 def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
@@ -223,7 +67,7 @@ def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
         _write_marker(save, part)
         return part
     except BaseException as e:
-        why = _abandoned(save) if rank != 0 else None
+        why = rendezvous.abandoned(save) if rank != 0 else None
         if why is not None:  # rank 0 gave up and removed the folder this rank was writing into
             _discard(save)
             raise ShardSaveAbandoned(why) from e
@@ -243,7 +87,7 @@ def write_part(save: ShardSave, rank: int, src: transfer.Source) -> Part:
 
 def _await_abandoned(save: ShardSave, timeout: float) -> str | None:
     for _ in Polls(timeout=timeout, local=save.storage.local):
-        why = _abandoned(save)
+        why = rendezvous.abandoned(save)
         if why is not None:
             return why
     return None
@@ -260,15 +104,6 @@ def failed_parts(step: int, ranks: list[int], why: str) -> str:
     return f"sharded save of step {step} abandoned: rank(s) {_ranks(ranks)} failed to write their part: {why}"
 
 
-def _abandoned(save: ShardSave) -> str | None:
-    """Why rank 0 abandoned this save (or the one that replaced it), if it did."""
-    try:
-        news = _read_rendezvous(save.storage, save.rendezvous)
-    except Exception:  # the store is failing too: the caller reports its own error
-        return None
-    return news.abandoned if news is not None and news.seq >= save.seq else None
-
-
 def _write_marker(save: ShardSave, part: Part) -> None:
     save.storage.makedirs(join(save.pending.location, PARTS))
     # Visible whole or not at all; made durable by rank 0's sync before the commit.
@@ -283,7 +118,7 @@ def report_failure(save: ShardSave, rank: int, why: object) -> None:
         save.storage.makedirs(join(save.pending.location, PARTS))
         text = why if isinstance(why, str) else reason(why) if isinstance(why, BaseException) else str(why)
         save.storage.write_bytes(save.marker(rank, ".failed"), text[:500].encode(), sync=False)
-        if _abandoned(save) is not None:
+        if rendezvous.abandoned(save) is not None:
             _discard(save)
     except Exception:
         log.debug("gangrun: could not report the failed part to rank 0", exc_info=True)
@@ -348,17 +183,17 @@ def wait_committed(save: ShardSave, part: Part, *, timeout: float) -> ShardSave:
     """The other ranks, once their part is in: return once rank 0 committed; raise if it abandoned
     the save or `timeout` seconds passed without news. Returns the save that committed.
 
-    That is not `save` when `save` was a leftover (see `open_save`): rank 0 then publishes a
-    rendezvous with a higher seq, which a killed gang's file never gets, and this rank moves its
-    part into that save (a rename of its folder on a filesystem) and writes its marker there. The
-    part's data is durable already, and the marker still comes after it.
+    That is not `save` when `save` was a leftover (see `rendezvous.open_save`): rank 0 then
+    publishes a rendezvous with a higher seq, which a killed gang's file never gets, and this rank
+    moves its part into that save (a rename of its folder on a filesystem) and writes its marker
+    there. The part's data is durable already, and the marker still comes after it.
     """
     storage = save.storage
     polls = Polls(timeout=timeout, local=storage.local)
     for _ in polls:
         if storage.exists(join(save.pending.final, MANIFEST)):
             return save
-        news = _read_rendezvous(storage, save.rendezvous)
+        news = rendezvous.read(storage, save.rendezvous)
         if news is not None and news.seq > save.seq and news.abandoned is None:
             newer = save.at_seq(news.seq)
             log.info("gangrun: step %d is saved as seq %d, not as the leftover seq %d: moving this rank's part there",
@@ -401,34 +236,16 @@ def abandon(save: ShardSave, why: object) -> ShardSaveAbandoned:
         text = reason(why) if isinstance(why, BaseException) else str(why)
         err = ShardSaveAbandoned(f"sharded save of step {save.step} abandoned: rank 0: {text}")
     message = str(err)[:500]
-    # The open time stays: a rank of a later run of the gang must still see this as an earlier run's.
-    old = _read_quietly(save)
-    doc = {"seq": save.seq, "abandoned": message, "opened": old.opened if old and old.seq == save.seq else None}
-
-    def mark() -> bool:
-        try:
-            save.storage.write_bytes(save.rendezvous, json.dumps(doc).encode(), sync=False)
-            return True
-        except Exception:
-            log.debug("gangrun: could not mark the sharded save of step %d abandoned", save.step, exc_info=True)
-            return False
-
-    marked = mark()
+    marked = rendezvous.mark_abandoned(save, message)
     try:
         save.storage.remove(save.pending.location)
     except Exception:  # a leftover is removed by a later retention pass
         log.debug("gangrun: could not remove the abandoned save of step %d", save.step, exc_info=True)
     if not marked:
-        mark()  # with the room the removal made; the timeout ends the other ranks' wait otherwise
+        # With the room the removal made; the timeout ends the other ranks' wait otherwise.
+        rendezvous.mark_abandoned(save, message)
     say(f"gangrun: {message} (seq {save.seq})")
     return err
-
-
-def _read_quietly(save: ShardSave) -> _Rendezvous | None:
-    try:
-        return _read_rendezvous(save.storage, save.rendezvous)
-    except Exception:
-        return None
 
 
 def give_up(save: ShardSave, rank: int, why: object) -> None:
@@ -439,11 +256,6 @@ def give_up(save: ShardSave, rank: int, why: object) -> None:
         abandon(save, ShardSaveAbandoned(failed_parts(save.step, [0], text)))
     else:
         report_failure(save, rank, text)
-
-
-def finish(save: ShardSave) -> None:
-    """Rank 0, after the commit: the rendezvous has served (every rank read it before its marker)."""
-    save.storage.remove(save.rendezvous)
 
 
 def _ranks(ranks: list[int]) -> str:

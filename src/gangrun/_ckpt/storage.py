@@ -5,20 +5,18 @@ which works on OS paths directly because a commit there needs what fsspec does n
 files and directories, and an atomic rename. Everything else (``s3://``, ``memory://``, ...) gets
 `FsspecStorage`, which has no atomic rename, so its saves commit by writing the manifest last.
 
-Everything `LocalStorage` creates is private to the user: directories 0700, files 0600 (checkpoints
-hold model state; a shared machine must not let other users read them). The umask may only narrow it.
+Everything `LocalStorage` creates is private to the user (local_files.py holds how local files are
+made, copied, checksummed and made durable).
 
-Every transfer returns the checksum and size of what it wrote. Local copies run in the kernel
-(`copy_file_range`, as `shutil.copytree`) and then checksum the copy through a memory map; copies to
-and from other stores stream fixed-size chunks through one reused buffer per thread and checksum
-them on the way. Callers run transfers of different files on a few threads at once
-(`Storage.workers`, see pool.py).
+Every transfer returns the checksum and size of what it wrote. Local copies run in the kernel and
+then checksum the copy (local_files.py); copies to and from other stores stream fixed-size chunks
+through one reused buffer per thread and checksum them on the way. Callers run transfers of
+different files on a few threads at once (`Storage.workers`, see pool.py).
 """
 
 from __future__ import annotations
 
 import importlib
-import mmap
 import os
 import shutil
 import threading
@@ -29,16 +27,12 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.registry import known_implementations
 
-from gangrun._ckpt import pool
+from gangrun._ckpt import local_files, pool
 from gangrun._ckpt.layout import join
+from gangrun._ckpt.local_files import CHUNK, copy_local, file_checksum, makedirs_private, open_private
 from gangrun._ckpt.manifest import CHECKSUM, Crc
 
-# 1 MiB: the chunk stays in the CPU cache between the CRC and the write. 8 MiB measured half as
-# fast here (each chunk is pulled from memory twice); 1-4 MiB are equal.
-CHUNK = 1 << 20
 _buffers = threading.local()
-# fsync mostly waits on the disk, so more of them than CPUs are in flight; the journal merges them.
-SYNC_WORKERS = 16
 
 
 class Storage:
@@ -125,79 +119,6 @@ def _copy_stream(read: Callable[[memoryview], int | None], write: Callable[[memo
         write(view[:n])
 
 
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-PRIVATE_FILE = 0o600
-PRIVATE_DIR = 0o700
-
-
-def open_private(path: str) -> int:
-    """A new or truncated file that only its owner may read (checkpoints hold model state)."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), PRIVATE_FILE)
-
-
-def makedirs_private(path: str) -> None:
-    """`os.makedirs` with every directory it creates 0700 (its `mode` applies to the last one only)."""
-    missing: list[str] = []
-    p = os.path.abspath(path)
-    while not os.path.isdir(p):
-        missing.append(p)
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, PRIVATE_DIR)
-        except FileExistsError:
-            if not os.path.isdir(d):
-                raise
-
-
-def kernel_copy(src: str, dst: str) -> None:
-    """Copy the file `src` to a new private file `dst` inside the kernel (`copy_file_range`: page
-    cache to page cache, or a block clone on filesystems with reflinks), as `shutil.copytree` does;
-    a plain read/write loop where the kernel cannot (an old kernel, another filesystem)."""
-    with open(src, "rb", buffering=0) as fin, open(open_private(dst), "wb", buffering=0) as fout:
-        size = os.fstat(fin.fileno()).st_size
-        try:
-            while os.copy_file_range(fin.fileno(), fout.fileno(), max(size, 1 << 30)):
-                pass  # until 0: end of file (reading to the end also catches a file that grew)
-            return
-        except OSError:  # e.g. EXDEV on old kernels, or a filesystem without it: plain copy
-            fin.seek(0)
-            fout.seek(0)
-            fout.truncate()
-        shutil.copyfileobj(fin, fout, CHUNK)
-
-
-def file_checksum(path: str, checksum: str = CHECKSUM) -> Crc:
-    """Size and checksum of a local file, read through a memory map: one pass over the page cache,
-    without copying the bytes into the process first."""
-    crc = Crc(checksum)
-    with open(path, "rb", buffering=0) as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return crc
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m, memoryview(m) as view:
-            crc.update(view)
-    return crc
-
-
-def _copy_local(src: str, dst: str, checksum: str = CHECKSUM) -> Crc:
-    # The copy in the kernel, then the checksum of what landed in `dst`: two passes over the page
-    # cache instead of read + checksum + write through a buffer in the process, which measured
-    # 1.6x slower than copytree on a 1 GiB tree here. Taken from the copy, the checksum vouches for
-    # the bytes of the checkpoint itself, whatever happens to `src` meanwhile.
-    kernel_copy(src, dst)
-    return file_checksum(dst, checksum)
-
-
 def _write_all(f: Any) -> Callable[[memoryview], None]:
     # A raw file may write less than asked; the buffered file used before looped for us.
     def write(view: memoryview) -> None:
@@ -259,10 +180,10 @@ class LocalStorage(Storage):
             return file_checksum(dst)
         # No fsync here: sync_tree() fsyncs every file once all are written, so the kernel writes
         # back early files while later ones are copied instead of stalling after each.
-        return _copy_local(src, dst)
+        return copy_local(src, dst)
 
     def get_file(self, src: str, dst: str, *, checksum: str = CHECKSUM) -> Crc:
-        return _copy_local(src, dst, checksum)
+        return copy_local(src, dst, checksum)
 
     def makedirs(self, path: str) -> None:
         makedirs_private(path)
@@ -291,20 +212,10 @@ class LocalStorage(Storage):
         os.rename(src, dst)
 
     def sync_tree(self, path: str) -> None:
-        # Files first, then directories: new directory entries are durable only once their
-        # directory is fsynced, and a rename must not become durable before the data it names.
-        # Many fsyncs at once: the journal commits them together instead of one commit per file
-        # (a save of 1,700 files spent most of its time here, one fsync after another).
-        files: list[str] = []
-        dirs: list[str] = []
-        for dirpath, _dirs, names in os.walk(path):
-            dirs.append(dirpath)
-            files.extend(os.path.join(dirpath, n) for n in names)
-        pool.run_all(_fsync_path, files, SYNC_WORKERS)
-        pool.run_all(_fsync_path, dirs, SYNC_WORKERS)
+        local_files.sync_tree(path)
 
     def sync_tree_parent(self, path: str) -> None:
-        _fsync_path(os.path.dirname(path.rstrip("/")) or ".")
+        local_files.fsync_path(os.path.dirname(path.rstrip("/")) or ".")
 
 
 class FsspecStorage(Storage):

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from gangrun._ckpt import pool
 from gangrun._ckpt.layout import BYTES_NAME, DATA, MANIFEST, join, part_name
+from gangrun._ckpt.local_files import PRIVATE_DIR, kernel_copy, makedirs_private
 from gangrun._ckpt.manifest import FileEntry, Kind, Manifest, Part
-from gangrun._ckpt.storage import PRIVATE_DIR, Storage, kernel_copy, makedirs_private
+from gangrun._ckpt.storage import Storage
 from gangrun._errors import CheckpointError, UsageError
 
 

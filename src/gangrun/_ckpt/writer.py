@@ -4,7 +4,8 @@
 commit to a named daemon thread (``gangrun-ckpt-writer``). At most one save per checkpoint is in
 flight: the next save first waits for the previous one (DCP and Orbax recommend the same; two
 uploads would only compete for the same bandwidth). A background failure is kept and raised once,
-as `CommitFailed`, by the next `wait()` or `save()`.
+as `CommitFailed`, by the next `wait()` or `save()`. `run()` is how every save uses it: the write
+and commit here or in the background, the retention after them, always in the background.
 
 `ACTIVE` counts every save in progress, blocking ones included, so the stop notice (notice.py) and
 interpreter exit can wait for them: an in-flight save is flushed before the process ends.
@@ -18,10 +19,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from typing import TypeVar
 
 from gangrun._errors import CommitFailed
 
 log = logging.getLogger("gangrun")
+_T = TypeVar("_T")
 
 
 class _Active:
@@ -78,6 +81,29 @@ class BackgroundWriter:
                 ACTIVE.exit()
                 raise
             self._thread = thread  # only a started thread: wait() joins it
+
+    def run(self, job: Callable[[], _T], *, blocking: bool, then: Callable[[], None] | None = None) -> _T | None:
+        """One save: `job` (its write and commit), then `then` (its retention, which nobody waits for).
+
+        blocking: `job` runs here, counted in `ACTIVE`, and its result is returned; `then` runs in the
+        background. Otherwise both run in the background, one after the other, and None is returned."""
+        if not blocking:
+
+            def both() -> None:
+                job()
+                if then is not None:
+                    then()
+
+            self.submit(both)
+            return None
+        ACTIVE.enter()
+        try:
+            out = job()
+        finally:
+            ACTIVE.exit()
+        if then is not None:
+            self.submit(then)
+        return out
 
     def _run(self, job: Callable[[], None]) -> None:
         try:

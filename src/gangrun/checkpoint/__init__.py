@@ -18,56 +18,29 @@ Sharded state: ``save(part, step=n, shard=True)`` on every rank; the checkpoint 
 `loaded_world_size` / `shard_path(rank)` serve a script whose world size changed.
 
 Layout and commit protocol: see `gangrun._ckpt.layout` and `gangrun._ckpt.commit`, and
-docs/checkpoints.md.
+docs/checkpoints.md. The class is in three parts: where it is (`_places`), loading (`_loading`) and
+saving (`_saving`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 import threading
-import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gangrun._ckpt import catalog, events, notice, shards, transfer
 from gangrun._ckpt import writer as writer_mod
-from gangrun._ckpt.commit import pending_for
-from gangrun._ckpt.layout import attempt_name, entry_name, join, split_attempt_path
-from gangrun._ckpt.logs import say
+from gangrun._ckpt.layout import attempt_name, join, split_attempt_path
 from gangrun._ckpt.manifest import Manifest
 from gangrun._ckpt.storage import open_storage
-from gangrun._errors import CheckpointError, CommitFailed, UsageError
+from gangrun._errors import UsageError
 from gangrun.checkpoint._loading import LoadedFrom, Loading
+from gangrun.checkpoint._saving import SaveInfo, Saving
 
 __all__ = ["Checkpoint", "SaveInfo"]
 
-log = logging.getLogger("gangrun")
 
-
-@dataclass(frozen=True)
-class SaveInfo:
-    """A save: committed at `uri` when save() returns (blocking), or once the writer is done."""
-
-    seq: int
-    attempt: int
-    step: int | None
-    uri: str
-
-
-@dataclass(frozen=True)
-class _Taken:
-    """When a save's state was taken (save() was called), and whether the gang was stopping then."""
-
-    at: float
-    final: bool
-
-
-class Checkpoint(Loading):
+class Checkpoint(Loading, Saving):
     """The checkpoints of one task, seen from one attempt: `<root>/attempt-<attempt>/ckpt-<seq>/`."""
 
     def __init__(
@@ -156,242 +129,5 @@ class Checkpoint(Loading):
             raise UsageError(f"checkpoint path {path!r} does not end in attempt-<N>")
         return cls(split[0], attempt=split[1], **kwargs)
 
-    @property
-    def uri(self) -> str:
-        """This attempt's folder."""
-        return join(self.root, attempt_name(self.attempt))
-
     def __repr__(self) -> str:
         return f"Checkpoint({self.uri!r}, rank={self.rank}, writer={self.writer})"
-
-    # ---------------------------------------------------------------- save
-
-    def save(
-        self,
-        data: bytes | str | os.PathLike[str],
-        *,
-        step: int | None = None,
-        blocking: bool = True,
-        snapshot: bool = True,
-        shard: bool = False,
-    ) -> SaveInfo | None:
-        """Save bytes, a file or a directory as the next checkpoint of this attempt.
-
-        blocking=True returns once committed (raises CommitFailed if not). blocking=False returns
-        once the data is snapshotted and commits in the background (see `wait()`); with
-        snapshot=False nothing is copied first, and the caller promises not to change `data` until
-        `wait()` or the next save returns. Returns None, writing nothing, on a rank that does not
-        write (see the module docstring).
-
-        What blocking=False blocks for: bytes are snapshotted for free (an immutable copy), but a
-        file or directory is copied whole (a kernel copy on the same filesystem; a hard link would
-        not protect it from training rewriting a file in place). That copy is most of what a
-        blocking save itself does, so it cannot be the 5% of one that a background save should
-        block for: it measured 25-35% of a 1 GiB save on ext4 here (nearly nothing on a
-        filesystem with reflinks, XFS or Btrfs, where the kernel clones the blocks instead). To
-        block for well under 1%, pass bytes, or write each checkpoint to a fresh directory and
-        pass snapshot=False; for torch state dicts, gangrun.torch.save_state stages the tensors
-        into buffers it reuses.
-
-        shard=True: every rank of the gang calls it with its own part and the same `step` (which
-        must grow from one sharded save to the next); the checkpoint commits once all
-        `world_size` parts are written. A save that cannot complete is abandoned and raises
-        CommitFailed on every rank still running: at once when a rank's write fails or it has
-        nothing to save (that rank raises its own error), after `shard_timeout` seconds when a
-        rank died. keep_last retention runs after the commit, in the background (`wait()`).
-        """
-        if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
-            raise TypeError(f"step must be an int or None, not {type(step).__name__}")
-        self._say_where()
-        taken = _Taken(at=time.time(), final=notice.stopping())  # the state as of now
-        events.first_step(self._events_file, task=self.task, attempt=self.attempt, rank=self.rank, step=step,
-                          now=taken.at)
-        if shard:
-            return self._save_shard(data, step=step, blocking=blocking, snapshot=snapshot, taken=taken)
-        if not self.writer:
-            if not self._said_not_writer:
-                self._said_not_writer = True
-                say(f"gangrun: rank {self.rank} does not write checkpoints (rank 0 saves the replicated state)")
-            return None
-        src = transfer.source_of(data)
-        with self._lock:
-            self._bg.wait()  # one save in flight at a time; raises a previous failure once
-            seq = max(catalog.next_seq(self._storage, self._attempt_path), self._last_seq + 1)
-            self._last_seq = seq
-            info = SaveInfo(seq, self.attempt, step, self._uri_of(self.attempt, seq))
-            if blocking:
-                self._run_blocking(lambda: self._commit(src, seq, step, taken), info)
-                self._bg.submit(lambda: self._retain(seq))
-            else:
-                staged = transfer.snapshot(src, self._staging(seq)) if snapshot else src
-
-                def job() -> None:
-                    self._commit(staged, seq, step, taken)
-                    self._retain(seq)
-
-                self._bg.submit(job)
-        return info
-
-    def _save_shard(
-        self, data: bytes | str | os.PathLike[str], *, step: int | None, blocking: bool, snapshot: bool, taken: _Taken
-    ) -> SaveInfo:
-        if step is None:
-            raise UsageError("a sharded save needs step= (the same on every rank)")
-        if self.world_size is None:
-            raise UsageError("a sharded save needs the gang's world_size (gangrun.context() sets it)")
-        try:
-            src: transfer.Source | None = transfer.source_of(data)
-            bad: Exception | None = None
-        except (TypeError, UsageError) as e:
-            # Raised below, once the save is open: the other ranks are told that this rank has no
-            # part, so they give up at once instead of waiting for it until the timeout.
-            src, bad = None, e
-        with self._lock:
-            self._bg.wait()
-            if self._last_shard_step is not None and step <= self._last_shard_step:
-                raise UsageError(f"sharded save steps must grow: step {step} after step {self._last_shard_step}")
-            self._last_shard_step = step
-            try:
-                save = shards.open_save(
-                    self._storage, self._attempt_path, rank=self.rank, restart=self.restart_attempt, step=step,
-                    seq_floor=self._last_seq + 1, timeout=self.shard_timeout, protocol=self._protocol,
-                )  # fmt: skip
-            except CommitFailed:
-                if bad is not None:  # this rank's own mistake is what it must report
-                    raise bad from None
-                raise
-            self._last_seq = save.seq
-            info = SaveInfo(save.seq, self.attempt, step, self._uri_of(self.attempt, save.seq))
-            try:
-                if bad is not None:
-                    raise bad
-                assert src is not None
-                staged = transfer.snapshot(src, self._staging(save.seq)) if snapshot and not blocking else src
-            except BaseException as e:
-                shards.give_up(save, self.rank, e)
-                raise
-            if not blocking:
-                # In the rare case that this rank joined a killed gang's leftover save (shards.py),
-                # the commit has a higher seq than `info` says; a blocking save returns the right one.
-                def job() -> None:
-                    self._commit_shard(save, staged, taken)
-                    if self.rank == 0:  # who commits, prunes
-                        self._retain(save.seq)
-
-                self._bg.submit(job)
-                return info
-            committed: list[shards.ShardSave] = []
-            self._run_blocking(lambda: committed.append(self._commit_shard(save, staged, taken)), info)
-            if self.rank == 0:
-                self._bg.submit(lambda: self._retain(save.seq))
-            done = committed[0]
-            return SaveInfo(done.seq, self.attempt, step, self._uri_of(self.attempt, done.seq))
-
-    def _run_blocking(self, job: Callable[[], None], info: SaveInfo) -> None:
-        writer_mod.ACTIVE.enter()
-        try:
-            job()
-        except CheckpointError:
-            raise
-        except Exception as e:
-            raise CommitFailed(f"checkpoint save to {info.uri} failed: {e}") from e
-        finally:
-            writer_mod.ACTIVE.exit()
-
-    async def asave(
-        self,
-        data: bytes | str | os.PathLike[str],
-        *,
-        step: int | None = None,
-        blocking: bool = True,
-        snapshot: bool = True,
-        shard: bool = False,
-    ) -> SaveInfo | None:
-        """`save()` without blocking the event loop."""
-        return await asyncio.to_thread(self.save, data, step=step, blocking=blocking, snapshot=snapshot, shard=shard)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the background save; False on timeout. Raises CommitFailed once if it failed."""
-        return self._bg.wait(timeout)
-
-    def _commit(self, src: transfer.Source, seq: int, step: int | None, taken: _Taken) -> None:
-        pending = pending_for(self._storage, join(self._attempt_path, entry_name(seq)), protocol=self._protocol)
-        try:
-            pending.create()
-            files, dirs = transfer.write_source(self._storage, pending.data_dir, src)
-            manifest = Manifest(
-                kind=src.kind, name=src.name, seq=seq, attempt=self.attempt, task=self.task, rank=self.rank,
-                step=step, created=time.time(), files=tuple(files), dirs=tuple(dirs),
-            )  # fmt: skip
-            pending.finalize(manifest.to_bytes())
-        except BaseException:
-            try:
-                pending.abort()
-            except Exception:  # the save already failed; a leftover is removed by a later retention pass
-                log.debug("gangrun: could not remove the failed save's pending folder", exc_info=True)
-            raise
-        finally:
-            src.discard()
-        self._committed(seq, step, taken)
-
-    def _commit_shard(self, save: shards.ShardSave, src: transfer.Source, taken: _Taken) -> shards.ShardSave:
-        """Write this rank's part and see the save committed (rank 0 commits it); returns the save
-        that committed, which on a rank other than 0 may be a newer one than `save` (shards.py)."""
-        try:
-            if self.rank != 0:
-                part = shards.write_part(save, self.rank, src)
-                return shards.wait_committed(save, part, timeout=self.shard_timeout)
-            try:
-                mine = shards.write_part(save, 0, src)
-                assert self.world_size is not None  # checked by save()
-                parts = shards.collect(save, self.world_size, timeout=self.shard_timeout)
-                parts = (mine, *parts[1:])
-                manifest = Manifest(
-                    kind="sharded", name="", seq=save.seq, attempt=self.attempt, task=self.task, rank=0,
-                    step=save.step, created=time.time(), world_size=self.world_size, parts=parts,
-                )  # fmt: skip
-                save.pending.finalize(manifest.to_bytes())
-            except BaseException as e:
-                err = shards.abandon(save, e)
-                if err is not e and isinstance(e, Exception):  # every rank raises the same line
-                    raise err from e
-                raise
-        finally:
-            src.discard()
-        shards.finish(save)
-        self._committed(save.seq, save.step, taken)
-        return save
-
-    def _committed(self, seq: int, step: int | None, taken: _Taken) -> None:
-        uri = self._uri_of(self.attempt, seq)
-        log.info("gangrun: committed checkpoint seq %d (step %s): %s", seq, step, uri)
-        events.checkpoint_committed(
-            self._events_file, task=self.task, attempt=self.attempt, rank=self.rank, seq=seq, step=step, uri=uri,
-            taken_at=taken.at, final=taken.final,
-        )
-
-    def _retain(self, seq: int) -> None:
-        """After the commit of `seq`: remove what `keep_last` no longer keeps. Run by the background
-        writer, also after a blocking save: removing a checkpoint as large as the one just written
-        takes a sizeable part of a save (a fifth of a sharded 1 GiB save here), and nobody waits for
-        it, except `wait()`, the next save and the exit flush."""
-        try:
-            catalog.apply_retention(
-                self._storage, self._root_path, attempt=self.attempt, committed_seq=seq, keep_last=self.keep_last,
-                keep=self._keep,
-            )
-            stale, self._stale = self._stale, []
-            for path in stale:
-                self._storage.remove(path)
-        except Exception as e:  # the commit stands; old saves are retried at the next commit
-            log.warning("gangrun: could not remove old checkpoints under %s: %r", self.root, e)
-
-    def _staging(self, seq: int) -> str:
-        tag = f"{entry_name(seq)}.stage-{uuid.uuid4().hex[:8]}"
-        if self._storage.local:
-            # Same filesystem as the checkpoint, so the writer moves files instead of copying again;
-            # its name marks it as a leftover that retention removes if this process dies.
-            self._storage.makedirs(self._attempt_path)
-            return join(self._attempt_path, tag)
-        return str(self._cache() / tag)
-

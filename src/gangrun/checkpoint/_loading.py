@@ -16,20 +16,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from gangrun._ckpt import cache, catalog, events, notice, resume, resume_point, transfer
+from gangrun._ckpt import catalog, events, notice, resume, resume_point, transfer
 from gangrun._ckpt.catalog import Candidate
 from gangrun._ckpt.commit import uncommit
-from gangrun._ckpt.layout import attempt_name, entry_name, join
 from gangrun._ckpt.logs import say
 from gangrun._ckpt.manifest import Manifest, ManifestError
 from gangrun._ckpt.resume_point import ResumePoint, Where
 from gangrun._ckpt.storage import Storage, open_storage
 from gangrun._errors import CheckpointError, UsageError
+from gangrun.checkpoint._places import Places
 
 log = logging.getLogger("gangrun")
 LoadedFrom = Literal["own", "previous"]
@@ -39,13 +38,9 @@ class _Withdrawn(CheckpointError):
     """A checkpoint (or this rank's part of it) is corrupt although the other ranks may load it."""
 
 
-class Loading:
+class Loading(Places):
     """What `Checkpoint` sets up for loading (see its constructor)."""
 
-    root: str
-    attempt: int
-    task: str | None
-    rank: int
     world_size: int | None
     shard_timeout: float
     resume_from: str | None
@@ -56,10 +51,6 @@ class Loading:
     loaded_attempt: int | None
     loaded_seq: int | None
     loaded_world_size: int | None
-    _storage: Storage
-    _events_file: str | None
-    _root_path: str
-    _attempt_path: str
     _storage_options: dict[str, Any] | None
     _loaded_storage: Storage
     _loaded: Path | None
@@ -69,28 +60,6 @@ class Loading:
     _shard_paths: dict[int, Path]
     _keep: str | None
     _stale: list[str]
-
-    _where: str | None
-    _cache_dir: Path | None
-
-    # ---------------------------------------------------------------- places
-
-    def _say_where(self) -> None:
-        """Once, on rank 0: where the checkpoints of a script run outside a gang go."""
-        where, self._where = self._where, None
-        if where and self.rank == 0:
-            say(where)
-
-    def _uri_of(self, attempt: int, seq: int) -> str:
-        return join(self.root, attempt_name(attempt), entry_name(seq))
-
-    def _cache(self) -> Path:
-        if self._cache_dir is None:
-            # Restored copies live until the process ends (a Path handed out must stay valid after
-            # this object is gone), and no longer (cache.py); pass cache_dir= to keep them.
-            self._cache_dir = Path(cache.process_cache()) / f"ckpt-{uuid.uuid4().hex[:12]}"
-        self._cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return self._cache_dir
 
     def load(self) -> Path | None:
         """Restore the newest complete checkpoint; returns a file (bytes/file saves), a directory

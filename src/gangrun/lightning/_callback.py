@@ -24,14 +24,14 @@ from lightning.pytorch.callbacks import Callback
 
 from gangrun._ckpt import notice
 from gangrun._context import context
-from gangrun._frameworks import task_checkpoint
+from gangrun._frameworks import CallbackSettings
 from gangrun.checkpoint import Checkpoint
 from gangrun.lightning import _rng
 from gangrun.lightning._position import epoch, lightning_restores_position, restart_epoch, trained_in_epoch
 from gangrun.lightning._resume import CKPT_FILE, ckpt_path, resumed_folder
 
 
-class GangCallback(Callback):
+class GangCallback(CallbackSettings, Callback):
     """Stop at the step every rank agrees on, after a save; commit every save in gangrun's layout.
 
     `save_every`: also save every that many optimizer steps (None: only at the stop).
@@ -43,24 +43,13 @@ class GangCallback(Callback):
 
     def __init__(self, *, save_every: int | None = None, checkpoint: Checkpoint | None = None,
                  exit_on_stop: bool = True) -> None:  # fmt: skip
-        if save_every is not None and save_every < 1:
-            raise ValueError(f"save_every must be >= 1 or None, got {save_every}")
-        self.save_every = save_every
-        self.exit_on_stop = exit_on_stop
-        self._checkpoint = checkpoint
-        #: True once the gang's stop was agreed on and the last save committed.
-        self.stopped = False
         #: Batches of the resumed epoch dropped at the start, to train on from where the save was.
         self.skipped = 0
         self._asked_at: int | None = None  # the optimizer step should_stop() was last asked at
         self._saved_at: int | None = None  # the optimizer step last saved
         self._epoch_rng: _rng.States = {}  # the generators when the current epoch's iterator was made
         self._iterator_epoch: int | None = None  # the epoch whose iterator this callback made
-        context()  # in a gang, turns SIGTERM into the stop notice from now on
-
-    @property
-    def checkpoint(self) -> Checkpoint:
-        return task_checkpoint(self._checkpoint)
+        super().__init__(save_every=save_every, checkpoint=checkpoint, exit_on_stop=exit_on_stop)
 
     def ckpt_path(self) -> str | None:
         """The value for ``trainer.fit(ckpt_path=...)`` (see `gangrun.lightning.ckpt_path`)."""

@@ -43,13 +43,13 @@ from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_st
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from gangrun._ckpt import catalog, events, notice
+from gangrun._ckpt import catalog, commit, events
 from gangrun._ckpt import writer as writer_mod
-from gangrun._ckpt.commit import PendingCheckpoint, pending_for
+from gangrun._ckpt.commit import Content, PendingCheckpoint, Taken, pending_for
 from gangrun._ckpt.events import EVENTS_FILE_ENV
 from gangrun._ckpt.layout import entry_name, join
 from gangrun._ckpt.logs import say
-from gangrun._ckpt.manifest import FileEntry, Manifest
+from gangrun._ckpt.manifest import FileEntry
 from gangrun._errors import CheckpointError, CommitFailed
 from gangrun.torch import _dcp, _files, _gang, _per_rank
 from gangrun.torch._target import Target
@@ -103,36 +103,23 @@ class Saver:
     ) -> StateSave:
         t = self.target
         state_dict = _per_rank.with_section(state_dict, per_rank, _gang.rank())
-        taken = (time.time(), notice.stopping())  # the state as of now, and whether the gang is stopping
+        taken = Taken.now()  # the state as of now, and whether the gang is stopping
         events.first_step(os.environ.get(EVENTS_FILE_ENV) or None, task=t.task, attempt=t.attempt, rank=_gang.rank(),
-                          step=step, now=taken[0])
+                          step=step, now=taken.at)
         with self._lock:
             self._bg.wait()  # one save in flight; raises the previous one's failure, once
             group = _gang.side_group()
-            if blocking:
-                seq, location, pending = self._open(group)
-                writer_mod.ACTIVE.enter()
-                try:
-                    self._write(state_dict, seq, step, location, pending, group, taken)
-                finally:
-                    writer_mod.ACTIVE.exit()
-                if pending is not None:  # rank 0, which committed, prunes: in the background
-                    self._bg.submit(lambda: self._retain(seq))
-                return StateSave(seq, self.target.attempt, step, self.target.uri_of(self.target.attempt, seq), 0.0)
-            # Staged before the save is opened: a failed copy (out of memory) leaves nothing behind.
-            started = time.perf_counter()
-            staged = self._stage(state_dict)
-            staging = time.perf_counter() - started
+            staging = 0.0
+            if not blocking:
+                # Staged before the save is opened: a failed copy (out of memory) leaves nothing behind.
+                started = time.perf_counter()
+                state_dict = self._stage(state_dict)
+                staging = time.perf_counter() - started
             seq, location, pending = self._open(group)
-            uri = self.target.uri_of(self.target.attempt, seq)
-
-            def job() -> None:
-                self._write(staged, seq, step, location, pending, group, taken)
-                if pending is not None:
-                    self._retain(seq)
-
-            self._bg.submit(job)
-            return StateSave(seq, self.target.attempt, step, uri, staging)
+            # Rank 0, which committed, prunes: in the background.
+            self._bg.run(lambda: self._write(state_dict, seq, step, location, pending, group, taken), blocking=blocking,
+                         then=(lambda: self._retain(seq)) if pending is not None else None)  # fmt: skip
+            return StateSave(seq, t.attempt, step, t.uri_of(t.attempt, seq), staging)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._bg.wait(timeout)
@@ -182,7 +169,7 @@ class Saver:
         location: str,
         pending: PendingCheckpoint | None,
         group: Any,
-        taken: tuple[float, bool],
+        taken: Taken,
     ) -> None:
         """Steps 2-4, on every rank. `taken`: when the state was taken, and whether in a stop."""
         t = self.target
@@ -205,13 +192,14 @@ class Saver:
 
     def _commit(
         self, reports: list[_Report], seq: int, step: int | None, data_dir: str, pending: PendingCheckpoint | None,
-        taken: tuple[float, bool],
+        taken: Taken,
     ) -> str | None:
         """Rank 0: commit if every rank wrote; returns why not otherwise (and removes the save)."""
         t = self.target
         assert pending is not None  # rank 0 opened it in _open
-        errors = [r.error for r in reports if r.error]
-        try:
+
+        def write() -> Content:  # the ranks wrote the data: here, what it holds
+            errors = [r.error for r in reports if r.error]
             if errors:
                 raise CheckpointError("; ".join(errors))
             info = json.dumps({"format": 1, "world_size": len(reports), "step": step,
@@ -219,35 +207,24 @@ class Saver:
             t.storage.write_bytes(join(data_dir, INFO), info)
             files = [f for r in reports for f in r.files]
             files += [_files.entry(t.storage, data_dir, n) for n in (_dcp.METADATA, INFO)]
-            unique = sorted({f.path: f for f in files}.values(), key=lambda f: f.path)
-            manifest = Manifest(
-                kind="dir", name="", seq=seq, attempt=t.attempt, task=t.task, rank=0, step=step,
-                created=time.time(), files=tuple(unique), dirs=(),
-            )  # fmt: skip
-            pending.finalize(manifest.to_bytes())
+            return Content(kind="dir", files=tuple(sorted({f.path: f for f in files}.values(), key=lambda f: f.path)))
+
+        save = commit.Save(task=t.task, attempt=t.attempt, rank=0, seq=seq, step=step, uri=t.uri_of(t.attempt, seq),
+                           taken=taken, events_file=os.environ.get(EVENTS_FILE_ENV) or None, what="torch checkpoint",
+                           ranks=len(reports))  # fmt: skip
+        try:
+            commit.commit(pending, save, write)
         except Exception as e:
-            try:
-                pending.abort()
-            except Exception as cleanup:  # already failing; retention removes the leftover at a later commit
-                log.debug("gangrun: could not remove the abandoned save %s: %r", pending.location, cleanup)
             say(f"gangrun: torch checkpoint seq {seq} abandoned, not committed: {e}", logging.WARNING)
             return str(e)
-        uri = t.uri_of(t.attempt, seq)
-        log.info("gangrun: committed torch checkpoint seq %d (step %s, %d ranks): %s", seq, step, len(reports), uri)
-        events.checkpoint_committed(
-            os.environ.get(EVENTS_FILE_ENV) or None, task=t.task, attempt=t.attempt, rank=0, seq=seq, step=step,
-            uri=uri, taken_at=taken[0], final=taken[1],
-        )
         return None
 
     def _retain(self, seq: int) -> None:
         """Rank 0, after the commit of `seq` (and after telling every rank): `keep_last` retention.
         Off the save's path: removing an old checkpoint costs a tenth of a save, nobody waits for it."""
         t = self.target
-        try:
-            catalog.apply_retention(t.storage, t.root_path, attempt=t.attempt, committed_seq=seq, keep_last=t.keep_last)
-        except Exception as e:  # the commit stands; old saves go at the next commit
-            log.warning("gangrun: could not remove old checkpoints under %s: %r", t.root, e)
+        catalog.retain(t.storage, t.root_path, attempt=t.attempt, committed_seq=seq, keep_last=t.keep_last,
+                       where=t.root)
 
 
 _SAVERS: weakref.WeakSet[Saver] = weakref.WeakSet()

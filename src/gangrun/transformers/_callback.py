@@ -25,13 +25,13 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from gangrun._context import context
-from gangrun._frameworks import link_tree, resume_folder, task_checkpoint
+from gangrun._frameworks import CallbackSettings, link_tree, resume_folder, task_checkpoint
 from gangrun.checkpoint import Checkpoint
 
 _RNG = re.compile(r"rng_state(?:_(\d+))?\.pth")
 
 
-class GangCallback(TrainerCallback):
+class GangCallback(CallbackSettings, TrainerCallback):
     """Stop at the step boundary every rank agrees on, after a save; commit every save in gangrun's layout.
 
     `save_every`: also save every that many optimizer steps (None: only when the Trainer's own
@@ -40,21 +40,6 @@ class GangCallback(TrainerCallback):
     returned from training, so that the rest of the script (a final evaluation, `save_model`) does
     not run as though training had finished; a readmitted gang resumes from the save.
     """
-
-    def __init__(self, *, save_every: int | None = None, checkpoint: Checkpoint | None = None,
-                 exit_on_stop: bool = True) -> None:  # fmt: skip
-        if save_every is not None and save_every < 1:
-            raise ValueError(f"save_every must be >= 1 or None, got {save_every}")
-        self.save_every = save_every
-        self.exit_on_stop = exit_on_stop
-        self._checkpoint = checkpoint
-        #: True once the gang's stop was agreed on and the last save committed.
-        self.stopped = False
-        context()  # in a gang, turns SIGTERM into the stop notice from now on
-
-    @property
-    def checkpoint(self) -> Checkpoint:
-        return task_checkpoint(self._checkpoint)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kwargs: Any) -> TrainerControl:  # fmt: skip
