@@ -189,7 +189,7 @@ def test_outside_a_gang_the_first_load_names_the_checkpoint_folder_once(tmp_path
 
 
 def test_context_outside_a_gang_puts_checkpoints_under_the_current_folder(tmp_path, monkeypatch) -> None:
-    from gangrun import _context
+    from gangrun._worker import context as _context
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", [str(tmp_path / "train.py")])

@@ -12,8 +12,8 @@ Inside a worker: `gangrun.context()` (rank, world size, attempt) and its `checkp
 
 import typing as _typing
 
-from gangrun._context import Context, context
 from gangrun._errors import BackendError, GangrunError, SpecError, UsageError, WaitTimeout
+from gangrun._worker.context import Context, context
 from gangrun.checkpoint import Checkpoint
 
 if _typing.TYPE_CHECKING:

@@ -43,7 +43,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_wheel_holds_the_launcher_and_the_example_the_manifests_run(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"gangrun/launch.py", "gangrun/examples/train.py", "gangrun/_checkpoint_report.py"} <= names
+    assert {"gangrun/launch.py", "gangrun/_worker/launch.py", "gangrun/examples/train.py",
+            "gangrun/_checkpoint_report.py"} <= names
     for path in sorted((ROOT / "deploy" / "examples").glob("*.yaml")):
         command = yaml.safe_load(path.read_text())["spec"]["command"]
         assert command[:2] == ["python", "-m"], path.name

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gangrun import _checkpoint_report, launch
-from gangrun._live_report import EventsTail, serve
+from gangrun import _checkpoint_report
+from gangrun._worker import launch
+from gangrun._worker.live_report import EventsTail, serve
 
 
 def test_single_process_per_node_gets_rank_from_the_completion_index() -> None:

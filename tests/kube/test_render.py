@@ -301,8 +301,8 @@ def test_the_worker_serves_its_live_checkpoint_report_on_a_declared_port() -> No
 def test_a_pod_sees_the_same_contract_as_a_local_worker(nproc: int) -> None:
     """render's literal values + the pod's own (completion index, restart attempt) through the launcher
     equal worker_env's for the same inputs: one set of rules for both backends."""
-    from gangrun import launch
     from gangrun._core import worker_env as wenv
+    from gangrun._worker import launch
 
     spec = task_spec(nodes=4, nprocPerNode=nproc, checkpoint={"uri": "s3://b/c"})
     js = render_jobset(spec, attempt=3, owner_uid="u1")

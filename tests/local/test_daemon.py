@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gangrun._backends.local import launcher
+from gangrun._backends.local import launcher, operations
 from gangrun._backends.local.config import Paths
 from gangrun._backends.local.daemon import Daemon
 from gangrun._backends.local.gang import GangTwin
@@ -82,7 +82,7 @@ def test_a_task_whose_reconcile_fails_does_not_stall_the_others(daemon: Daemon, 
 
     monkeypatch.setattr(controller, "reconcile", reconcile)
     for name in ("bad", "good"):  # both pending in the same tick, the broken one first
-        daemon.ctl.submit(doc(name), daemon.clock())
+        operations.submit(daemon.ctl, doc(name), daemon.clock())
     daemon.ctl.tick(daemon.clock())
     assert daemon.ctl.tasks["good"].state.phase.value not in ("Queued", "WaitingForResources")
     assert daemon.ctl.tasks["bad"].state.phase.value == "Queued"

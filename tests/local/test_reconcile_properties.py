@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import T0
+from gangrun._backends.local import operations, shutdown
 from gangrun._backends.local.config import Paths
 from gangrun._backends.local.controller import Controller
 from gangrun._backends.local.gang import GangTwin, Worker
@@ -73,18 +74,18 @@ def act(ctl: Controller, step: tuple[Any, ...], now: Any) -> Any:
     try:
         if kind == "advance":
             now = now + timedelta(seconds=step[1])
-            ctl.kill_overdue(now)
+            shutdown.kill_overdue(ctl, now)
         elif kind == "exit":
             task = ctl.tasks.get(step[1])
             g = task.gang if task else None
             if g is not None and g.workers[step[2]].running:
-                ctl.on_exit(step[1], g.attempt, step[2], step[3], now)
+                operations.on_exit(ctl, step[1], g.attempt, step[2], step[3], now)
         elif kind == "evict":
-            ctl.evict(step[1], step[2], now)
+            operations.evict(ctl, step[1], step[2], now)
         elif kind == "cancel":
-            ctl.cancel(step[1], now)
+            operations.cancel(ctl, step[1], now)
         elif kind == "submit" and step[1] not in ctl.tasks:
-            ctl.submit(manifest(step[1], priority="high", retries=1, max_restarts=0), now)
+            operations.submit(ctl, manifest(step[1], priority="high", retries=1, max_restarts=0), now)
     except UsageError:
         pass  # nothing to evict or cancel right now: the step changes nothing
     return now
@@ -116,9 +117,9 @@ def test_repeated_rounds_with_an_unchanged_observation_produce_no_action_and_no_
         store = Store(paths.db)
         try:
             ctl = Controller(paths, store, PretendProcesses())
-            ctl.configure(cpu="2", memory="1Gi", gpu=0)
+            operations.configure(ctl, cpu="2", memory="1Gi", gpu=0)
             now = T0
-            ctl.submit(manifest("a", priority="low", retries=retries, max_restarts=max_restarts), now)
+            operations.submit(ctl, manifest("a", priority="low", retries=retries, max_restarts=max_restarts), now)
             ctl.tick(now)
             assert_quiet(ctl, now)
             for step in steps:

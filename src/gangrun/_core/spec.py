@@ -2,7 +2,8 @@
 
 One model for both backends. `parse_manifest(doc)` takes an already-parsed document (reading and
 parsing files is `gangrun._manifest_file`'s job: this module does no I/O). Every problem raises
-`SpecError` whose text starts with the field's path, e.g. `spec.nodes: must be >= 1, got 0`.
+`SpecError` whose text starts with the field's path, e.g. `spec.nodes: must be >= 1, got 0` (the
+readers of a field of any type are `spec_fields.py`; the fields only a manifest has are read here).
 
 Hostile documents are refused before any field is read: nesting deeper than `DEPTH_MAX`, a string
 that is not valid Unicode (a lone surrogate), a number that is not finite. Counts have upper bounds
@@ -23,7 +24,22 @@ from gangrun._core import worker_env
 from gangrun._core.checkpoint_root import parse_resume_from
 from gangrun._core.pod_template import annotation_map, parse_pod_template, string_map
 from gangrun._core.policy import DEFAULT_MAX_SYSTEM_RETRIES, Policy
-from gangrun._core.units import parse_duration, parse_quantity
+from gangrun._core.spec_fields import (
+    at,
+    bool_field,
+    check_unicode,
+    clip,
+    duration_field,
+    expect,
+    int_field,
+    kind,
+    mapping,
+    no_nul,
+    no_unknown,
+    path_field,
+    str_field,
+)
+from gangrun._core.units import parse_quantity
 from gangrun._errors import SpecError
 
 API_VERSION = "gangrun.dev/v1alpha1"
@@ -124,15 +140,15 @@ class TaskSpec:
 
 def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     if not isinstance(doc, dict):
-        raise SpecError("", f"a manifest must be a mapping with apiVersion, kind, metadata and spec, got {_kind(doc)}")
+        raise SpecError("", f"a manifest must be a mapping with apiVersion, kind, metadata and spec, got {kind(doc)}")
     _check_values(doc, "", 0)
-    _expect(doc, "apiVersion", API_VERSION)
-    _expect(doc, "kind", KIND)
-    meta = _mapping(doc, "metadata", "metadata")
-    spec = _mapping(doc, "spec", "spec")
-    _no_unknown(doc, "", {"apiVersion", "kind", "metadata", "spec", "status"})
-    _no_unknown(meta, "metadata", {"name", "generateName", "namespace", "labels", "annotations", "uid",
-                                   "resourceVersion", "generation", "creationTimestamp", "managedFields"})
+    expect(doc, "apiVersion", API_VERSION)
+    expect(doc, "kind", KIND)
+    meta = mapping(doc, "metadata", "metadata")
+    spec = mapping(doc, "spec", "spec")
+    no_unknown(doc, "", {"apiVersion", "kind", "metadata", "spec", "status"})
+    no_unknown(meta, "metadata", {"name", "generateName", "namespace", "labels", "annotations", "uid",
+                                  "resourceVersion", "generation", "creationTimestamp", "managedFields"})
     if meta.get("labels") is not None:  # null is no map at all, as on the API server
         string_map(meta["labels"], "metadata.labels", label_values=True, owned_keys=False)
     if meta.get("annotations") is not None:
@@ -140,60 +156,60 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     generate_name = _generate_name(meta.get("generateName"))
     # With both, the name wins, as on the API server (an object read back from it carries both).
     name = "" if generate_name and meta.get("name") is None else _name(meta.get("name"), "metadata.name")
-    _no_unknown(spec, "spec", {"nodes", "nprocPerNode", "command", "workingDir", "env", "image", "resources",
-                               "retries", "maxSystemRetries", "maxRuntime", "failurePolicy", "queue",
-                               "priorityClass", "checkpoint", "terminationGracePeriod", "podTemplate", "shmSize",
-                               "gpuResource", "minNodes", "resizeCooldown"})
-    fp = _mapping(spec, "failurePolicy", "spec.failurePolicy", default={})
-    _no_unknown(fp, "spec.failurePolicy", {"maxRestarts", "resumeAfterPreemption", "restartOnDisruption"})
-    ck = _mapping(spec, "checkpoint", "spec.checkpoint", default={})
-    _no_unknown(ck, "spec.checkpoint", {"uri", "resumeFrom"})
+    no_unknown(spec, "spec", {"nodes", "nprocPerNode", "command", "workingDir", "env", "image", "resources",
+                              "retries", "maxSystemRetries", "maxRuntime", "failurePolicy", "queue",
+                              "priorityClass", "checkpoint", "terminationGracePeriod", "podTemplate", "shmSize",
+                              "gpuResource", "minNodes", "resizeCooldown"})
+    fp = mapping(spec, "failurePolicy", "spec.failurePolicy", default={})
+    no_unknown(fp, "spec.failurePolicy", {"maxRestarts", "resumeAfterPreemption", "restartOnDisruption"})
+    ck = mapping(spec, "checkpoint", "spec.checkpoint", default={})
+    no_unknown(ck, "spec.checkpoint", {"uri", "resumeFrom"})
     queue = spec.get("queue", "default")
     if not isinstance(queue, str) or not DNS_1035.match(queue):
-        raise SpecError("spec.queue", f"must be a DNS-1035 name like default, got {_clip(queue)}")
+        raise SpecError("spec.queue", f"must be a DNS-1035 name like default, got {clip(queue)}")
     priority = spec.get("priorityClass", "")
     if not isinstance(priority, str) or (priority and not re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", priority)):
-        raise SpecError("spec.priorityClass", f"must be a priority class name like low or high, got {_clip(priority)}")
+        raise SpecError("spec.priorityClass", f"must be a priority class name like low or high, got {clip(priority)}")
     uri = ck.get("uri", "")
     if not isinstance(uri, str):
-        raise SpecError("spec.checkpoint.uri", f"must be a string, got {_kind(uri)}")
+        raise SpecError("spec.checkpoint.uri", f"must be a string, got {kind(uri)}")
     namespace = meta.get("namespace", "")
     if namespace:
         _name(namespace, "metadata.namespace")
     env = _env(spec.get("env", {}), "spec.env")
     shm = _shm_size(spec)
-    nodes = _int(spec, "nodes", "spec.nodes", minimum=1, maximum=NODES_MAX, required=True)
+    nodes = int_field(spec, "nodes", "spec.nodes", minimum=1, maximum=NODES_MAX, required=True)
     return TaskSpec(
         name=name,
         generate_name=generate_name,
         namespace=namespace,
         nodes=nodes,
         min_nodes=_min_nodes(spec, nodes),
-        resize_cooldown=_duration(spec, "resizeCooldown", "spec.resizeCooldown",
-                                  default=timedelta(minutes=5)) or timedelta(0),
-        nproc_per_node=_int(spec, "nprocPerNode", "spec.nprocPerNode", minimum=1, maximum=NPROC_MAX, default=1),
+        resize_cooldown=duration_field(spec, "resizeCooldown", "spec.resizeCooldown",
+                                       default=timedelta(minutes=5)) or timedelta(0),
+        nproc_per_node=int_field(spec, "nprocPerNode", "spec.nprocPerNode", minimum=1, maximum=NPROC_MAX, default=1),
         command=_command(spec.get("command"), "spec.command"),
-        working_dir=_path(spec, "workingDir", "spec.workingDir", default="."),
+        working_dir=path_field(spec, "workingDir", "spec.workingDir", default="."),
         env=env,
-        image=_str(spec, "image", "spec.image", default=""),
+        image=str_field(spec, "image", "spec.image", default=""),
         resources=_resources(spec.get("resources", {}), "spec.resources"),
-        retries=_int(spec, "retries", "spec.retries", minimum=0, maximum=RETRIES_MAX, default=0),
-        max_system_retries=_int(spec, "maxSystemRetries", "spec.maxSystemRetries", minimum=0, maximum=RETRIES_MAX,
-                                default=DEFAULT_MAX_SYSTEM_RETRIES),
-        max_runtime=_duration(spec, "maxRuntime", "spec.maxRuntime", default=None, positive=True),
+        retries=int_field(spec, "retries", "spec.retries", minimum=0, maximum=RETRIES_MAX, default=0),
+        max_system_retries=int_field(spec, "maxSystemRetries", "spec.maxSystemRetries", minimum=0, maximum=RETRIES_MAX,
+                                     default=DEFAULT_MAX_SYSTEM_RETRIES),
+        max_runtime=duration_field(spec, "maxRuntime", "spec.maxRuntime", default=None, positive=True),
         failure_policy=FailurePolicy(
-            max_restarts=_int(fp, "maxRestarts", "spec.failurePolicy.maxRestarts", minimum=0, maximum=RETRIES_MAX,
-                              default=0),
-            resume_after_preemption=_bool(fp, "resumeAfterPreemption", "spec.failurePolicy.resumeAfterPreemption"),
-            restart_on_disruption=_bool(fp, "restartOnDisruption", "spec.failurePolicy.restartOnDisruption",
-                                        default=True),
+            max_restarts=int_field(fp, "maxRestarts", "spec.failurePolicy.maxRestarts", minimum=0, maximum=RETRIES_MAX,
+                                   default=0),
+            resume_after_preemption=bool_field(fp, "resumeAfterPreemption", "spec.failurePolicy.resumeAfterPreemption"),
+            restart_on_disruption=bool_field(fp, "restartOnDisruption", "spec.failurePolicy.restartOnDisruption",
+                                             default=True),
         ),
         queue=queue,
         priority_class=priority,
         checkpoint_uri=uri.rstrip("/"),
         resume_from=parse_resume_from(ck.get("resumeFrom")),
-        termination_grace=_duration(spec, "terminationGracePeriod", "spec.terminationGracePeriod",
-                                    default=timedelta(seconds=worker_env.DEFAULT_GRACE_SECONDS)) or timedelta(0),
+        termination_grace=duration_field(spec, "terminationGracePeriod", "spec.terminationGracePeriod",
+                                         default=timedelta(seconds=worker_env.DEFAULT_GRACE_SECONDS)) or timedelta(0),
         pod_template=parse_pod_template(spec["podTemplate"], "spec.podTemplate", reserved_env=RESERVED_ENV,
                                         spec_env=env, shm=shm is not None) if "podTemplate" in spec else {},
         shm_size=shm,
@@ -203,22 +219,17 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
     )
 
 
-# -- field readers: each names the field in its error ----------------------------------------------
+# -- the manifest's own fields: each names the field in its error ----------------------------------
 
 
 def _min_nodes(spec: dict[str, Any], nodes: int) -> int:
     """spec.minNodes: 1 <= minNodes <= nodes; absent means `nodes` (0 here: not elastic)."""
     if "minNodes" not in spec:
         return 0
-    least = _int(spec, "minNodes", "spec.minNodes", minimum=1, maximum=NODES_MAX)
+    least = int_field(spec, "minNodes", "spec.minNodes", minimum=1, maximum=NODES_MAX)
     if least > nodes:
         raise SpecError("spec.minNodes", f"must be at most spec.nodes ({nodes}), got {least}")
     return 0 if least == nodes else least
-
-
-def _kind(v: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "nothing"}.get(
-        type(v), type(v).__name__)
 
 
 def _check_values(v: Any, path: str, depth: int) -> None:
@@ -230,51 +241,18 @@ def _check_values(v: Any, path: str, depth: int) -> None:
     if depth > DEPTH_MAX:
         raise SpecError(path, f"is nested more than {DEPTH_MAX} levels deep")
     if isinstance(v, str):
-        _unicode(v, path)
+        check_unicode(v, path)
     elif isinstance(v, float) and not math.isfinite(v):
-        raise SpecError(path, f"must be a finite number, got {_clip(v)}")
+        raise SpecError(path, f"must be a finite number, got {clip(v)}")
     elif isinstance(v, dict):
         for key, item in v.items():
-            where = _at(path, key)
+            where = at(path, key)
             if isinstance(key, str):
-                _unicode(key, where)
+                check_unicode(key, where)
             _check_values(item, where, depth + 1)
     elif isinstance(v, list):
         for i, item in enumerate(v):
             _check_values(item, f"{path}[{i}]", depth + 1)
-
-
-def _at(path: str, key: Any) -> str:
-    """The dotted path of `key` under `path`; a key that would break the one-line error is quoted."""
-    name = key if isinstance(key, str) and key.isprintable() and 0 < len(key) <= 60 else _clip(key)
-    return f"{path}.{name}" if path else name
-
-
-def _unicode(text: str, path: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise SpecError(path, f"contains {text[e.start]!r}, a lone surrogate that is not valid Unicode") from None
-
-
-def _expect(doc: dict[str, Any], key: str, value: str) -> None:
-    if doc.get(key) != value:
-        raise SpecError(key, f"must be {value}, got {_clip(doc.get(key))}")
-
-
-def _mapping(doc: dict[str, Any], key: str, path: str, default: dict[str, Any] | None = None) -> dict[str, Any]:
-    v = doc.get(key, default)
-    if v is None and default is None:
-        raise SpecError(path, "is required")
-    if not isinstance(v, dict):
-        raise SpecError(path, f"must be a mapping, got {_kind(v)}")
-    return v
-
-
-def _no_unknown(doc: dict[str, Any], path: str, known: set[str]) -> None:
-    for key in doc:
-        if key not in known:
-            raise SpecError(_at(path, key), f"unknown field (known: {', '.join(sorted(known))})")
 
 
 def _name(v: Any, path: str) -> str:
@@ -283,7 +261,7 @@ def _name(v: Any, path: str) -> str:
         raise SpecError(path, "is required: a lowercase DNS-1035 name like train" + alternative)
     if not isinstance(v, str) or len(v) > NAME_MAX or not DNS_1035.match(v):
         raise SpecError(path, f"must be a DNS-1035 label (lowercase letters, digits and '-', starting with a "
-                              f"letter, at most {NAME_MAX} characters), got {_clip(v)}")
+                              f"letter, at most {NAME_MAX} characters), got {clip(v)}")
     return v
 
 
@@ -292,112 +270,48 @@ def _generate_name(v: Any) -> str:
         return ""
     if not isinstance(v, str) or not GENERATE_NAME.match(v) or len(v) > GENERATE_NAME_MAX:
         raise SpecError("metadata.generateName", f"must be a name prefix like train- (lowercase letters, digits and "
-                        f"'-', starting with a letter, at most {GENERATE_NAME_MAX} characters), got {_clip(v)}")
+                        f"'-', starting with a letter, at most {GENERATE_NAME_MAX} characters), got {clip(v)}")
     return v
-
-
-def _int(doc: dict[str, Any], key: str, path: str, *, minimum: int, maximum: int = 1_000_000,
-         default: int | None = None, required: bool = False) -> int:
-    if key not in doc:
-        if required:
-            raise SpecError(path, "is required")
-        assert default is not None
-        return default
-    v = doc[key]
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise SpecError(path, f"must be a whole number, got {_clip(v)}")
-    if v < minimum:
-        raise SpecError(path, f"must be >= {minimum}, got {_clip(v)}")
-    if v > maximum:
-        raise SpecError(path, f"must be <= {maximum}, got {_clip(v)}")
-    return v
-
-
-def _clip(v: Any) -> str:
-    """A value for an error line: a 5,000-digit number stays short (and str() of it would raise)."""
-    if isinstance(v, int) and v.bit_length() > 64:
-        return "a number with more than 19 digits"
-    r = repr(v)
-    return r if len(r) <= 60 else r[:40] + "…" + r[-10:]
-
-
-def _bool(doc: dict[str, Any], key: str, path: str, *, default: bool = False) -> bool:
-    v = doc.get(key, default)
-    if not isinstance(v, bool):
-        raise SpecError(path, f"must be true or false, got {_clip(v)}")
-    return v
-
-
-def _str(doc: dict[str, Any], key: str, path: str, *, default: str) -> str:
-    v = doc.get(key, default)
-    if not isinstance(v, str):
-        raise SpecError(path, f"must be a string, got {_kind(v)}")
-    return v
-
-
-def _path(doc: dict[str, Any], key: str, path: str, *, default: str) -> str:
-    v = _str(doc, key, path, default=default)
-    _no_nul(v, path)
-    return v
-
-
-def _duration(doc: dict[str, Any], key: str, path: str, *, default: timedelta | None,
-              positive: bool = False) -> timedelta | None:
-    if doc.get(key) is None:
-        return default
-    try:
-        d = parse_duration(doc[key])
-    except ValueError as e:
-        raise SpecError(path, str(e)) from None
-    if positive and d <= timedelta(0):
-        raise SpecError(path, f"must be longer than 0s, got {_clip(doc[key])}")
-    return d
 
 
 def _command(v: Any, path: str) -> tuple[str, ...]:
     if v is None:
         raise SpecError(path, "is required: the worker's argv, e.g. [python, train.py]")
     if isinstance(v, str):
-        raise SpecError(path, f"must be a list of arguments (no shell), e.g. [python, train.py], got {_clip(v)}")
+        raise SpecError(path, f"must be a list of arguments (no shell), e.g. [python, train.py], got {clip(v)}")
     if not isinstance(v, list) or not v:
         raise SpecError(path, "must be a non-empty list of arguments")
     if len(v) > COMMAND_MAX:
         raise SpecError(path, f"must have at most {COMMAND_MAX} arguments, got {len(v)}")
     for i, arg in enumerate(v):
         if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
-            raise SpecError(f"{path}[{i}]", f"must be a string, got {_kind(arg)}")
-        _no_nul(str(arg), f"{path}[{i}]")
+            raise SpecError(f"{path}[{i}]", f"must be a string, got {kind(arg)}")
+        no_nul(str(arg), f"{path}[{i}]")
     return tuple(str(a) for a in v)
-
-
-def _no_nul(text: str, path: str) -> None:
-    """No process argument, variable or path can hold a NUL byte (YAML can spell one as "\\0")."""
-    if "\0" in text:
-        raise SpecError(path, "contains a NUL byte, which no process argument, variable or path can hold")
 
 
 def _env(v: Any, path: str) -> dict[str, str]:
     if not isinstance(v, dict):
-        raise SpecError(path, f"must be a mapping of names to values, got {_kind(v)}")
+        raise SpecError(path, f"must be a mapping of names to values, got {kind(v)}")
     if len(v) > ENV_MAX:
         raise SpecError(path, f"must have at most {ENV_MAX} entries, got {len(v)}")
     out = {}
     for k, val in v.items():
         if not isinstance(k, str) or not ENV_NAME.match(k):
-            raise SpecError(_at(path, k), "is not a valid environment variable name")
+            raise SpecError(at(path, k), "is not a valid environment variable name")
         if k in RESERVED_ENV:
             raise SpecError(f"{path}.{k}", "is set by gangrun for every worker and cannot be overridden")
         if isinstance(val, (dict, list)) or val is None:
-            raise SpecError(f"{path}.{k}", f"must be a string, got {_kind(val)}")
+            raise SpecError(f"{path}.{k}", f"must be a string, got {kind(val)}")
         out[k] = str(val).lower() if isinstance(val, bool) else str(val)
-        _no_nul(out[k], f"{path}.{k}")
+        no_nul(out[k], f"{path}.{k}")
     return out
 
 
 def _resources(v: Any, path: str) -> Resources:
     if not isinstance(v, dict):
-        raise SpecError(path, f"must be a mapping with cpu, memory and gpu, got {_kind(v)}")
-    _no_unknown(v, path, {"cpu", "memory", "gpu"})
+        raise SpecError(path, f"must be a mapping with cpu, memory and gpu, got {kind(v)}")
+    no_unknown(v, path, {"cpu", "memory", "gpu"})
     values = {}
     for key, default in (("cpu", Resources.cpu), ("memory", Resources.memory)):
         if key in v:
@@ -408,10 +322,10 @@ def _resources(v: Any, path: str) -> Resources:
         else:
             values[key] = default
     if values["cpu"] <= 0:
-        raise SpecError(f"{path}.cpu", f"must be more than 0, got {_clip(v.get('cpu'))}")
+        raise SpecError(f"{path}.cpu", f"must be more than 0, got {clip(v.get('cpu'))}")
     gpu = v.get("gpu", 0)
     if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0 or gpu > GPU_MAX:
-        raise SpecError(f"{path}.gpu", f"must be a whole number from 0 to {GPU_MAX}, got {_clip(gpu)}")
+        raise SpecError(f"{path}.gpu", f"must be a whole number from 0 to {GPU_MAX}, got {clip(gpu)}")
     return Resources(cpu=values["cpu"], memory=values["memory"], gpu=gpu)
 
 
@@ -423,7 +337,7 @@ def _shm_size(spec: dict[str, Any]) -> Decimal | None:
     except ValueError as e:
         raise SpecError("spec.shmSize", str(e)) from None
     if size < 2**20:
-        raise SpecError("spec.shmSize", f"must be at least 1Mi, got {_clip(spec['shmSize'])}")
+        raise SpecError("spec.shmSize", f"must be at least 1Mi, got {clip(spec['shmSize'])}")
     return size
 
 
@@ -431,5 +345,5 @@ def _gpu_resource(spec: dict[str, Any]) -> str:
     v = spec.get("gpuResource", DEFAULT_GPU_RESOURCE)
     if not isinstance(v, str) or len(v) > 253 or not GPU_RESOURCE.match(v) or v.split("/")[0].endswith("kubernetes.io"):
         raise SpecError("spec.gpuResource", f"must be an extended resource name like {DEFAULT_GPU_RESOURCE} or "
-                                            f"amd.com/gpu, got {_clip(v)}")
+                                            f"amd.com/gpu, got {clip(v)}")
     return v

@@ -106,7 +106,7 @@ class Checkpoint(Loading, Saving):
         self._loaded_manifest: Manifest | None = None
         self._loaded_path: str | None = None
         self._shard_paths: dict[int, Path] = {}
-        # Outside a gang, where this checkpoint is (gangrun._context): said at the first load or save.
+        # Outside a gang, where this checkpoint is (gangrun._worker.context): said at the first load or save.
         self._where: str | None = None
         self.loaded_from: LoadedFrom | None = None
         self.loaded_uri: str | None = None

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gangrun._ckpt import notice
-from gangrun._context import context
+from gangrun._worker.context import context
 
 CALL = "call.pkl"
 RESULT = "result.pkl"

@@ -23,8 +23,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from gangrun._ckpt import notice
-from gangrun._context import context
-from gangrun._frameworks import CallbackSettings
+from gangrun._worker.context import context
+from gangrun._worker.frameworks import CallbackSettings
 from gangrun.checkpoint import Checkpoint
 from gangrun.lightning import _rng
 from gangrun.lightning._position import epoch, lightning_restores_position, restart_epoch, trained_in_epoch

@@ -14,7 +14,7 @@ import logging
 from lightning.fabric.plugins.environments.cluster_environment import ClusterEnvironment
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
-from gangrun._context import Context, context
+from gangrun._worker.context import Context, context
 
 log = logging.getLogger("gangrun")
 

@@ -2,7 +2,7 @@
 
 gangrun picks one resume point per start of the gang (this attempt's newest committed checkpoint,
 then earlier attempts', then `resumeFrom`) and every rank loads that one. Rebuilt as a folder
-(`gangrun._frameworks.resume_folder`):
+(`gangrun._worker.frameworks.resume_folder`):
 
     lightning-step-120/
         lightning.ckpt        # rank 0's part: the checkpoint Lightning wrote (model, optimizers,
@@ -19,7 +19,7 @@ import weakref
 from pathlib import Path
 
 from gangrun._errors import CheckpointError
-from gangrun._frameworks import resume_folder, task_checkpoint
+from gangrun._worker.frameworks import resume_folder, task_checkpoint
 from gangrun.checkpoint import Checkpoint
 
 CKPT_FILE = "lightning.ckpt"

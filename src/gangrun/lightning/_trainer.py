@@ -11,7 +11,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from gangrun._context import context
+from gangrun._worker.context import context
 from gangrun.checkpoint import Checkpoint
 from gangrun.lightning._callback import GangCallback
 from gangrun.lightning._environment import GangEnvironment

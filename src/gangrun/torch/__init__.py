@@ -119,7 +119,7 @@ def _writes() -> bool:
     global _said_not_writer
     if _gang.initialized():
         return True
-    from gangrun._context import context
+    from gangrun._worker.context import context
 
     ctx = context()
     if ctx.rank == 0:

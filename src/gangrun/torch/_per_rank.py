@@ -55,7 +55,7 @@ def own_rank() -> int:
     only rank 0 saves (gangrun.torch), so another rank then finds no section of its own."""
     if _gang.initialized():
         return _gang.rank()
-    from gangrun._context import context
+    from gangrun._worker.context import context
 
     return context().rank
 

@@ -1,7 +1,7 @@
 """Where a torch checkpoint goes: the task's checkpoint root and this attempt, as `ctx.checkpoint` has them.
 
 By default the target is `gangrun.context().checkpoint`: ``GANGRUN_CHECKPOINT_PATH`` in a gang, a
-local folder outside one (gangrun._context); a script may pass a `Checkpoint` of its own. Object-store
+local folder outside one (gangrun._worker.context); a script may pass a `Checkpoint` of its own. Object-store
 credentials come from the usual environment, or from `storage_options` passed along.
 """
 
@@ -58,7 +58,7 @@ class Target:
 def resolve(checkpoint: Checkpoint | None, storage_options: dict[str, Any] | None) -> Target:
     """The target of a save or load; raises UsageError outside a gang without a `checkpoint`."""
     if checkpoint is None:
-        from gangrun._context import context
+        from gangrun._worker.context import context
 
         checkpoint = context().checkpoint
         if checkpoint is None:  # only for a context built without a place for checkpoints

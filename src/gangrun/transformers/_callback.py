@@ -24,8 +24,8 @@ from typing import Any
 
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from gangrun._context import context
-from gangrun._frameworks import CallbackSettings, link_tree, resume_folder, task_checkpoint
+from gangrun._worker.context import context
+from gangrun._worker.frameworks import CallbackSettings, link_tree, resume_folder, task_checkpoint
 from gangrun.checkpoint import Checkpoint
 
 _RNG = re.compile(r"rng_state(?:_(\d+))?\.pth")

@@ -2,7 +2,7 @@
 
 A worker's termination message tells the controller its newest checkpoint when it exits. While it
 runs, `gangrun.launch` serves the same report on the pod's `gangrun-report` port
-(`gangrun._live_report`). The controller polls it (unless `--no-live-reports`), so each commit reaches
+(`gangrun._worker.live_report`). The controller polls it (unless `--no-live-reports`), so each commit reaches
 the task's timeline (`gangrun events`, `describe`, the web page) and accounting while the gang runs, and
 a gang's work at risk, and with it its boost under `--priority-boost`, falls at each commit rather than
 at the gang's next stop. The workers need no

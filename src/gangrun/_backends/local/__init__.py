@@ -7,6 +7,9 @@ The modules mirror the Kubernetes backend's: the same concept has the same name 
     protocol.py    JSON-lines RPC over the daemon's Unix socket (the API client's counterpart)
     daemon.py      the single-threaded process: selector, pidfds, timers, the one clock
     controller.py  the shell: tasks in memory, rounds of jobs → reconcile → store → act → admission
+    operations.py  what a client asks of the controller (submit, cancel, delete, evict, ...) and worker exits
+    reads.py       what a client reads of it: views, the queue's status, metrics
+    shutdown.py    `local down`: stop every gang, kill at the deadline, store the gangs as lost
     reconcile.py   pure: one task and its twins → new state + actions (CreateJobSet, DeleteJobSet, ...)
     adapter.py     the twins as the engine's Observation
     render.py      what the workers of an attempt are started with
@@ -15,6 +18,7 @@ The modules mirror the Kubernetes backend's: the same concept has the same name 
     jobs.py        Kueue's job reconciler on the twins: suspend, release, resume, finish
     workload.py    the Workload twin and Kueue's condition write order
     gang.py        the JobSet twin: gangs of processes, restarts, suspension, node loss
+    gang_storage.py  the JobSet twin's stored form in a task's row
     effects.py     carrying out what the gang twin asks: start a round, signal, write the stop notice;
                    the SDK's lines of a running attempt read into its timeline
     scheduler.py   Kueue's scheduling cycle on the twins: who holds quota, who waits

@@ -40,7 +40,7 @@ from subprocess import Popen
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.local import launcher, orphans, protocol
+from gangrun._backends.local import launcher, operations, orphans, protocol, reads, shutdown
 from gangrun._backends.local.config import Paths
 from gangrun._backends.local.controller import Controller
 from gangrun._backends.local.gang import GangTwin, Worker
@@ -111,7 +111,7 @@ class Daemon:
         os.close(fd)
         self.orphans.exited(p.pid)
         self.orphans.sweep()  # what it started in other sessions: its orphans are the daemon's now
-        self.ctl.on_exit(task, attempt, rank, code, self.clock())
+        operations.on_exit(self.ctl, task, attempt, rank, code, self.clock())
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -134,9 +134,9 @@ class Daemon:
         try:
             while True:
                 started = time.perf_counter()
-                self._guarded(self.ctl.tick if not self.stopping else self.ctl.kill_overdue)
+                self._guarded(self.ctl.tick if not self.stopping else partial(shutdown.kill_overdue, self.ctl))
                 self.ctl.metrics.reconcile.observe(time.perf_counter() - started)
-                if self.stopping and self.ctl.live_workers() == 0:
+                if self.stopping and reads.live_workers(self.ctl) == 0:
                     break
                 self._housekeeping()
                 self._answer_waiters()
@@ -144,7 +144,7 @@ class Daemon:
                     self._guarded(partial(self._dispatch, key))
         finally:
             self.orphans.sweep(keep_running=False)
-            self.ctl.mark_lost_on_shutdown(self.clock())
+            shutdown.mark_lost_on_shutdown(self.ctl, self.clock())
             for conn in self.down_conns:
                 _reply(conn, protocol.ok(True))
             self.paths.socket.unlink(missing_ok=True)
@@ -200,7 +200,7 @@ class Daemon:
         self.sel.unregister(conn)
         conn.setblocking(True)
         conn.settimeout(5)
-        _reply(conn, http_answer(bytes(buf), lambda: self.ctl.render_metrics(self.clock())))
+        _reply(conn, http_answer(bytes(buf), lambda: reads.render_metrics(self.ctl, self.clock())))
 
     def _housekeeping(self) -> None:
         """Every HEARTBEAT: say we are alive, end orphans, and bring our socket back if someone removed it."""
@@ -281,7 +281,7 @@ class Daemon:
         if op == "wait":
             after = list(a["after"])
             if self._key(a["name"]) != after:
-                return protocol.ok(ctl.view(a["name"], now))
+                return protocol.ok(reads.view(ctl, a["name"], now))
             timeout = timedelta(seconds=float(a.get("timeout", 1.0)))
             self.waiters.append(_Waiter(conn=conn, name=a["name"], after=after, deadline=now + timeout))
             return None
@@ -295,35 +295,36 @@ class Daemon:
         if op == "ping":
             result = {"pid": os.getpid()}
         elif op == "submit":
-            result = ctl.submit(a, now)
+            result = operations.submit(ctl, a, now)
         elif op == "get":
-            result = ctl.view(a["name"], now)
+            result = reads.view(ctl, a["name"], now)
         elif op == "list":
-            result = ctl.views(now)
+            result = reads.views(ctl, now)
         elif op == "events":
             ctl.task(a["name"])
             self._guarded(ctl.tick)  # flush what is pending so the answer is complete
             result = [e.for_json() for e in self.store.events(a["name"])]
         elif op == "cancel":
-            result = ctl.cancel(a["name"], now)
+            result = operations.cancel(ctl, a["name"], now)
         elif op == "delete":
-            result = ctl.delete(a["name"], force=bool(a.get("force")), purge=bool(a.get("purge")), now=now)
+            result = operations.delete(ctl, a["name"], force=bool(a.get("force")), purge=bool(a.get("purge")), now=now)
         elif op == "purge":
-            result = ctl.purge_deleted(a["name"], force=bool(a.get("force")))
+            result = operations.purge_deleted(ctl, a["name"], force=bool(a.get("force")))
         elif op == "evict":
-            ctl.evict(a["name"], a["reason"], now)
+            operations.evict(ctl, a["name"], a["reason"], now)
         elif op == "deactivate":
-            ctl.set_active(a["name"], False, now)
+            operations.set_active(ctl, a["name"], False, now)
         elif op == "activate":
-            ctl.set_active(a["name"], True, now)
+            operations.set_active(ctl, a["name"], True, now)
         elif op == "configure":
-            ctl.configure(cpu=a.get("cpu"), memory=a.get("memory"), gpu=a.get("gpu"), queues=a.get("queues"),
-                          priority_classes=a.get("priorityClasses"), metrics_port=a.get("metricsPort"),
-                          priority_boost=a.get("priorityBoost"), boost_steps=a.get("boostSteps"))
+            operations.configure(ctl, cpu=a.get("cpu"), memory=a.get("memory"), gpu=a.get("gpu"),
+                                 queues=a.get("queues"), priority_classes=a.get("priorityClasses"),
+                                 metrics_port=a.get("metricsPort"), priority_boost=a.get("priorityBoost"),
+                                 boost_steps=a.get("boostSteps"))
             self._serve_metrics()
-            result = ctl.status(now)
+            result = reads.status(ctl, now)
         elif op == "status":
-            result = ctl.status(now)
+            result = reads.status(ctl, now)
         else:
             raise DaemonUnavailable(f"unknown request {op!r}")
         if op not in READS:  # carry the change out now; a reconcile's bug is logged, the request answered
@@ -339,7 +340,7 @@ class Daemon:
         for w in self.waiters:
             try:
                 done = self._key(w.name) != w.after or now >= w.deadline or self.stopping
-                answer = protocol.ok(self.ctl.view(w.name, now)) if done else None
+                answer = protocol.ok(reads.view(self.ctl, w.name, now)) if done else None
             except GangrunError as e:  # deleted while someone waited on it
                 answer = protocol.error(e)
             if answer is None:
@@ -352,7 +353,7 @@ class Daemon:
         if not self.stopping:
             log.info("gangrun local control plane: stopping")
             self.stopping = True
-            self.ctl.stop_all(self.clock())
+            shutdown.stop_all(self.ctl, self.clock())
 
 
 def _reply(conn: socket.socket, data: bytes) -> None:

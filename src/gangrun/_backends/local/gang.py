@@ -19,9 +19,9 @@ replicated job `workers` whose pods are the nodes. The rules, as JobSet applies 
   again at the new size in the same attempt. A resize is a restart (a new rendezvous) that counts
   towards no budget: `resizes` says how many of `restarts` were resizes.
 
-The twin is a plain value persisted as JSON. It never touches a process or reads a clock: every
-transition takes `now` and returns the `Effect`s the shell carries out (start a round, signal
-process groups, write the stop notice). `observe()` is the engine's `Gang`.
+The twin is a plain value persisted as JSON (`gang_storage.py`). It never touches a process or reads
+a clock: every transition takes `now` and returns the `Effect`s the shell carries out (start a round,
+signal process groups, write the stop notice). `observe()` is the engine's `Gang`.
 """
 
 from __future__ import annotations
@@ -30,13 +30,11 @@ import signal
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
 
 from gangrun._core import jobset, stop_causes
 from gangrun._core.conditions import FALSE, TRUE, Condition, find_condition, set_condition
 from gangrun._core.elastic import RESIZE
 from gangrun._core.observation import Disruption, Gang
-from gangrun._core.times import time_in, time_out
 
 
 class StopReason(StrEnum):
@@ -382,49 +380,3 @@ class GangTwin:
             pending_failure=self.pending_failure,
             disruption=self.disruption,
         )
-
-    def for_json(self) -> dict[str, Any]:
-        return {"task": self.task, "attempt": self.attempt, "nodes": self.nodes, "nproc": self.nproc,
-                "maxRestarts": self.max_restarts, "restartOnDisruption": self.restart_on_disruption,
-                "suspended": self.suspended,
-                "conditions": [c.for_json() for c in self.conditions], "restarts": self.restarts,
-                "restartsCountTowardsMax": self.restarts_count_towards_max,
-                "workers": [{"rank": w.rank, "node": w.node, "localRank": w.local_rank, "pid": w.pid,
-                             "started": w.started, "running": w.running, "exitCode": w.exit_code}
-                            for w in self.workers],
-                "stopping": self.stopping.value if self.stopping else None, "killAt": time_out(self.kill_at),
-                "port": self.port, "firstFailure": self.first_failure, "pendingFailure": self.pending_failure,
-                "disruption": None if self.disruption is None else {
-                    "reason": self.disruption.reason, "message": self.disruption.message,
-                    "worker": self.disruption.worker, "restartAttempt": self.disruption.restart_attempt,
-                    "node": self.disrupted_node},
-                "lost": self.lost, "lostWhy": self.lost_why, "eventsOffset": self.events_offset,
-                "resizes": self.resizes, "resizeTo": self.resize_to}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> GangTwin:
-        return cls(task=d["task"], attempt=int(d["attempt"]), nodes=int(d["nodes"]), nproc=int(d["nproc"]),
-                   max_restarts=int(d.get("maxRestarts", 0)),
-                   restart_on_disruption=bool(d.get("restartOnDisruption", True)), suspended=bool(d["suspended"]),
-                   conditions=[Condition.from_json(c) for c in d.get("conditions", [])],
-                   restarts=int(d.get("restarts", 0)),
-                   restarts_count_towards_max=int(d.get("restartsCountTowardsMax", d.get("restarts", 0))),
-                   workers=[Worker(rank=int(w["rank"]), node=int(w["node"]), local_rank=int(w["localRank"]),
-                                   pid=int(w.get("pid", 0)), started=int(w.get("started", 0)),
-                                   running=bool(w.get("running")), exit_code=w.get("exitCode"))
-                            for w in d["workers"]],
-                   stopping=StopReason(d["stopping"]) if d.get("stopping") else None,
-                   kill_at=time_in(d.get("killAt")), port=int(d.get("port", 0)),
-                   first_failure=d.get("firstFailure", ""), pending_failure=d.get("pendingFailure", ""),
-                   disruption=_disruption_in(d.get("disruption")), lost=bool(d.get("lost", False)),
-                   lost_why=str(d.get("lostWhy", "")),
-                   disrupted_node=int((d.get("disruption") or {}).get("node", -1)),
-                   events_offset=int(d.get("eventsOffset", 0)), resizes=int(d.get("resizes", 0)),
-                   resize_to=int(d.get("resizeTo", 0)))
-
-
-def _disruption_in(d: dict[str, Any] | None) -> Disruption | None:
-    if not d:
-        return None
-    return Disruption(reason=str(d["reason"]), message=str(d["message"]), worker=str(d.get("worker", "")),
-                      restart_attempt=int(d.get("restartAttempt", 0)))

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gangrun._backends.local import gang_storage
 from gangrun._backends.local.config import Config, Paths
 from gangrun._backends.local.gang import GangTwin
 from gangrun._backends.local.store import Row
@@ -63,7 +64,7 @@ class LocalTask:
                    state=TaskState.from_storage(row.state),
                    acct=Accounting.from_storage(row.acct.get("accounting")),
                    workload=WorkloadTwin.from_json(row.workload) if row.workload else None,
-                   gang=GangTwin.from_json(row.gang) if row.gang else None,
+                   gang=gang_storage.load(row.gang) if row.gang else None,
                    cancel_requested=bool(row.acct.get("cancelRequested", False)),
                    deleting=bool(row.acct.get("deleting", False)), purging=bool(row.acct.get("purging", False)),
                    wake_at=time_in(row.acct.get("wakeAt")), resumed=row.acct.get("resumed"))
@@ -76,7 +77,7 @@ class LocalTask:
                  "wakeAt": time_out(self.wake_at), "resumed": self.resumed}
         return Row(name=self.name, seq=self.seq, spec=self.doc, state=self.state.for_storage(),
                    workload=self.workload.for_json() if self.workload else None,
-                   gang=self.gang.for_json() if self.gang else None, acct=extra)
+                   gang=gang_storage.dump(self.gang) if self.gang else None, acct=extra)
 
     @property
     def terminal(self) -> bool:

@@ -10,8 +10,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from gangrun._context import context
 from gangrun._errors import UsageError
+from gangrun._worker.context import context
 from gangrun.checkpoint import Checkpoint
 
 

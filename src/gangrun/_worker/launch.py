@@ -1,0 +1,251 @@
+"""Worker launcher for the Kubernetes image: `python -m gangrun.launch -- <command...>` runs `main`.
+
+Every worker pod of a gang runs it (the JobSet's container command, see `render.py`). It:
+
+1. completes the worker environment contract (`gangrun._core.worker_env.process_env`, the same
+   rules the local backend uses): NODE_RANK from the Indexed Job's completion index, GROUP_RANK,
+   TORCHELASTIC_RUN_ID, and RANK/LOCAL_RANK for one process per node;
+2. waits until the rank-0 DNS name (`MASTER_ADDR`) resolves: the headless Service publishes pods as
+   they are created, so early workers would otherwise fail their first connect. The wait is bounded
+   (`GANGRUN_DNS_TIMEOUT`, default 300s) and fails with a message naming the host;
+   then gives every worker of this start the same GANGRUN_START: the first node's launcher mints it
+   and serves it on GANGRUN_REPORT_PORT (`GET /start`), the others ask it there (within the same
+   bound). A readmission recreates every pod with the same environment, so only a live process of
+   the new start can tell the starts apart; every rank then loads the checkpoint chosen for it;
+3. runs the command directly (exec) for `NPROC_PER_NODE=1`, or under torchrun with a static
+   rendezvous whose id is TORCHELASTIC_RUN_ID (`<jobset>-<restart attempt>`), so a whole-gang
+   restart never joins the previous round's rendezvous;
+4. stays the command's parent when it cannot exec (torchrun; PID 1, which ignores SIGTERM without a
+   handler; or a pod, where it has two more jobs) and forwards SIGTERM/SIGINT to it;
+5. in a pod (GANGRUN_TERMINATION_LOG set) while the command runs: serves the newest committed
+   checkpoint on GANGRUN_REPORT_PORT for the controller to poll (`gangrun._worker.live_report`);
+6. in a pod when the command ends: writes the same report into the termination message
+   (`gangrun._checkpoint_report`), and turns an exit 0 after a SIGTERM into 143, because a worker
+   that was stopped has not finished the task: a drained pod that exits 0 would read as a completed
+   index to its Job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+
+from gangrun._core import worker_env as wenv
+from gangrun._core.exit_status import exit_status
+from gangrun._worker.live_report import START_PATH, EventsTail, serve
+
+DEFAULT_DNS_TIMEOUT = 300.0
+EXIT_DNS = 3
+EXIT_USAGE = 2
+EXIT_STOPPED = 128 + signal.SIGTERM
+
+
+def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = (env.get(name) or "").strip()
+    return int(raw) if raw.isdigit() else default
+
+
+def _node_rank(env: Mapping[str, str]) -> int:
+    return _whole(env, wenv.NODE_RANK, _whole(env, "JOB_COMPLETION_INDEX", 0))
+
+
+def _gang(env: Mapping[str, str]) -> str:
+    return env.get(wenv.GANGRUN_GANG) or env.get(wenv.GANGRUN_TASK) or "gangrun"
+
+
+def worker_environment(env: Mapping[str, str], *, start: str = "") -> dict[str, str]:
+    """The environment the command runs with: `env` plus the per-node (and, for one process per
+    node, per-process) variables of the contract. `start`: this start's id (see `start_id`)."""
+    out = dict(env)
+    node_rank = _node_rank(out)
+    nnodes = _whole(out, wenv.NNODES, 1)
+    nproc = _whole(out, wenv.NPROC_PER_NODE, 1)
+    restart = _whole(out, wenv.RESTART_ATTEMPT, 0)
+    gang = _gang(out)
+    start = start or out.get(wenv.GANGRUN_START, "")
+    out.setdefault(wenv.WORLD_SIZE, str(nnodes * nproc))
+    out.setdefault(wenv.LOCAL_WORLD_SIZE, str(nproc))
+    if nproc == 1:
+        out.update(wenv.process_env(nproc_per_node=1, node_rank=node_rank, local_rank=0, restart_attempt=restart,
+                                    gang=gang, start=start))
+    else:  # torchrun sets RANK and LOCAL_RANK per process, by the same rule
+        out.update(wenv.node_env(node_rank=node_rank, restart_attempt=restart, gang=gang, start=start))
+    return out
+
+
+# Set once this launcher is told to stop: from then on its start is over, and GET /start says so (a
+# new start's launchers must not take the id of a start that is being torn down).
+STOPPING = threading.Event()
+
+
+#: How long the first node's launcher still answers GET /start after its worker ended, for nodes that
+#: have not asked yet (a worker that ends in a second must not strand a peer whose launcher is starting).
+LINGER = 30.0
+
+
+class StartServer:
+    """What the first node serves on GET /start: this start's id with the gang and restart round it
+    belongs to, so that another gang's or an older round's launcher is never taken for it. It counts
+    the nodes it answered (`?node=N`), once each answer is sent."""
+
+    def __init__(self, env: Mapping[str, str], start: str) -> None:
+        self._text = json.dumps({"start": start, "gang": _gang(env), "restart": _whole(env, wenv.RESTART_ATTEMPT, 0)})
+        self._asked: set[str] = set()
+        self._changed = threading.Condition()
+
+    def answer(self, query: str = "") -> str | None:
+        return None if STOPPING.is_set() else self._text
+
+    def answered(self, query: str) -> None:
+        with self._changed:
+            self._asked.update(v for k, _, v in (p.partition("=") for p in query.split("&")) if k == "node")
+            self._changed.notify_all()
+
+    def wait_asked(self, nodes: int, *, timeout: float) -> bool:
+        """Wait until `nodes` other nodes have asked (or `timeout` passes); whether they all have."""
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self._asked) >= nodes, timeout=timeout)
+
+
+def fetch_start(env: Mapping[str, str], *, host: str, port: int, timeout: float,
+                get: Callable[[str], bytes] | None = None, sleep: Callable[[float], None] = time.sleep,
+                clock: Callable[[], float] = time.monotonic) -> str:
+    """This start's id, asked of the first node's launcher; TimeoutError naming it after `timeout`."""
+    url = f"http://{host}:{port}{START_PATH}?node={_node_rank(env)}"
+    want = (_gang(env), _whole(env, wenv.RESTART_ATTEMPT, 0))
+    fetch = get or (lambda u: urllib.request.urlopen(u, timeout=2).read())
+    deadline, delay, why = clock() + timeout, 0.05, "no answer"
+    while True:
+        try:
+            doc = json.loads(fetch(url))
+            if (doc.get("gang"), doc.get("restart")) == want and isinstance(doc.get("start"), str):
+                return str(doc["start"])
+            why = f"it answered for gang {doc.get('gang')} round {doc.get('restart')}"
+        except Exception as e:  # not up yet, stopping (503), a reply cut short, or not ours: ask again
+            why = str(e)
+        if clock() >= deadline:
+            raise TimeoutError(f"the first node's launcher at {url} did not say this start's id within "
+                               f"{timeout:.0f}s ({why}); can pods of the gang reach each other on port {port}?")
+        sleep(delay)
+        delay = min(delay * 1.5, 1.0)
+
+
+def torchrun_argv(env: Mapping[str, str], command: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run",
+            f"--nnodes={env.get(wenv.NNODES, '1')}", f"--nproc-per-node={env[wenv.NPROC_PER_NODE]}",
+            f"--node-rank={env[wenv.NODE_RANK]}", f"--master-addr={env.get(wenv.MASTER_ADDR, '127.0.0.1')}",
+            f"--master-port={env.get(wenv.MASTER_PORT, str(wenv.DEFAULT_MASTER_PORT))}",
+            f"--rdzv-id={env[wenv.RUN_ID]}", *command]
+
+
+def wait_for_dns(host: str, *, timeout: float, resolve: Callable[[str], object] = socket.gethostbyname,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
+    """Return once `host` resolves; raise TimeoutError naming it after `timeout` seconds."""
+    deadline = clock() + timeout
+    # A new pod's name resolves a fraction of a second after its address is known: look often at first
+    # (a resume waits on this), less often the longer it takes.
+    delay = 0.05
+    while True:
+        try:
+            resolve(host)
+            return
+        except OSError as e:
+            if clock() >= deadline:
+                raise TimeoutError(f"rank-0 host {host} did not resolve within {timeout:.0f}s ({e}); "
+                                   f"is the JobSet's headless Service there (network.enableDNSHostnames)?") from None
+        sleep(delay)
+        delay = min(delay * 1.5, 2.0)
+
+
+def _run_forwarding(argv: list[str], env: dict[str, str]) -> tuple[int, bool]:
+    """Run `argv` as a child, forwarding SIGTERM/SIGINT. Returns (exit code, whether a stop came)."""
+    child = subprocess.Popen(argv, env=env)
+    stopped = False
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal stopped
+        stopped = True
+        STOPPING.set()
+        child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    return exit_status(child.wait()), stopped
+
+
+def write_report(env: Mapping[str, str], tail: EventsTail | None) -> None:
+    """Leave the newest committed checkpoint in the termination message; never fail the exit for it."""
+    target = env.get(wenv.TERMINATION_LOG)
+    if not target or tail is None:
+        return
+    text = tail.text()
+    if text:
+        try:
+            with open(target, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            print(f"gangrun.launch: cannot write the termination message {target}: {e.strerror}", file=sys.stderr)
+
+
+def exit_code(code: int, *, stopped: bool) -> int:
+    """A worker that was stopped (SIGTERM) and exited 0 has not finished the task: report 143."""
+    return EXIT_STOPPED if stopped and code == 0 else code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--" in args:
+        args = args[args.index("--") + 1:]
+    if not args:
+        print("usage: python -m gangrun.launch -- <command...>", file=sys.stderr)
+        return EXIT_USAGE
+    base = dict(os.environ)
+    master = base.get(wenv.MASTER_ADDR, "")
+    multi = _whole(base, wenv.NNODES, 1) > 1
+    in_pod = bool(base.get(wenv.TERMINATION_LOG))
+    port = _whole(base, wenv.REPORT_PORT, 0) if in_pod else 0
+    first = _node_rank(base) == 0
+    timeout = float(base.get("GANGRUN_DNS_TIMEOUT") or DEFAULT_DNS_TIMEOUT)
+    start = base.get(wenv.GANGRUN_START, "")
+    if not start and (first or not multi):
+        start = wenv.new_start()  # this launcher starts the whole gang's start, or the first node's
+    events = base.get(wenv.EVENTS_FILE)
+    tail = EventsTail(events) if in_pod and events else None
+    starts = StartServer(base, start) if first and multi and port else None
+    if port and (tail is not None or starts is not None):
+        serve(port, tail, starts)
+    if master and multi:
+        try:
+            wait_for_dns(master, timeout=timeout)
+            if not start and port:
+                start = fetch_start(base, host=master, port=port, timeout=timeout)
+        except TimeoutError as e:
+            print(f"gangrun.launch: {e}", file=sys.stderr)
+            return EXIT_DNS
+    env = worker_environment(base, start=start)
+    if in_pod or os.getpid() == 1 or _whole(env, wenv.NPROC_PER_NODE, 1) > 1:
+        argv_ = torchrun_argv(env, args) if _whole(env, wenv.NPROC_PER_NODE, 1) > 1 else args
+        try:
+            code, stopped = _run_forwarding(argv_, env)
+        except OSError as e:
+            print(f"gangrun.launch: cannot run {argv_[0]}: {e.strerror}", file=sys.stderr)
+            return 127
+        if starts is not None and not stopped:  # nodes still starting must learn this start's id
+            starts.wait_asked(_whole(env, wenv.NNODES, 1) - 1, timeout=LINGER)
+        write_report(env, tail)
+        return exit_code(code, stopped=stopped) if in_pod else code
+    try:
+        os.execvpe(args[0], args, env)
+    except OSError as e:
+        print(f"gangrun.launch: cannot run {args[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+    return 0  # not reached
