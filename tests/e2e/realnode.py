@@ -74,6 +74,24 @@ class NodeSetupError(RuntimeError):
     """A piece the real node needs is missing (a package, the binaries, the images, root)."""
 
 
+@dataclass(frozen=True)
+class NodeNet:
+    """What sets one real node apart from another on this host (realnodes.py starts more than one): its
+    name, its pods' bridge, subnet and gateway (also the node's IP, where its kubelet listens), and the
+    cgroup its kubelet puts the pods under (``/``: the top level, as a lone node has it)."""
+
+    name: str = NODE_NAME
+    bridge: str = BRIDGE
+    subnet: str = POD_SUBNET
+    gateway: str = GATEWAY
+    cgroup_root: str = "/"
+
+    @property
+    def cgroups(self) -> tuple[str, ...]:
+        """The top-level cgroups of this node's kubelet and containerd, removed when it stops."""
+        return CGROUP_NAMES if self.cgroup_root == "/" else (self.cgroup_root.strip("/"),)
+
+
 def placement() -> dict:
     """Pod spec fields that put a pod on the real node (merge into a pod template's ``spec``)."""
     return {"nodeSelector": {NODE_LABEL[0]: NODE_LABEL[1]},
@@ -147,6 +165,7 @@ def host_state() -> dict[str, object]:
         "iptables": _tables(_run(["iptables-save"])),
         "ip6tables": _tables(_run(["ip6tables-save"])),
         "links": sorted(re.sub(r"^\d+: ", "", line).split(":")[0] for line in _run(["ip", "-o", "link"]).splitlines()),
+        "routes": sorted(_run(["ip", "route"]).splitlines()),
         "mounts": mounts,
         "cgroups": cgroups,
         "ip_forward": Path("/proc/sys/net/ipv4/ip_forward").read_text().strip(),
@@ -182,7 +201,7 @@ def _state(pid: int) -> str:
         return "Z"
 
 
-def _processes_of(workdir: Path) -> set[int]:
+def _processes_of(workdir: Path, cgroups: tuple[str, ...] = CGROUP_NAMES) -> set[int]:
     """Processes started for this node: the ones naming its folder (containerd, its shims, the kubelet,
     CoreDNS) and every process in a cgroup the node made (the containers)."""
     pids: set[int] = set()
@@ -193,7 +212,7 @@ def _processes_of(workdir: Path) -> set[int]:
                 if needle in (p / "cmdline").read_bytes():
                     pids.add(int(p.name))
     for root in _cgroup_roots():
-        for name in CGROUP_NAMES:
+        for name in cgroups:
             for procs in (root / name).rglob("cgroup.procs") if (root / name).is_dir() else ():
                 with contextlib.suppress(OSError):
                     pids.update(int(x) for x in procs.read_text().split())
@@ -210,9 +229,9 @@ def _unmount_under(prefixes: list[str]) -> None:
             subprocess.run(["umount", "-l", m], capture_output=True)
 
 
-def _remove_cgroups() -> None:
+def _remove_cgroups(names: tuple[str, ...] = CGROUP_NAMES) -> None:
     for root in _cgroup_roots():
-        for name in CGROUP_NAMES:
+        for name in names:
             top = root / name
             if not top.is_dir():
                 continue
@@ -253,29 +272,40 @@ def _owned_line(line: str) -> bool:
     return any(OWNED_CHAIN.match(x) for x in (chain, target, goto) if x)
 
 
-def clean_host(record: dict) -> None:
-    """Undo everything a node run (described by its record) changed on the host."""
-    workdir = Path(record["workdir"])
-    _kill_pids(_processes_of(workdir))
-    _unmount_under([str(workdir), *(p for p in HOST_PATHS if p not in record["paths_before"])])
+def clean_node(node: dict) -> None:
+    """Undo what one node (`workdir`, `bridge`, `cgroups`, `keep_workdir`) changed on the host by itself: its
+    processes, mounts, bridge, cgroups and folder. What nodes share (iptables, paths) is clean_host's."""
+    workdir = Path(node["workdir"])
+    _kill_pids(_processes_of(workdir, tuple(node["cgroups"])))
+    _unmount_under([str(workdir)])
     # The pods' veths go with their network namespaces; any left on the bridge go with it.
-    for line in _run(["ip", "-o", "link", "show", "master", BRIDGE]).splitlines():
+    for line in _run(["ip", "-o", "link", "show", "master", node["bridge"]]).splitlines():
         name = re.sub(r"^\d+: ", "", line).split(":")[0].split("@")[0]
         subprocess.run(["ip", "link", "del", name], capture_output=True)
-    subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True)
+    subprocess.run(["ip", "link", "del", node["bridge"]], capture_output=True)
+    _remove_cgroups(tuple(node["cgroups"]))
+    if not node.get("keep_workdir"):
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def clean_host(record: dict) -> None:
+    """Undo everything a node run (described by its record) changed on the host: the nodes that joined the
+    first one (`others`, newest first), the first node, then what they changed together."""
+    first = {"workdir": record["workdir"], "keep_workdir": record.get("keep_workdir"), "bridge": BRIDGE,
+             "cgroups": CGROUP_NAMES}
+    for node in [*reversed(record.get("others", [])), first]:
+        clean_node(node)
+    _unmount_under([p for p in HOST_PATHS if p not in record["paths_before"]])
     _restore_iptables("iptables-save", "iptables-restore", record["iptables_before"])
     _restore_iptables("ip6tables-save", "ip6tables-restore", record["ip6tables_before"])
     with contextlib.suppress(OSError):
         Path("/proc/sys/net/ipv4/ip_forward").write_text(record["ip_forward"] + "\n")
-    _remove_cgroups()
     for p in HOST_PATHS:
         if p not in record["paths_before"]:
             with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                 shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
     if "/var/lib/kubelet" in record["paths_before"]:  # the kubelet ignores --root-dir for this one
         shutil.rmtree("/var/lib/kubelet/device-plugins", ignore_errors=True)
-    if not record.get("keep_workdir"):
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def clean_leftovers() -> bool:
@@ -300,6 +330,7 @@ class RealNode:
     images: list[Path] = field(default_factory=list)   # docker-archive tarballs to import
     keep_workdir: bool = False
     exclusive: bool = True    # tainted: only pods with placement() run here (False: every pod may)
+    net: NodeNet = field(default_factory=NodeNet)
     components: list[Component] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -312,16 +343,9 @@ class RealNode:
         if missing:
             raise NodeSetupError("the real node cannot start; missing: " + "; ".join(missing))
         t0 = time.monotonic()
-        clean_leftovers()
         self.workdir = self.workdir.resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        before = host_state()
-        RECORD_DIR.mkdir(parents=True, exist_ok=True)
-        (RECORD_DIR / "record.json").write_text(json.dumps({
-            "workdir": str(self.workdir), "keep_workdir": self.keep_workdir,
-            "paths_before": before["paths"], "ip_forward": before["ip_forward"],
-            "iptables_before": before["iptables"], "ip6tables_before": before["ip6tables"],
-        }))
+        self._record()
         try:
             self._start_containerd()
             self._import_images()
@@ -335,12 +359,31 @@ class RealNode:
         return self
 
     def stop(self) -> None:
+        self._stop_components()
+        clean_leftovers()
+
+    @property
+    def dns(self) -> str:
+        """The cluster DNS address of this node's pods: its own CoreDNS, on its gateway."""
+        return self.net.gateway
+
+    def _record(self) -> None:
+        """Clean up after a SIGKILLed run, then record the host as it is (what stop restores)."""
+        clean_leftovers()
+        before = host_state()
+        RECORD_DIR.mkdir(parents=True, exist_ok=True)
+        (RECORD_DIR / "record.json").write_text(json.dumps({
+            "workdir": str(self.workdir), "keep_workdir": self.keep_workdir,
+            "paths_before": before["paths"], "ip_forward": before["ip_forward"],
+            "iptables_before": before["iptables"], "ip6tables_before": before["ip6tables"],
+        }))
+
+    def _stop_components(self) -> None:
         for c in reversed(self.components):
             _kill_group(c.proc, grace=5.0)
             with contextlib.suppress(ValueError):
                 _LIVE.remove(c.proc)
         self.components.clear()
-        clean_leftovers()
 
     def check_alive(self) -> None:
         for c in self.components:
@@ -381,7 +424,7 @@ class RealNode:
         d = self.workdir / "containerd"
         conf_dir = self.workdir / "cni" / "net.d"
         conf_dir.mkdir(parents=True, exist_ok=True)
-        (conf_dir / "10-gangrun.conflist").write_text(json.dumps(cni_conflist(self.workdir / "cni" / "ipam")))
+        (conf_dir / "10-gangrun.conflist").write_text(json.dumps(cni_conflist(self.workdir / "cni" / "ipam", self.net)))
         cri = 'plugins."io.containerd.grpc.v1.cri"'
         config = f"""version = 2
 root = "{d / 'root'}"
@@ -425,14 +468,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def _make_bridge(self) -> None:
         # Made here rather than by the bridge plugin at the first pod, so that CoreDNS can listen on the
         # gateway address before any pod exists; the plugin takes the bridge as it finds it.
-        _run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True)
-        _run(["ip", "addr", "add", f"{GATEWAY}/{POD_SUBNET.split('/')[1]}", "dev", BRIDGE], check=True)
-        _run(["ip", "link", "set", BRIDGE, "up"], check=True)
+        net = self.net
+        _run(["ip", "link", "add", net.bridge, "type", "bridge"], check=True)
+        _run(["ip", "addr", "add", f"{net.gateway}/{net.subnet.split('/')[1]}", "dev", net.bridge], check=True)
+        _run(["ip", "link", "set", net.bridge, "up"], check=True)
 
     def _start_coredns(self) -> None:
         port = free_port()
         corefile = f""".:53 {{
-    bind {GATEWAY}
+    bind {self.net.gateway}
     errors
     health 127.0.0.1:{port}
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
@@ -460,44 +504,45 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         d.mkdir(parents=True, exist_ok=True)
         ca = yaml.safe_load(Path(self.kubeconfig).read_text())["clusters"][0]["cluster"]["certificate-authority"]
         config = kubelet_config(ca, self.workdir / "pod-logs", port=free_port(), healthz_port=free_port(),
-                                taints=[TAINT] if self.exclusive else [])
+                                taints=[TAINT] if self.exclusive else [], net=self.net, dns=self.dns)
         (d / "config.yaml").write_text(yaml.safe_dump(config))
         c = self._spawn("kubelet", [
             str(self.binaries.path("kubelet")), f"--config={d / 'config.yaml'}",
             f"--kubeconfig={self.kubeconfig}", f"--root-dir={d / 'root'}", f"--cert-dir={d / 'pki'}",
-            f"--hostname-override={NODE_NAME}", f"--node-ip={GATEWAY}",  # the kubelet refuses a loopback one
+            f"--hostname-override={self.net.name}", f"--node-ip={self.net.gateway}",  # it refuses a loopback one
             f"--container-runtime-endpoint=unix://{self.containerd_socket}",
             f"--node-labels={NODE_LABEL[0]}={NODE_LABEL[1]}", "--v=1",
         ])
         kube = Kube(self.kubeconfig)
-        self._wait(f"Node {NODE_NAME} Ready", lambda: has_condition(kube.get_or_none("Node", NODE_NAME), "Ready"),
-                   timeout, c)
+        self._wait(f"Node {self.net.name} Ready",
+                   lambda: has_condition(kube.get_or_none("Node", self.net.name), "Ready"), timeout, c)
 
 
-def cni_conflist(ipam_dir: Path) -> dict:
+def cni_conflist(ipam_dir: Path, net: NodeNet) -> dict:
     """The pods' network: a bridge with the gateway on the host, addresses from host-local, hostPorts."""
     return {"cniVersion": "1.0.0", "name": "gangrun", "plugins": [
-        {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "hairpinMode": True,
+        {"type": "bridge", "bridge": net.bridge, "isGateway": True, "ipMasq": False, "hairpinMode": True,
          "ipam": {"type": "host-local", "dataDir": str(ipam_dir),
-                  "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+                  "ranges": [[{"subnet": net.subnet, "gateway": net.gateway}]], "routes": [{"dst": "0.0.0.0/0"}]}},
         {"type": "portmap", "capabilities": {"portMappings": True}},
     ]}
 
 
-def kubelet_config(client_ca: str, pod_logs: Path, port: int, healthz_port: int, taints: list[dict]) -> dict:
+def kubelet_config(client_ca: str, pod_logs: Path, port: int, healthz_port: int, taints: list[dict], net: NodeNet,
+                   dns: str) -> dict:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         # This host has a cgroup v1 hierarchy and no systemd as PID 1.
         "failCgroupV1": False, "cgroupDriver": "cgroupfs", "failSwapOn": False,
         "podLogsDir": str(pod_logs),
-        "address": GATEWAY, "port": port, "readOnlyPort": 0,
+        "address": net.gateway, "port": port, "readOnlyPort": 0, "cgroupRoot": net.cgroup_root,
         "healthzBindAddress": "127.0.0.1", "healthzPort": healthz_port,
         # The API server calls the kubelet (logs, exec) without a client certificate; the kubelet listens
         # only on the pods' bridge, which is local to this machine.
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False},
                            "x509": {"clientCAFile": client_ca}},
         "authorization": {"mode": "AlwaysAllow"},
-        "clusterDNS": [GATEWAY], "clusterDomain": CLUSTER_DOMAIN,
+        "clusterDNS": [dns], "clusterDomain": CLUSTER_DOMAIN,
         "registerWithTaints": taints,
         # A shared development machine: never evict pods or collect images for disk or memory pressure.
         "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%",
@@ -509,19 +554,3 @@ def kubelet_config(client_ca: str, pod_logs: Path, port: int, healthz_port: int,
         "nodeStatusUpdateFrequency": "5s",
     }
 
-
-if __name__ == "__main__":  # python realnode.py KUBECONFIG WORKDIR [IMAGE.tar...]: a node until killed
-    import sys
-
-    from controlplane import locate_binaries
-
-    node = RealNode(locate_binaries(), Path(sys.argv[1]), Path(sys.argv[2]), [Path(p) for p in sys.argv[3:]])
-    node.start()
-    print("ready", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        while True:
-            time.sleep(1)
-            node.check_alive()
-    finally:
-        node.stop()
