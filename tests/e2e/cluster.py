@@ -1,8 +1,10 @@
-"""A one-node Kubernetes cluster on this machine, for people: ``./dev cluster up`` / ``./dev cluster down``.
+"""A Kubernetes cluster of one node (or more: ``--nodes 2``) on this machine, for people: ``./dev cluster up`` /
+``./dev cluster down``.
 
 ``up`` starts a supervisor process in the background that brings up the control plane (etcd,
 kube-apiserver, controller-manager, scheduler, JobSet, Kueue; no fake nodes), the real node
-(containerd, kubelet, CoreDNS; realnode.py), the Kueue objects below and the gangrun controller
+(containerd, kubelet, CoreDNS; realnode.py; with ``--nodes``, more beside it: realnodes.py), the Kueue
+objects below and the gangrun controller
 in-cluster from the image (incluster.py); ``up`` returns once all of it is ready and prints how to
 use it. ``down`` stops the supervisor and removes whatever is left on the host (also after a failed
 or killed ``up``). The contract, in ``$GANGRUN_CLUSTER_HOME`` (default ``~/.gangrun/cluster``):
@@ -10,15 +12,16 @@ or killed ``up``). The contract, in ``$GANGRUN_CLUSTER_HOME`` (default ``~/.gang
 * ``kubeconfig``: an admin kubeconfig (``gangrun --backend kubernetes --kubeconfig <it>``);
 * ``data/``: a folder the pods see at ``DATA_IN_POD`` through a ``hostPath`` volume;
 * ``images/``: image archives of your own, imported into the node at every ``up``;
-* LocalQueue ``default`` in namespace ``default`` on a ClusterQueue whose quota is the node's
+* LocalQueue ``default`` in namespace ``default`` on a ClusterQueue whose quota is the nodes'
   allocatable CPU and memory; WorkloadPriorityClasses ``low`` 100, ``normal`` 1000, ``high`` 10000;
 * the image ``localhost/gangrun:dev``.
 
-Usage: ``python tests/e2e/cluster.py up|down|status``.
+Usage: ``python tests/e2e/cluster.py up [--nodes N]|down|status``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -36,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import controlplane
 import incluster
 import realnode
+import realnodes
 
 # `gangrun controller` flags of `./dev cluster up`: checkpoint-aware preemption on, as on the local backend.
 CONTROLLER_ARGS = ("--priority-boost",)
@@ -60,12 +64,15 @@ def _pid(h: Path) -> int | None:
         return None
 
 
-def usage(h: Path, figures: dict) -> str:
+def usage(h: Path, ready: dict) -> str:
     kc = h / "kubeconfig"
-    took = ", ".join(f"{k} {v:.1f} s" for k, v in figures.items())
+    took = ", ".join(f"{k} {v:.1f} s" for k, v in ready["took"].items())
+    nodes = ", ".join(f"{n.name} ({n.gateway}, pods on {n.bridge} {n.subnet})"
+                      for n in map(realnodes.node_net, range(1, ready["nodes"] + 1)))
     return f"""The gangrun cluster is up ({took}).
 
   kubeconfig     {kc}
+  nodes          {nodes}
   image          {realnode.IMAGE}
   queue          LocalQueue 'default' in namespace 'default'; priority classes low, normal, high
   shared folder  {h / 'data'} (the pods see it at {DATA_IN_POD} through a hostPath volume)
@@ -91,29 +98,46 @@ def user_images(h: Path) -> list[Path]:
     return sorted((h / IMAGES).glob("*.tar"))
 
 
-def example_manifests(h: Path, allocatable_cpu: str) -> dict[str, dict]:
-    """The shipped training example sized to fill the node (train) and to preempt it (urgent)."""
+def example_manifests(h: Path, allocatable_cpu: str, nodes: int = 1) -> dict[str, dict]:
+    """The shipped training example sized to fill the cluster (train) and to preempt it (urgent): each worker
+    takes half the cluster's CPU (of `nodes` nodes of `allocatable_cpu` each). On more than one node, train's
+    workers keep off each other's node (a pod anti-affinity on the task's label), one worker per node as on
+    machines of their own, so that they meet across the nodes' bridges."""
     from gangrun._core.units import parse_quantity
 
-    half = max(int(parse_quantity(allocatable_cpu) * 1000) // 2 - 100, 100)  # room for the controller's 100m
+    half = max(int(parse_quantity(allocatable_cpu) * 1000 * nodes) // 2 - 100, 100)  # room for the controller's 100m
     template = {"spec": {"containers": [{"name": "worker", "volumeMounts": [{"name": "data", "mountPath": DATA_IN_POD}]}],
                          "volumes": [{"name": "data", "hostPath": {"path": str(h / "data"), "type": "Directory"}}]}}
 
-    def task(name: str, nodes: int, priority: str, steps: int) -> dict:
+    def task(name: str, workers: int, priority: str, steps: int) -> dict:
+        pod_template = template
+        if nodes > 1 and workers > 1:
+            pod_template = {"spec": {**template["spec"], "affinity": one_worker_per_node(name)}}
         return {"apiVersion": "gangrun.dev/v1alpha1", "kind": "ClusteredTask", "metadata": {"name": name},
-                "spec": {"nodes": nodes, "command": ["python", "-m", "gangrun.examples.train"],
+                "spec": {"nodes": workers, "command": ["python", "-m", "gangrun.examples.train"],
                          "image": realnode.IMAGE, "env": {"STEPS": str(steps), "SAVE_EVERY": "5", "STEP_SECONDS": "0.5"},
                          "resources": {"cpu": f"{half}m", "memory": "256Mi"}, "priorityClass": priority,
                          "terminationGracePeriod": "20s",
                          "failurePolicy": {"maxRestarts": 1, "resumeAfterPreemption": True},
-                         "checkpoint": {"uri": f"file://{DATA_IN_POD}"}, "podTemplate": template}}
+                         "checkpoint": {"uri": f"file://{DATA_IN_POD}"}, "podTemplate": pod_template}}
     return {"train": task("train", 2, "low", 200), "urgent": task("urgent", 1, "high", 20)}
 
 
-def up(timeout: float = 900.0) -> int:
+def one_worker_per_node(task: str) -> dict:
+    """A pod ``affinity`` that keeps the task's workers on different nodes: no two pods with its task label
+    share a ``kubernetes.io/hostname``."""
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {"gangrun.dev/task": task}}, "topologyKey": "kubernetes.io/hostname"}]}}
+
+
+def up(nodes: int = 1, timeout: float = 900.0) -> int:
     h = home()
     if _pid(h) and (h / "ready.json").exists():
-        print(usage(h, json.loads((h / "ready.json").read_text())))
+        ready = json.loads((h / "ready.json").read_text())
+        if ready["nodes"] != nodes:
+            print(f"dev cluster: up with {ready['nodes']} node(s), not {nodes}: ./dev cluster down first", file=sys.stderr)
+            return 1
+        print(usage(h, ready))
         return 0
     down(quiet=True)
     (h / "logs").mkdir(parents=True, exist_ok=True)
@@ -121,7 +145,7 @@ def up(timeout: float = 900.0) -> int:
     os.chmod(h / "data", 0o1777)  # the image's user (65532) writes checkpoints there
     (h / IMAGES).mkdir(exist_ok=True)
     with open(h / "logs" / "cluster.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, __file__, "serve"], stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([sys.executable, __file__, "serve", f"--nodes={nodes}"], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     (h / "supervisor.pid").write_text(str(proc.pid))
     deadline = time.monotonic() + timeout
@@ -159,8 +183,8 @@ def down(quiet: bool = False) -> int:
             (h / name).unlink()
     import shutil
 
-    for d in ("control-plane", "node"):
-        shutil.rmtree(h / d, ignore_errors=True)
+    for d in (h / "control-plane", h / "node", *h.glob("node-*")):
+        shutil.rmtree(d, ignore_errors=True)
     if not quiet:
         print(f"dev cluster: down; the host is clean ({h / 'data'} is kept)")
     return 0
@@ -177,14 +201,14 @@ def _alive(pid: int) -> bool:
 def status() -> int:
     h = home()
     if _pid(h) and (h / "ready.json").exists():
-        print(f"up: {h / 'kubeconfig'}")
+        print(f"up: {h / 'kubeconfig'} ({json.loads((h / 'ready.json').read_text())['nodes']} node(s))")
         return 0
     print("down")
     return 1
 
 
-def serve() -> None:
-    """The supervisor: bring everything up, write ready.json, and stop it all on SIGTERM."""
+def serve(count: int = 1) -> None:
+    """The supervisor: bring everything up (`count` real nodes), write ready.json, and stop it all on SIGTERM."""
     h = home()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -199,21 +223,21 @@ def serve() -> None:
     images = realnode.image_archives() + user_images(h)
     figures["images"] = time.monotonic() - t
     cp = controlplane.ControlPlane(binaries, workdir=h / "control-plane", keep_workdir=False, kwok_nodes=0)
-    node = realnode.RealNode(binaries, h / "control-plane" / "admin.kubeconfig", h / "node", images,
-                             exclusive=False)
+    nodes: list[realnode.RealNode] = []
     try:
         t = time.monotonic()
         (h / "control-plane").mkdir(parents=True, exist_ok=True)
         cp.ensure("C")
         figures["control plane"] = time.monotonic() - t
+        nodes = realnodes.start_nodes(binaries, h / "control-plane" / "admin.kubeconfig", h / "node", images, count,
+                                      exclusive=False)
+        for i, n in enumerate(nodes, 1):
+            figures["node" if i == 1 else f"node {i}"] = n.timings["node start"]
         t = time.monotonic()
-        node.start()
-        figures["node"] = time.monotonic() - t
-        t = time.monotonic()
-        queues(cp.kube)
+        queues(cp.kube, [n.net.name for n in nodes])
         (h / "examples").mkdir(exist_ok=True)
         cpu = cp.kube.get("Node", realnode.NODE_NAME)["status"]["allocatable"]["cpu"]
-        for name, doc in example_manifests(h, cpu).items():
+        for name, doc in example_manifests(h, cpu, count).items():
             (h / "examples" / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         # Checkpoint-aware preemption on, as on the local backend (this Kueue runs with PriorityBoost).
         incluster.deploy(cp.kube, cp.api_url, on_real_node=False, args=CONTROLLER_ARGS)
@@ -222,25 +246,32 @@ def serve() -> None:
         kc = h / "kubeconfig"
         kc.write_text(cp.kubeconfig.read_text())
         os.chmod(kc, 0o600)
-        (h / "ready.json").write_text(json.dumps(figures))
+        (h / "ready.json").write_text(json.dumps({"nodes": count, "took": figures}))
         print("ready: " + json.dumps(figures), flush=True)
         while not stop.wait(2):
             cp.check_alive()
-            node.check_alive()
+            for n in nodes:
+                n.check_alive()
     finally:
         with contextlib.suppress(FileNotFoundError):
             (h / "ready.json").unlink()
-        node.stop()
+        realnodes.stop_nodes(nodes)
         cp.stop()
 
 
-def queues(kube: controlplane.Kube) -> None:
-    """The ClusterQueue's quota is the node's allocatable CPU and memory; the priority classes of the contract."""
-    alloc = kube.get("Node", realnode.NODE_NAME)["status"]["allocatable"]
+def queues(kube: controlplane.Kube, nodes: list[str]) -> None:
+    """The ClusterQueue's quota is the nodes' allocatable CPU and memory together (on one machine each node
+    counts the machine's: see docs/kubernetes.md, "Two nodes"); the priority classes of the contract."""
+    from gangrun._core.units import parse_quantity
+
+    allocs = [kube.get("Node", n)["status"]["allocatable"] for n in nodes]
+    cpu = sum(parse_quantity(a["cpu"]) for a in allocs)
+    memory = sum(parse_quantity(a["memory"]) for a in allocs)
     kube.patch("ClusterQueue", controlplane.CLUSTER_QUEUE, None, {"spec": {"resourceGroups": [{
         "coveredResources": ["cpu", "memory"],
         "flavors": [{"name": controlplane.RESOURCE_FLAVOR, "resources": [
-            {"name": "cpu", "nominalQuota": alloc["cpu"]}, {"name": "memory", "nominalQuota": alloc["memory"]}]}],
+            {"name": "cpu", "nominalQuota": f"{round(cpu * 1000)}m"},
+            {"name": "memory", "nominalQuota": str(round(memory))}]}],
     }]}})
     for name, value in PRIORITY_CLASSES.items():
         kube.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
@@ -248,18 +279,20 @@ def queues(kube: controlplane.Kube) -> None:
 
 
 def main(argv: list[str]) -> int:
-    cmd = argv[0] if argv else ""
-    if cmd == "up":
-        return up()
-    if cmd == "down":
+    parser = argparse.ArgumentParser(prog="./dev cluster")
+    parser.add_argument("cmd", choices=["up", "down", "status", "serve"])
+    parser.add_argument("--nodes", type=int, default=1, help="real nodes on this machine (up; 1 or 2)")
+    args = parser.parse_args(argv)
+    if args.cmd in ("up", "serve") and not 1 <= args.nodes <= 2:
+        parser.error("--nodes: 1 or 2")
+    if args.cmd == "up":
+        return up(args.nodes)
+    if args.cmd == "down":
         return down()
-    if cmd == "status":
+    if args.cmd == "status":
         return status()
-    if cmd == "serve":
-        serve()
-        return 0
-    print("usage: cluster.py up|down|status", file=sys.stderr)
-    return 2
+    serve(args.nodes)
+    return 0
 
 
 if __name__ == "__main__":

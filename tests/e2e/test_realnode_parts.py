@@ -9,6 +9,7 @@ import cluster
 import incluster
 import pytest
 import realnode
+import realnodes
 
 from gangrun._backends.kube.durable import check_checkpoints_survive
 from gangrun._core.spec import parse_manifest
@@ -84,3 +85,21 @@ def test_images_kept_in_the_cluster_home_are_imported_at_every_up(tmp_path: Path
     for name in ("torch.tar", "a.tar", "notes.txt"):
         (tmp_path / "images" / name).write_text("")
     assert [p.name for p in cluster.user_images(tmp_path)] == ["a.tar", "torch.tar"]
+
+
+def test_on_two_nodes_trains_workers_keep_off_each_others_node_and_each_takes_a_node_but_the_controllers_room() -> None:
+    examples = cluster.example_manifests(Path("/root/.gangrun/cluster"), "2", nodes=2)
+    train, urgent = examples["train"]["spec"], examples["urgent"]["spec"]
+    parse_manifest(examples["train"])
+    assert train["podTemplate"]["spec"]["affinity"] == cluster.one_worker_per_node("train")
+    assert "affinity" not in urgent["podTemplate"]["spec"]  # one worker: nothing to spread
+    # 2 workers of 1900m fill the quota of 2 x 2 CPUs but the controller's 100m: urgent (1900m) still preempts train.
+    assert train["resources"]["cpu"] == urgent["resources"]["cpu"] == "1900m"
+
+
+def test_each_real_node_on_the_host_has_its_own_name_bridge_subnet_address_and_cgroup_root() -> None:
+    first, second = realnodes.node_net(1), realnodes.node_net(2)
+    assert first == realnode.NodeNet() and first.cgroups == realnode.CGROUP_NAMES
+    assert (second.name, second.bridge, second.subnet, second.gateway, second.cgroup_root) == (
+        "gangrun-node-2", "gangrun1", "10.250.1.0/24", "10.250.1.1", "/gangrun-node-2")
+    assert second.cgroups == ("gangrun-node-2",)
