@@ -19,11 +19,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import incluster
 import realnode
+import realnodes
 from controlplane import ControlPlane, Kube, has_condition
 from test_controller_e2e import ATTEMPT_LABEL, TASK_LABEL, task_path, wait_status
 from test_training_e2e import PodRecorder
@@ -42,6 +43,7 @@ class RealCluster:
     node: realnode.RealNode
     ns: str
     data: Path       # a host folder the pods see at the same path
+    others: list[realnode.RealNode] = field(default_factory=list)  # the nodes that joined `node` (realnodes.py)
 
     @property
     def kube(self) -> Kube:
@@ -49,12 +51,13 @@ class RealCluster:
 
 
 @contextlib.contextmanager
-def real_cluster(cp: ControlPlane, images: list[Path], *, cpu: str = "1", memory: str = "8Gi") -> Iterator[RealCluster]:
-    """The real node started beside `cp` (tier C), its queue and the controller in-cluster; all
-    removed again on exit. The quota is `cpu` (two half-CPU workers fill it) and `memory`."""
-    node = realnode.RealNode(cp.binaries, cp.kubeconfig, Path(tempfile.mkdtemp(prefix="gangrun-node-")), images,
-                             keep_workdir=bool(os.environ.get("GANGRUN_E2E_KEEP")))
-    node.start()
+def real_cluster(cp: ControlPlane, images: list[Path], *, cpu: str = "1", memory: str = "8Gi",
+                 nodes: int = 1) -> Iterator[RealCluster]:
+    """The real node started beside `cp` (tier C; with `nodes`, that many on this host), its queue and the
+    controller in-cluster; all removed again on exit. The quota is `cpu` (two half-CPU workers fill it) and
+    `memory`."""
+    node, *others = realnodes.start_nodes(cp.binaries, cp.kubeconfig, Path(tempfile.mkdtemp(prefix="gangrun-node-")),
+                                          images, nodes, keep_workdir=bool(os.environ.get("GANGRUN_E2E_KEEP")))
     data = Path(tempfile.mkdtemp(prefix="gangrun-data-"))
     data.chmod(0o1777)  # the image's user (65532) writes the checkpoints
     try:
@@ -69,11 +72,11 @@ def real_cluster(cp: ControlPlane, images: list[Path], *, cpu: str = "1", memory
                     "metadata": {"name": QUEUE, "namespace": ns}, "spec": {"clusterQueue": CLUSTER_QUEUE}})
         kube.wait_for("LocalQueue real Active", lambda: has_condition(kube.get("LocalQueue", QUEUE, ns), "Active"))
         incluster.deploy(kube, cp.api_url, namespace=ns)
-        yield RealCluster(cp, node, ns, data)
+        yield RealCluster(cp, node, ns, data, others)
     finally:
         with contextlib.suppress(Exception):
             incluster.remove(cp.kube)
-        node.stop()
+        realnodes.stop_nodes([node, *others])
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -247,23 +247,29 @@ def test_a_worker_evicted_through_the_eviction_api_restarts_the_gang_without_cha
     assert (s["attempt"], s["userRetriesUsed"], s["systemRetriesUsed"], s["disruptionRestarts"]) == (1, 0, 0, 1), s
 
 
-def test_the_gloo_ddp_example_trains_in_two_real_pods_with_torch_from_the_host(real_cluster: RealCluster) -> None:
-    """examples/ddp/train.py (DDP over gloo, sharded checkpoints through gangrun.torch) in 2 real pods.
-    The image has no torch (PyPI's is a multi-GB CUDA build): this host's torch is mounted read-only
+def ddp_task(rc: RealCluster, name: str) -> dict:
+    """examples/ddp/train.py (DDP over gloo, sharded checkpoints through gangrun.torch) as a 2-worker task of
+    20 steps. The image has no torch (PyPI's is a multi-GB CUDA build): this host's torch is mounted read-only
     through a hostPath volume and put on PYTHONPATH (the image's Python has the same minor version)."""
     torch = pytest.importorskip("torch")
-    rc = real_cluster
     site = str(Path(torch.__file__).resolve().parents[1])
     example = REPO_ROOT / "examples" / "ddp"
-    body = train_task(rc, "ddp")
+    body = train_task(rc, name)
     spec = body["spec"]
     spec.update(command=["python", str(example / "train.py")], resources={"cpu": "500m", "memory": "2Gi"},
                 env={"STEPS": "20", "SAVE_EVERY": "5", "STEP_SECONDS": "0.05", "OMP_NUM_THREADS": "1",
                      "PYTHONPATH": site})
     pod = spec["podTemplate"]["spec"]
-    for name, path in (("torch", site), ("example", str(example))):
-        pod["volumes"].append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
-        pod["containers"][0]["volumeMounts"].append({"name": name, "mountPath": path, "readOnly": True})
+    for volume, path in (("torch", site), ("example", str(example))):
+        pod["volumes"].append({"name": volume, "hostPath": {"path": path, "type": "Directory"}})
+        pod["containers"][0]["volumeMounts"].append({"name": volume, "mountPath": path, "readOnly": True})
+    return body
+
+
+def test_the_gloo_ddp_example_trains_in_two_real_pods_with_torch_from_the_host(real_cluster: RealCluster) -> None:
+    """examples/ddp/train.py in 2 real pods, with this host's torch (ddp_task)."""
+    rc = real_cluster
+    body = ddp_task(rc, "ddp")
     try:
         submit(rc, body)
         rank0 = next(p for p in rc.kube.wait_running_pods(rc.ns, f"{TASK_LABEL}=ddp", 2, timeout=TIMEOUT)
