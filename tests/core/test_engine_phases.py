@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from builders import T0, at, make_gang, make_workload, state_in
 from gangrun._core import jobset, kueue
 from gangrun._core.engine import ActionKind, decide
 from gangrun._core.observation import NOT_FOUND, Observation, observed
 from gangrun._core.phases import Phase
 from gangrun._core.policy import Policy, RetryKind
 from gangrun._core.state import TaskState
+from tests.harness.builders import T0, at, make_gang, make_workload, state_in
 
 P = Policy()
 

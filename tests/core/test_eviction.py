@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 from gangrun._core import kueue
 from gangrun._core.engine import ActionKind, decide
 from gangrun._core.eviction import EvictionKind, classify_eviction
@@ -12,6 +11,7 @@ from gangrun._core.observation import WorkloadRead, observed
 from gangrun._core.phases import Phase
 from gangrun._core.policy import Policy
 from gangrun._core.state import Outcome
+from tests.harness.builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 
 SUSPENDED = make_gang().suspended().obj()
 

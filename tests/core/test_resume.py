@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 from gangrun._core import kueue
 from gangrun._core.engine import ActionKind, decide
 from gangrun._core.observation import observed
 from gangrun._core.phases import Phase
 from gangrun._core.policy import Policy
+from tests.harness.builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 
 RESUME = Policy(retries=0, resume_after_preemption=True)
 WAITING = f"gang evicted by kueue (Preempted, InClusterQueue): {PREEMPTION_MESSAGE}; waiting for re-admission"
