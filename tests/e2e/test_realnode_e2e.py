@@ -21,10 +21,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import incluster
 import pytest
-from controlplane import REPO_ROOT, ControlPlane
-from realnode_tasks import (
+
+from tests.e2e.conftest import real_node_images
+from tests.harness import incluster
+from tests.harness.binaries import REPO_ROOT
+from tests.harness.controlplane import ControlPlane
+from tests.harness.realnode_tasks import (
     TIMEOUT,
     LogFollower,
     RealCluster,
@@ -41,10 +44,7 @@ from realnode_tasks import (
     wait_phase,
     worker_exits,
 )
-from test_controller_e2e import TASK_LABEL, status
-from test_training_e2e import PodRecorder
-
-from conftest import real_node_images
+from tests.harness.tasks import TASK_LABEL, PodRecorder, status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 

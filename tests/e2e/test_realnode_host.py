@@ -17,13 +17,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import realnode
-from controlplane import ControlPlane
 
-from conftest import real_node_images
+from tests.e2e.conftest import real_node_images
+from tests.harness import realnode
+from tests.harness.binaries import REPO_ROOT
+from tests.harness.controlplane import ControlPlane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +81,9 @@ def test_a_sigkilled_node_is_cleaned_up_by_the_next_start_and_stop(node_parts) -
     realnode.clean_leftovers()
     before = realnode.host_state()
     work = Path(tempfile.mkdtemp(prefix="gangrun-node-"))
-    proc = subprocess.Popen([sys.executable, str(HERE / "realnode.py"), str(cp.kubeconfig), str(work),
-                             *map(str, images)], stdout=subprocess.PIPE, text=True, cwd=HERE,
-                            env={**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    # The node as a program of its own: the harness from the repository root, gangrun as the tests import it.
+    proc = subprocess.Popen([sys.executable, "-m", "tests.harness.realnode", str(cp.kubeconfig), str(work),
+                             *map(str, images)], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         run_a_pod(cp, "host-check-killed")

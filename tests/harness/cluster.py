@@ -14,7 +14,7 @@ or killed ``up``). The contract, in ``$GANGRUN_CLUSTER_HOME`` (default ``~/.gang
   allocatable CPU and memory; WorkloadPriorityClasses ``low`` 100, ``normal`` 1000, ``high`` 10000;
 * the image ``localhost/gangrun:dev``.
 
-Usage: ``python tests/e2e/cluster.py up|down|status``.
+Usage: ``python -m tests.harness.cluster up|down|status`` from the repository's root (``./dev cluster``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import controlplane
-import incluster
-import realnode
+from tests.harness import addons, incluster, realnode
+from tests.harness.binaries import REPO_ROOT, locate_binaries
+from tests.harness.client import Kube
+from tests.harness.controlplane import ControlPlane
 
 # `gangrun controller` flags of `./dev cluster up`: checkpoint-aware preemption on, as on the local backend.
 CONTROLLER_ARGS = ("--priority-boost",)
@@ -121,8 +120,8 @@ def up(timeout: float = 900.0) -> int:
     os.chmod(h / "data", 0o1777)  # the image's user (65532) writes checkpoints there
     (h / IMAGES).mkdir(exist_ok=True)
     with open(h / "logs" / "cluster.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, __file__, "serve"], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-m", "tests.harness.cluster", "serve"], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO_ROOT)
     (h / "supervisor.pid").write_text(str(proc.pid))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -191,14 +190,14 @@ def serve() -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     figures: dict[str, float] = {}
     t0 = time.monotonic()
-    binaries = controlplane.locate_binaries()
+    binaries = locate_binaries()
     missing = realnode.missing_pieces(binaries)
     if missing:
         raise realnode.NodeSetupError("missing: " + "; ".join(missing))
     t = time.monotonic()
     images = realnode.image_archives() + user_images(h)
     figures["images"] = time.monotonic() - t
-    cp = controlplane.ControlPlane(binaries, workdir=h / "control-plane", keep_workdir=False, kwok_nodes=0)
+    cp = ControlPlane(binaries, workdir=h / "control-plane", keep_workdir=False, kwok_nodes=0)
     node = realnode.RealNode(binaries, h / "control-plane" / "admin.kubeconfig", h / "node", images,
                              exclusive=False)
     try:
@@ -234,12 +233,12 @@ def serve() -> None:
         cp.stop()
 
 
-def queues(kube: controlplane.Kube) -> None:
+def queues(kube: Kube) -> None:
     """The ClusterQueue's quota is the node's allocatable CPU and memory; the priority classes of the contract."""
     alloc = kube.get("Node", realnode.NODE_NAME)["status"]["allocatable"]
-    kube.patch("ClusterQueue", controlplane.CLUSTER_QUEUE, None, {"spec": {"resourceGroups": [{
+    kube.patch("ClusterQueue", addons.CLUSTER_QUEUE, None, {"spec": {"resourceGroups": [{
         "coveredResources": ["cpu", "memory"],
-        "flavors": [{"name": controlplane.RESOURCE_FLAVOR, "resources": [
+        "flavors": [{"name": addons.RESOURCE_FLAVOR, "resources": [
             {"name": "cpu", "nominalQuota": alloc["cpu"]}, {"name": "memory", "nominalQuota": alloc["memory"]}]}],
     }]}})
     for name, value in PRIORITY_CLASSES.items():
@@ -258,7 +257,7 @@ def main(argv: list[str]) -> int:
     if cmd == "serve":
         serve()
         return 0
-    print("usage: cluster.py up|down|status", file=sys.stderr)
+    print("usage: python -m tests.harness.cluster up|down|status", file=sys.stderr)
     return 2
 
 

@@ -33,18 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from controlplane import (
-    _LIVE,
-    REPO_ROOT,
-    Binaries,
-    Component,
-    ControlPlaneError,
-    Kube,
-    _die_with_parent,
-    _kill_group,
-    free_port,
-    has_condition,
-)
+
+from tests.harness.binaries import REPO_ROOT, Binaries
+from tests.harness.client import Kube, has_condition
+from tests.harness.processes import Component, ControlPlaneError, end, free_port, spawn
 
 NODE_NAME = "gangrun-node"
 NODE_LABEL = ("gangrun.dev/node", "real")
@@ -336,9 +328,7 @@ class RealNode:
 
     def stop(self) -> None:
         for c in reversed(self.components):
-            _kill_group(c.proc, grace=5.0)
-            with contextlib.suppress(ValueError):
-                _LIVE.remove(c.proc)
+            end(c.proc, grace=5.0)
         self.components.clear()
         clean_leftovers()
 
@@ -350,15 +340,7 @@ class RealNode:
 
     # ---------------------------------------------------------------- internals
     def _spawn(self, name: str, argv: list[str]) -> Component:
-        log = self.workdir / "logs" / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "kubeconfig")}
-        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-        with open(log, "ab") as fh:
-            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent)
-        _LIVE.append(proc)
-        c = Component(name, proc, log)
+        c = spawn(name, argv, self.workdir / "logs" / f"{name}.log", self.workdir)
         self.components.append(c)
         return c
 
@@ -510,10 +492,10 @@ def kubelet_config(client_ca: str, pod_logs: Path, port: int, healthz_port: int,
     }
 
 
-if __name__ == "__main__":  # python realnode.py KUBECONFIG WORKDIR [IMAGE.tar...]: a node until killed
+if __name__ == "__main__":  # python -m tests.harness.realnode KUBECONFIG WORKDIR [IMAGE.tar...]: a node until killed
     import sys
 
-    from controlplane import locate_binaries
+    from tests.harness.binaries import locate_binaries
 
     node = RealNode(locate_binaries(), Path(sys.argv[1]), Path(sys.argv[2]), [Path(p) for p in sys.argv[3:]])
     node.start()

@@ -22,11 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import incluster
-import realnode
-from controlplane import ControlPlane, Kube, has_condition
-from test_controller_e2e import ATTEMPT_LABEL, TASK_LABEL, task_path, wait_status
-from test_training_e2e import PodRecorder
+from tests.harness import incluster, realnode
+from tests.harness.client import Kube, has_condition
+from tests.harness.controlplane import ControlPlane
+from tests.harness.tasks import ATTEMPT_LABEL, TASK_LABEL, PodRecorder, task_path, wait_status
 
 QUEUE = "real"
 CLUSTER_QUEUE = "real-node"
