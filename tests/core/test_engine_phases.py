@@ -1,4 +1,4 @@
-"""S2/S3: every row of the phase table (reference flyte-clustered.md §3.3), one decide() per row."""
+"""S2/S3: every row of the phase table, one decide() per row."""
 
 from __future__ import annotations
 

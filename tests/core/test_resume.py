@@ -1,4 +1,4 @@
-"""S5/S7/S8/B4 with resumeAfterPreemption: the decision table of flyte-clustered.md §4.4, plus the story."""
+"""S5/S7/S8/B4 with resumeAfterPreemption: the decision table, plus the story."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def running():
     return state_in(Phase.RUNNING, "running (restart attempt 0)", started=True)
 
 
-# flyte-clustered.md §4.4: resume_after_preemption=true, the gang already started, JobSet seen suspended.
+# resume_after_preemption=true, the gang already started, JobSet seen suspended.
 @pytest.mark.parametrize(
     ("wl", "unreadable", "want_action", "want_retry", "want_reason"),
     [
