@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import binaries, client, controlplane
+from tests.harness import client, controlplane
+from tests.harness.binaries import Binaries, NotBuiltError, locate_binaries
 
 TIER_FIXTURES = {"control_plane_tier_a", "control_plane_tier_b", "control_plane_tier_c"}
 
@@ -35,7 +36,7 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
-def real_node_images(binaries: binaries.Binaries, *, flyte: bool = False) -> list[Path]:
+def real_node_images(binaries: Binaries, *, flyte: bool = False) -> list[Path]:
     """The image archives a real node imports (with `flyte`, the image with the flyte extra too); skips the
     test (fails it with CI=true) when a piece the node needs is missing here."""
     from tests.harness import realnode
@@ -56,17 +57,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def control_plane_binaries() -> binaries.Binaries:
+def control_plane_binaries() -> Binaries:
     try:
-        return binaries.locate_binaries()
-    except binaries.NotBuiltError as e:
+        return locate_binaries()
+    except NotBuiltError as e:
         if _in_ci():
             pytest.fail(f"CI=true and {e}", pytrace=False)
         pytest.skip(str(e))
 
 
 @pytest.fixture(scope="session")
-def control_plane(control_plane_binaries: binaries.Binaries) -> Iterator[controlplane.ControlPlane]:
+def control_plane(control_plane_binaries: Binaries) -> Iterator[controlplane.ControlPlane]:
     """The session's control plane, not started yet; prefer the tier fixtures."""
     cp = controlplane.ControlPlane(
         control_plane_binaries, keep_workdir=bool(os.environ.get("GANGRUN_E2E_KEEP"))

@@ -37,15 +37,23 @@ def crd_files(moddirs: dict[str, Path]) -> list[Path]:
     return files + sorted((moddirs["KUEUE_DIR"] / "config/components/crd/bases").glob("kueue.x-k8s.io_*.yaml"))
 
 
-def jobset_config(webhook_port: int, health_port: int, cert_dir: Path) -> dict:
+def _manager_settings(webhook_port: int, health_port: int, cert_dir: Path) -> dict:
+    """What JobSet's and Kueue's managers are told alike: no leader election and no certificate management of
+    their own, webhooks and health on loopback, no metrics, a client fast enough for a storm."""
     return {
-        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
         "metrics": {"bindAddress": "0"},
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
         "clientConnection": {"qps": 100, "burst": 200},
+    }
+
+
+def jobset_config(webhook_port: int, health_port: int, cert_dir: Path) -> dict:
+    return {
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+        **_manager_settings(webhook_port, health_port, cert_dir),
     }
 
 
@@ -67,12 +75,7 @@ def kueue_config(webhook_port: int, health_port: int, cert_dir: Path) -> dict:
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": "kueue-system",
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
-        "metrics": {"bindAddress": "0"},
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
-        "clientConnection": {"qps": 100, "burst": 200},
+        **_manager_settings(webhook_port, health_port, cert_dir),
         # PriorityBoost: Kueue reads gangrun's kueue.x-k8s.io/priority-boost annotation (written only by a
         # controller started with --priority-boost; without the annotation nothing changes).
         "featureGates": {"VisibilityOnDemand": False, "PriorityBoost": True},

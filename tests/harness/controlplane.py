@@ -94,9 +94,7 @@ class ControlPlane:
 
     def api_client(self):
         """A fresh ``kubernetes.client.ApiClient`` for the admin kubeconfig."""
-        from kubernetes import config
-
-        return config.new_client_from_config(str(self.kubeconfig))
+        return self.kube.api_client
 
     def ensure(self, tier: str) -> ControlPlane:
         """Start whatever tier ``tier`` needs and is not running yet."""
