@@ -156,7 +156,7 @@ SCRIPT = """
 import signal
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a background child may start with SIGINT ignored
 import flyte
-from tests.with_flyte import gang_tasks
+from with_flyte import gang_tasks
 flyte.with_runcontext(mode="local").run(gang_tasks.sleepy)
 """
 
