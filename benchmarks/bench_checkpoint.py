@@ -1,8 +1,8 @@
 """Checkpoint throughput and blocked time, each against a baseline measured in the same run.
 
-    python benchmarks/bench_checkpoint.py                        # 1 GiB, 5 runs, every figure
-    python benchmarks/bench_checkpoint.py --size 64M --repeat 3   # small and quick
-    python benchmarks/bench_checkpoint.py --only torch            # one section: save, shards or torch
+    python -m benchmarks.bench_checkpoint                        # 1 GiB, 5 runs, every figure
+    python -m benchmarks.bench_checkpoint --size 64M --repeat 3   # small and quick
+    python -m benchmarks.bench_checkpoint --only torch            # one section: save, shards or torch
 
 Measures, in one run and on the same disk (a temporary directory, removed afterwards), and prints
 the load average at the start and the end (the figures are only as quiet as the machine):

@@ -1,11 +1,11 @@
 """Controller latency and cost on a real control plane: N ClusteredTasks preempted and readmitted at once.
 
-    python benchmarks/bench_controller.py [--tasks 50] [--nodes M] [--json]
+    python -m benchmarks.bench_controller [--tasks 50] [--nodes M] [--json]
 
-Starts tier C of tests/e2e/controlplane.py (etcd, kube-apiserver, KCM, scheduler, kwok, JobSet, Kueue) on
+Starts tier C of tests/harness/controlplane.py (etcd, kube-apiserver, KCM, scheduler, kwok, JobSet, Kueue) on
 loopback, installs deploy/crd.yaml, grows the cluster to M kwok nodes of 4 CPU (default: enough for N
 tasks, at least 4) with the ClusterQueue's quota equal to all of them, and runs the controller as a
-subprocess (benchmarks/controller_probe.py: `gangrun controller`'s loop with timers; `--plain` runs
+subprocess (tests/harness/controller_probe.py: `gangrun controller`'s loop with timers; `--plain` runs
 `python -m gangrun controller` itself, without the breakdown). N two-node tasks of 100m CPU each run;
 one `high` Job with one 4-CPU pod per node then makes Kueue preempt all of them; when it completes,
 Kueue readmits them.
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -51,27 +50,36 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
+from benchmarks._lib import REPO, load_average
 
 # Kueue's waitForPodsReady timeout (45 s in the harness) would evict gangs whose kwok pods a loaded
 # machine makes Ready late; such system retries are not what this benchmark measures.
 os.environ.setdefault("GANGRUN_E2E_PODS_READY_TIMEOUT", "30m")
 
-# After the sys.path and environment setup above: the harness reads both when imported.
-import controlplane  # noqa: E402
-from controlplane import LOCAL_QUEUE, NODE_CPU, NODE_MEMORY_GI, ControlPlane, Watch, has_condition  # noqa: E402
-
-GROUP, VERSION, PLURAL = "gangrun.dev", "v1alpha1", "clusteredtasks"
-TASK_LABEL = "gangrun.dev/task"
-TASK_CPU_MILLI = 100  # per pod; a task is two pods
-PODS_PER_NODE = 110  # kubelet's default, which kwok nodes declare too
+# After the environment setup above: the harness reads it when imported.
+from tests.harness import addons
+from tests.harness.addons import LOCAL_QUEUE, NODE_CPU, NODE_MEMORY_GI
+from tests.harness.binaries import NotBuiltError, locate_binaries
+from tests.harness.client import Watch, has_condition
+from tests.harness.controller_timeline import (
+    PODS_PER_NODE,
+    STAGES,
+    TASK_CPU_MILLI,
+    Timeline,
+    breakdown,
+    eviction_write,
+    nodes_needed,
+    readmission_write,
+    writes_between,
+)
+from tests.harness.controlplane import ControlPlane, running
+from tests.harness.kwok import ANNOTATION_COMPLETE_AFTER
+from tests.harness.tasks import GROUP, PLURAL, TASK_LABEL, VERSION
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -87,62 +95,6 @@ def fmt(xs: list[float]) -> str:
         return "no samples"
     return (f"p50 {pct(xs, 50) * 1000:7.1f} ms   p99 {pct(xs, 99) * 1000:7.1f} ms   "
             f"max {max(xs) * 1000:7.1f} ms   (n={len(xs)})")
-
-
-class Timeline:
-    """First-seen times per task, from the three watches."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.t: dict[str, dict[str, float]] = {}
-        self.task_events: list[float] = []  # when each MODIFIED event of a task arrived
-
-    def mark(self, task: str, what: str, t: float, after: str | None = None) -> None:
-        with self.lock:
-            d = self.t.setdefault(task, {})
-            if what in d or (after is not None and after not in d):
-                return
-            d[what] = t
-
-    def workload(self, t: float, _type: str, obj: dict) -> None:
-        owners = obj["metadata"].get("ownerReferences") or []
-        if not owners or owners[0].get("kind") != "JobSet":
-            return
-        task = owners[0]["name"].rsplit("-", 1)[0]
-        if has_condition(obj, "Evicted", reason="Preempted"):  # ours, not a timeout
-            self.mark(task, "wl_evicted", t)
-        elif has_condition(obj, "QuotaReserved"):
-            self.mark(task, "wl_readmitted", t, after="wl_evicted")
-
-    def jobset(self, t: float, _type: str, obj: dict) -> None:
-        task = (obj["metadata"].get("labels") or {}).get(TASK_LABEL)
-        if not task:
-            return
-        if obj["spec"].get("suspend") is False:
-            self.mark(task, "js_running", t)
-            self.mark(task, "js_resumed", t, after="js_suspended")
-        elif obj["spec"].get("suspend") is True:
-            self.mark(task, "js_suspended", t, after="js_running")
-
-    def task(self, t: float, type_: str, obj: dict) -> None:
-        if type_ == "MODIFIED":
-            with self.lock:
-                self.task_events.append(t)
-        s = obj.get("status") or {}
-        reason = str(s.get("reason") or "")
-        if s.get("eviction"):
-            self.mark(obj["metadata"]["name"], "st_evicted", t)
-        elif reason.startswith("running ("):
-            self.mark(obj["metadata"]["name"], "st_running", t)
-            self.mark(obj["metadata"]["name"], "st_readmitted", t, after="st_evicted")
-
-    def deltas(self, a: str | tuple[str, ...], b: str) -> list[float]:
-        out = []
-        for d in self.t.values():
-            starts = [d.get(x) for x in ((a,) if isinstance(a, str) else a)]
-            if b in d and all(s is not None for s in starts):
-                out.append(d[b] - max(starts))
-        return out
 
 
 def proc_cpu_rss(pid: int) -> tuple[float, int]:
@@ -177,19 +129,11 @@ def preemptor(ns: str, nodes: int) -> dict:
                                          "resources": {"requests": {"cpu": str(NODE_CPU)}}}]}}}}
 
 
-def nodes_needed(tasks: int) -> int:
-    """kwok nodes of NODE_CPU for `tasks` two-pod tasks, by CPU (with a tenth spare, so the scheduler
-    need not pack perfectly) and by the 110-pod limit; at least 4."""
-    by_cpu = math.ceil(tasks * 2 * TASK_CPU_MILLI * 11 / (NODE_CPU * 1000 * 10))
-    by_pods = math.ceil(tasks * 2 / (PODS_PER_NODE - 10))  # room for the preemptor's pod
-    return max(4, by_cpu, by_pods)
-
-
 def grow_cluster(cp: ControlPlane, nodes: int) -> None:
     """Add kwok nodes up to `nodes` (the harness made 4) and make the ClusterQueue's quota all of them."""
     kube = cp.kube
     res = {"cpu": str(NODE_CPU), "memory": f"{NODE_MEMORY_GI}Gi", "pods": str(PODS_PER_NODE)}
-    for i in range(controlplane.NODE_COUNT, nodes):
+    for i in range(addons.NODE_COUNT, nodes):
         kube.apply({"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": f"kwok-node-{i}", "labels": {
                         "kubernetes.io/hostname": f"kwok-node-{i}", "type": "kwok"},
@@ -197,17 +141,13 @@ def grow_cluster(cp: ControlPlane, nodes: int) -> None:
                     "status": {"capacity": res, "allocatable": res}})
     kube.wait_for(f"{nodes} nodes Ready", lambda: sum(
         1 for n in kube.list("Node") if has_condition(n, "Ready")) >= nodes, timeout=300, interval=0.5)
-    cq = kube.get("ClusterQueue", controlplane.CLUSTER_QUEUE)
+    cq = kube.get("ClusterQueue", addons.CLUSTER_QUEUE)
     for group in cq["spec"]["resourceGroups"]:
         for flavor in group["flavors"]:
             for r in flavor["resources"]:
                 r["nominalQuota"] = str(NODE_CPU * nodes) if r["name"] == "cpu" else f"{NODE_MEMORY_GI * nodes}Gi"
     kube.apply({"apiVersion": cq["apiVersion"], "kind": "ClusterQueue",
-                "metadata": {"name": controlplane.CLUSTER_QUEUE}, "spec": cq["spec"]})
-
-
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+                "metadata": {"name": addons.CLUSTER_QUEUE}, "spec": cq["spec"]})
 
 
 def ms(xs: list[float], p: float) -> float | None:
@@ -242,62 +182,6 @@ def quiet(tl: Timeline, seconds: float, timeout: float) -> float:
         return tl.task_events[-1] if tl.task_events else time.monotonic()
 
 
-def writes_between(tl: Timeline, probe: dict[str, Any] | None, start: float, end: float) -> int:
-    """The status writes from `start` to `end`: the probe's PATCHes, else the tasks' MODIFIED events
-    (a status write is one; gangrun changes nothing else on a task)."""
-    if probe is not None:
-        return sum(1 for w in probe["writes"] if start <= w["t0"] <= end)
-    with tl.lock:
-        return sum(1 for t in tl.task_events if start <= t <= end)
-
-
-def eviction_write(writes: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The write that recorded the eviction: the task's first with an eviction in it."""
-    return next((w for w in writes if w["evictions"] >= 1), None)
-
-
-def readmission_write(writes: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The write that said running again: the first after the eviction's with no open eviction."""
-    evicted = eviction_write(writes)
-    return None if evicted is None else next(
-        (w for w in writes if w["t0"] > evicted["t0"] and not w.get("evicted") and w["reason"].startswith("running (")),
-        None)
-
-
-def breakdown(tl: Timeline, probe: dict[str, Any], start: str, end: str,
-              which: Callable[[list[dict[str, Any]]], dict[str, Any] | None]) -> dict[str, list[float]]:
-    """Per task, the way from mark `start` to mark `end` (a status seen) split into stages, from the
-    probe's records: the write is the one `which` picks from the task's writes in order, its sync the
-    one that was running when it was sent."""
-    writes: dict[str, list[dict[str, Any]]] = {}
-    for w in sorted(probe["writes"], key=lambda w: w["t0"]):
-        writes.setdefault(w["key"][1], []).append(w)
-    syncs: dict[str, list[dict[str, Any]]] = {}
-    for sy in probe["syncs"]:
-        syncs.setdefault(sy["key"][1], []).append(sy)
-    out: dict[str, list[float]] = {k: [] for k in STAGES}
-    for task, d in tl.t.items():
-        w = which(writes.get(task, []))
-        if w is None or start not in d or end not in d:
-            continue
-        sy = next((x for x in syncs.get(task, []) if x["taken"] <= w["t0"] <= x["done"]), None)
-        if sy is None:
-            continue
-        out["controller_watch"].append(sy["queued"] - d[start])
-        out["queue_wait"].append(sy["taken"] - sy["queued"])
-        out["reconcile"].append(w["t0"] - sy["taken"])
-        out["api_write"].append(w["t1"] - w["t0"])
-        out["write_to_watch"].append(d[end] - w["t1"])
-    return out
-
-
-STAGES = {"controller_watch": "the event reaches the controller's queue",
-          "queue_wait": "queued -> taken by a worker (queue wait)",
-          "reconcile": "taken -> status PATCH sent (reads + reconcile)",
-          "api_write": "status PATCH round-trip (API write)",
-          "write_to_watch": "PATCH answered -> status event seen"}
-
-
 def print_breakdown(title: str, stages: dict[str, list[float]]) -> None:
     print(f"  {title} (per task; the stages add up to it):")
     for k, label in STAGES.items():
@@ -327,8 +211,8 @@ def main() -> int:
     ap.add_argument("--keep-probe", type=Path, help="copy the probe's records of every sync and write here")
     args = ap.parse_args()
     try:
-        binaries = controlplane.locate_binaries()
-    except controlplane.NotBuiltError as e:
+        binaries = locate_binaries()
+    except NotBuiltError as e:
         print(f"skipped: {e}")
         return 0
 
@@ -337,10 +221,10 @@ def main() -> int:
     if nodes < nodes_needed(n):
         raise SystemExit(f"--nodes {nodes} cannot hold {n} tasks; it takes at least {nodes_needed(n)}")
     timeout = args.timeout or 600.0 + 2 * n
-    load_before = loadavg()
+    load_before = load_average()
     print(f"load average before the run: {load_before} ({os.cpu_count()} cores)")
     t0 = time.monotonic()
-    with controlplane.running("C", binaries) as cp, tempfile.TemporaryDirectory(prefix="bench-ctl-") as tmp:
+    with running("C", binaries) as cp, tempfile.TemporaryDirectory(prefix="bench-ctl-") as tmp:
         kube = cp.kube
         print(f"control plane tier C up in {time.monotonic() - t0:.1f} s")
         grow_cluster(cp, nodes)
@@ -364,8 +248,8 @@ def main() -> int:
         common = ["--kubeconfig", str(cp.kubeconfig), "--namespace", ns]
         argv = ([sys.executable, "-m", "gangrun", "controller", *common, "--no-leader-election",
                  "--metrics-port", "0", "--health-port", "0"] if args.plain else
-                [sys.executable, str(REPO / "benchmarks" / "controller_probe.py"), str(probe_out), *common])
-        ctl = cp.spawn("gangrun-controller", argv, env={"PYTHONPATH": str(REPO / "src")})
+                [sys.executable, "-m", "tests.harness.controller_probe", str(probe_out), *common])
+        ctl = cp.spawn("gangrun-controller", argv, env={"PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])})
         pid = ctl.proc.pid
 
         def count(key: str) -> int:
@@ -407,7 +291,7 @@ def main() -> int:
         # -- preempt all, then readmit all ----------------------------------------------------------
         cpu0, _ = proc_cpu_rss(pid)
         wall0 = time.monotonic()
-        load_evict = loadavg()
+        load_evict = load_average()
         storm_done = threading.Event()
         evict_writes = storm_writes(kube, ns, storm_done)  # the API server's write latency while Kueue evicts
         kube.create(preemptor(ns, nodes))
@@ -415,12 +299,12 @@ def main() -> int:
         storm_done.set()
         print(f"{n} tasks preempted and waiting for re-admission in {took:.1f} s")
         pods = kube.wait_running_pods(ns, "batch.kubernetes.io/job-name=urgent", nodes, timeout=timeout)
-        load_readmit = loadavg()
+        load_readmit = load_average()
         readmit_done = threading.Event()
         readmit_writes = storm_writes(kube, ns, readmit_done)  # ... and while it readmits
         for p in pods:
             kube.patch("Pod", p["metadata"]["name"], ns,
-                       {"metadata": {"annotations": {controlplane.ANNOTATION_COMPLETE_AFTER: "0s"}}})
+                       {"metadata": {"annotations": {ANNOTATION_COMPLETE_AFTER: "0s"}}})
         took = wait_count("st_readmitted", f"{n} tasks readmitted and running")
         readmit_done.set()
         print(f"{n} tasks readmitted and running again in {took:.1f} s")

@@ -1,6 +1,6 @@
 """Elastic gangs against waiting for the full size: the same seeded preemption storm, run twice.
 
-    python benchmarks/bench_elastic.py [--seed 7] [--json]
+    python -m benchmarks.bench_elastic [--seed 7] [--json]
 
 On the local backend (quota 4 CPU, 1 CPU a node), with real worker processes:
 

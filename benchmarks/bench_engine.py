@@ -1,6 +1,6 @@
 """Lifecycle engine throughput: decisions per second on one core over a realistic mix of observations.
 
-    python benchmarks/bench_engine.py [--seconds 2]
+    python -m benchmarks.bench_engine [--seconds 2]
 
 The mix replays what a controller sees over a task's life (mostly steady Running, then admission,
 start-up, preemption, the S7 race, readmission, evictions that end attempts, completion). Printed next
@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from builders import make_gang, make_workload
 from gangrun._core.engine import decide
 from gangrun._core.observation import NOT_FOUND, observed
 from gangrun._core.policy import Policy
 from gangrun._core.state import TaskState
+from tests.harness.builders import make_gang, make_workload
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,6 +1,6 @@
 """Does the reported goodput tell the truth? The same checkpointing workload run twice on the local backend.
 
-    python benchmarks/bench_goodput_check.py [--steps 240] [--step-seconds 0.25] [--json]
+    python -m benchmarks.bench_goodput_check [--steps 240] [--step-seconds 0.25] [--json]
 
 1. uninterrupted: one gang (1 node × 2 ranks) trains STEPS steps and succeeds;
 2. interrupted: the same gang is preempted three times by a high-priority task that runs for a few

@@ -1,6 +1,6 @@
 """Local backend benchmarks, each next to a baseline measured in the same run.
 
-    python benchmarks/bench_local.py [--tasks 500] [--json]
+    python -m benchmarks.bench_local [--tasks 500] [--json]
 
 Small gangs (a few seconds):
 

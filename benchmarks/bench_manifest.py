@@ -1,7 +1,7 @@
 """Reading manifests, good and hostile: time and peak memory against PyYAML's own safe loader.
 
-    python benchmarks/bench_manifest.py           # prints a table
-    python benchmarks/bench_manifest.py --json    # one JSON document
+    python -m benchmarks.bench_manifest           # prints a table
+    python -m benchmarks.bench_manifest --json    # one JSON document
 
 For each input, in one run: the time `gangrun._manifest_file.parse_document` (+ `parse_manifest`
 where the document gets that far) takes, and its peak traced memory, each as a ratio to

@@ -1,10 +1,10 @@
 """Where the time goes on a real node: a gang created, preempted by Kueue and resumed, in real containers.
 
-    python benchmarks/bench_realnode.py [--rounds 3] [--json]      # as root; ./dev bench runs it too
+    python -m benchmarks.bench_realnode [--rounds 3] [--json]      # as root; ./dev bench runs it too
 
-Starts the control plane (tier C of tests/e2e/controlplane.py), the real node beside it
-(tests/e2e/realnode.py: containerd, the kubelet, CoreDNS; the images of hack/build-images.sh) and
-the gangrun controller in-cluster from the image, as the real-node tests do (tests/e2e/realnode_tasks.py).
+Starts the control plane (tier C of tests/harness/controlplane.py), the real node beside it
+(tests/harness/realnode.py: containerd, the kubelet, CoreDNS; the images of hack/build-images.sh) and
+the gangrun controller in-cluster from the image, as the real-node tests do (tests/harness/realnode_tasks.py).
 Each round runs the shipped example (`python -m gangrun.examples.train`) as a 2-worker gang of half a
 CPU each, its checkpoints on a hostPath volume, and once rank 0 trained 10 steps submits a 1-worker
 task of higher priority, which makes Kueue preempt the gang; when that task is done Kueue readmits
@@ -43,11 +43,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-
-import controlplane  # noqa: E402
-import realnode  # noqa: E402
+from benchmarks._lib import load_average, prerequisites
+from tests.harness import client, controlplane, realnode
 
 SUBSTRATE, GANGRUN, SCRIPT = "substrate", "gangrun", "script"
 TASK_LABEL = "gangrun.dev/task"
@@ -154,7 +151,7 @@ def _rfc3339(text: str) -> float:
 
 
 def cond(obj: dict, ctype: str, status: str = "True") -> bool:
-    return controlplane.has_condition(obj, ctype, status)
+    return client.has_condition(obj, ctype, status)
 
 
 def owned_by(obj: dict, jobset: str) -> bool:
@@ -173,7 +170,7 @@ def terminated(pod: dict) -> dict:
 
 def one_round(rc: Any, rec: Record, procs: Processes, i: int) -> dict[str, list[tuple[str, str, float]]]:
     """Create, preempt and readmit one gang; the steps of each figure: (what, whose, seconds)."""
-    from realnode_tasks import STARTING, LogFollower, new_running_pods, submit, train_task, wait_phase
+    from tests.harness.realnode_tasks import STARTING, LogFollower, new_running_pods, submit, train_task, wait_phase
 
     kube, ns = rc.kube, rc.ns
     gang, urgent = f"gang-{i}", f"urgent-{i}"
@@ -319,26 +316,6 @@ def report(rounds: list[dict[str, list[tuple[str, str, float]]]]) -> dict[str, A
     return out
 
 
-def prerequisites() -> tuple[controlplane.Binaries, list[Path]] | str:
-    """The Kubernetes binaries and the images (built when missing) the real node needs; or why it cannot
-    start here (no root, no binaries, the node's Debian packages missing, the image build failing)."""
-    try:
-        binaries = controlplane.locate_binaries()
-    except controlplane.NotBuiltError as e:
-        return str(e)
-    missing = realnode.missing_pieces(binaries)
-    if missing:
-        return "the real node cannot start here; missing: " + "; ".join(missing)
-    try:
-        return binaries, realnode.image_archives()
-    except realnode.NodeSetupError as e:
-        return str(e)
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -349,18 +326,18 @@ def main() -> int:
         print(f"skipped: {parts}")
         return 0
     binaries, images = parts
-    from realnode_tasks import real_cluster
+    from tests.harness.realnode_tasks import real_cluster
 
     print(f"load average before the run: {load_average()} ({os.cpu_count()} cores)")
     t0 = time.monotonic()
     with controlplane.running("C", binaries) as cp, real_cluster(cp, images) as rc:
         print(f"control plane, real node and controller up in {time.monotonic() - t0:.1f} s")
         rec, procs = Record(), Processes()
-        watches = [controlplane.Watch(cp, rc.ns, "workloads", rec.on("workload"), group="kueue.x-k8s.io",
+        watches = [client.Watch(cp, rc.ns, "workloads", rec.on("workload"), group="kueue.x-k8s.io",
                                       version="v1beta2", timeout_seconds=60),
-                   controlplane.Watch(cp, rc.ns, "jobsets", rec.on("jobset"), group="jobset.x-k8s.io",
+                   client.Watch(cp, rc.ns, "jobsets", rec.on("jobset"), group="jobset.x-k8s.io",
                                       version="v1alpha2", timeout_seconds=60),
-                   controlplane.Watch(cp, rc.ns, "pod", rec.on("pod"), label_selector=TASK_LABEL, timeout_seconds=60)]
+                   client.Watch(cp, rc.ns, "pod", rec.on("pod"), label_selector=TASK_LABEL, timeout_seconds=60)]
         try:
             rounds = [one_round(rc, rec, procs, i) for i in range(1, args.rounds + 1)]
         finally:

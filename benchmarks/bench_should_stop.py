@@ -1,7 +1,7 @@
 """What one `ctx.should_stop()` costs on gloo, where it is one all_reduce of a one-element tensor.
 
-    python benchmarks/bench_should_stop.py                    # 2 and 4 ranks, 2000 calls each
-    python benchmarks/bench_should_stop.py --ranks 2 --calls 500
+    python -m benchmarks.bench_should_stop                    # 2 and 4 ranks, 2000 calls each
+    python -m benchmarks.bench_should_stop --ranks 2 --calls 500
 
 Starts the ranks as processes of this machine (gloo over loopback, one thread each), and on every
 rank: 200 warm-up calls, then `--calls` timed calls of `ctx.should_stop()`, then as many bare

@@ -1,7 +1,7 @@
 """The goodput storm of bench_goodput.py on the real node: Kueue chooses the victims, with and without
 gangrun's priority boost.
 
-    python benchmarks/bench_goodput.py --tier realnode [--seed 7] [--rounds 3] [--resume on|off|both] [--json]
+    python -m benchmarks.bench_goodput --tier realnode [--seed 7] [--rounds 3] [--resume on|off|both] [--json]
     # as root; the real node is one per machine: one real-node test or benchmark at a time
 
 The control plane (tier C, Kueue's `PriorityBoost` gate on), the real node and the gangrun controller
@@ -33,10 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_goodput import CONFIGS, WORKER, Storm, compare, figures, plan, table, worker_env
-from bench_realnode import controlplane, load_average, prerequisites  # it puts tests/e2e on the path
-
+from benchmarks._goodput import CONFIGS, WORKER, Storm, compare, figures, plan, table, worker_env
+from benchmarks._lib import load_average, prerequisites
 from gangrun._backends.kube.backend import KubeBackend
+from tests.harness import controlplane
 
 STORM = Storm(gangs=3, arrivals=2, steps=120, step_seconds=0.5, intervals=(2, 8, 24), arrival_window=(10.0, 40.0),
               high_seconds=10.0, boost_steps=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0))
@@ -45,7 +45,7 @@ TERMINAL = ("Succeeded", "Failed", "Aborted")
 
 def low_task(rc: Any, storm: Storm, name: str, every: int, script: Path, *, resume: bool) -> dict:
     """A low gang: WORKER from the hostPath folder, its checkpoints beside it, retries enough for the storm."""
-    from realnode_tasks import train_task
+    from tests.harness.realnode_tasks import train_task
 
     body = train_task(rc, name, nodes=1, priority="low", resume=resume, retries=50)
     body["spec"].update(command=["python", str(script)], env=worker_env(storm, every))
@@ -53,7 +53,7 @@ def low_task(rc: Any, storm: Storm, name: str, every: int, script: Path, *, resu
 
 
 def high_task(rc: Any, storm: Storm, name: str) -> dict:
-    from realnode_tasks import train_task
+    from tests.harness.realnode_tasks import train_task
 
     body = train_task(rc, name, nodes=1, priority="high", resume=False)
     body["spec"].update(command=["sleep", f"{storm.high_seconds:g}"], env={})
@@ -70,7 +70,8 @@ def play(rc: Any, backend: KubeBackend, storm: Storm, intervals: list[int], arri
          resume: bool, script: Path, timeout: float, tag: str = "") -> list[dict[str, Any]]:
     """One configuration on the real node, with a controller of its own. Returns the low gangs' views."""
     import incluster
-    from realnode_tasks import submit, wait_phase
+
+    from tests.harness.realnode_tasks import submit, wait_phase
 
     kube = rc.kube
     incluster.remove(kube, wait=120)
@@ -102,7 +103,7 @@ def play(rc: Any, backend: KubeBackend, storm: Storm, intervals: list[int], arri
 
 def clear(rc: Any, names: list[str]) -> None:
     """Delete the tasks and wait until their pods are gone and Kueue holds nothing of them."""
-    from realnode_tasks import CLUSTER_QUEUE, TASK_LABEL, cleanup_task
+    from tests.harness.realnode_tasks import CLUSTER_QUEUE, TASK_LABEL, cleanup_task
 
     for name in names:
         cleanup_task(rc, name)
@@ -124,7 +125,7 @@ def run(storm: Storm, seed: int, *, rounds: int = 1, resume: tuple[bool, ...],
     if isinstance(parts, str):
         return parts
     binaries, images = parts
-    from realnode_tasks import real_cluster
+    from tests.harness.realnode_tasks import real_cluster
 
     configs = [c for c in CONFIGS if c[1] in resume]
     views: dict[tuple[bool, bool], list[dict[str, Any]]] = {c: [] for c in configs}

@@ -7,7 +7,7 @@ test module that imports one of them before it asks for Flyte errors at collecti
 
 from __future__ import annotations
 
-from optional_extra import pytest_without
+from tests.harness.optional_extra import pytest_without
 
 FLYTE_EXTRA = ["flyte", "flyteidl2", "google.protobuf", "cloudpickle"]
 

@@ -6,7 +6,7 @@ tests/torch_sdk (optional_extra.py) and check what that run reports.
 
 from __future__ import annotations
 
-from optional_extra import pytest_without
+from tests.harness.optional_extra import pytest_without
 
 
 def test_without_torch_the_torch_tests_skip_at_once() -> None:

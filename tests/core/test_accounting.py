@@ -6,9 +6,9 @@ from functools import reduce
 
 import pytest
 
-from builders import T0, at
 from gangrun._core.accounting import Accounting
 from gangrun._core.timeline import Event, EventType
+from tests.harness.builders import T0, at
 
 E = EventType
 

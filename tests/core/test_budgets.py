@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from builders import T0, at, make_gang, make_workload
 from gangrun._core import kueue
 from gangrun._core.engine import ActionKind, cancel, decide
 from gangrun._core.observation import NOT_FOUND, observed
 from gangrun._core.phases import Phase
 from gangrun._core.policy import Policy
 from gangrun._core.state import TaskState
+from tests.harness.builders import T0, at, make_gang, make_workload
 
 NODE_FAILURE = make_workload().admitted().evicted(kueue.EVICTED_DUE_TO_NODE_FAILURES, "node n1 lost").obj()
 

@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from builders import T0, at, make_gang
 from gangrun._core.engine import ActionKind, decide
 from gangrun._core.observation import NOT_FOUND, Gang, observed
 from gangrun._core.phases import Phase
 from gangrun._core.policy import Policy
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import EventType, transition_events
+from tests.harness.builders import T0, at, make_gang
 
 LOST = ("worker lost to node disruption (EvictionByEvictionAPI): Eviction API: evicting "
         "(pod train-1-workers-0-1-abcde); restarting the gang (not counted)")

@@ -1,16 +1,16 @@
-"""S2/S3: every row of the phase table (reference flyte-clustered.md §3.3), one decide() per row."""
+"""S2/S3: every row of the phase table, one decide() per row."""
 
 from __future__ import annotations
 
 import pytest
 
-from builders import T0, at, make_gang, make_workload, state_in
 from gangrun._core import jobset, kueue
 from gangrun._core.engine import ActionKind, decide
 from gangrun._core.observation import NOT_FOUND, Observation, observed
 from gangrun._core.phases import Phase
 from gangrun._core.policy import Policy, RetryKind
 from gangrun._core.state import TaskState
+from tests.harness.builders import T0, at, make_gang, make_workload, state_in
 
 P = Policy()
 

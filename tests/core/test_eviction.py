@@ -1,10 +1,9 @@
-"""S4/S6: classifying Kueue evictions after start, with the exact messages (flyte-clustered.md §4.3, kueue-jobset.md §1.5)."""
+"""S4/S6: classifying Kueue evictions after start, with the exact messages."""
 
 from __future__ import annotations
 
 import pytest
 
-from builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 from gangrun._core import kueue
 from gangrun._core.engine import ActionKind, decide
 from gangrun._core.eviction import EvictionKind, classify_eviction
@@ -12,6 +11,7 @@ from gangrun._core.observation import WorkloadRead, observed
 from gangrun._core.phases import Phase
 from gangrun._core.policy import Policy
 from gangrun._core.state import Outcome
+from tests.harness.builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 
 SUSPENDED = make_gang().suspended().obj()
 
@@ -24,7 +24,7 @@ def after_start_eviction(wl, *, retries: int = 2, attempt: int = 1, user_used: i
                   observed(SUSPENDED, wl, unreadable=unreadable), now=at(60))
 
 
-# Every Kueue Evicted reason of v0.17-v0.19 (kueue-jobset.md §1.5) and the retry class it maps to.
+# Every Kueue Evicted reason of v0.17-v0.19 and the retry class it maps to.
 @pytest.mark.parametrize(
     ("reason", "want_kind", "user_caused"),
     [
@@ -60,7 +60,7 @@ def test_s4_every_kueue_evicted_reason_is_classified(reason, want_kind, user_cau
     assert d.state.attempts[0].outcome is (Outcome.USER_RETRY if user_caused else Outcome.SYSTEM_RETRY)
 
 
-# flyte-clustered.md §4.3: the test-pinned outcomes, with their exact messages.
+# The test-pinned outcomes, with their exact messages.
 @pytest.mark.parametrize(
     ("wl", "retries", "user_used", "unreadable", "want_outcome", "want_in_message"),
     [

@@ -7,7 +7,6 @@ from datetime import timedelta
 
 import pytest
 
-from builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 from gangrun._core import kueue, lifecycle, stop_causes
 from gangrun._core.accounting import Accounting
 from gangrun._core.engine import ActionKind
@@ -17,6 +16,7 @@ from gangrun._core.policy import MAX_RETRIES_EXCEEDED
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
+from tests.harness.builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 
 RUNNING = state_in(Phase.RUNNING, "running (restart attempt 0)", started=True)
 UP = make_gang().ready().obj()

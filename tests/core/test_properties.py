@@ -8,13 +8,13 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builders import T0
 from gangrun._core import jobset, kueue
 from gangrun._core.conditions import Condition
 from gangrun._core.engine import ActionKind, decide
 from gangrun._core.observation import Gang, Observation, Workload, WorkloadRead
 from gangrun._core.policy import Policy
 from gangrun._core.state import TaskState
+from tests.harness.builders import T0
 
 TEXT = st.text(max_size=12)
 REASONS = st.sampled_from([

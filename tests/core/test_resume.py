@@ -1,4 +1,4 @@
-"""S5/S7/S8/B4 with resumeAfterPreemption: the decision table of flyte-clustered.md §4.4, plus the story."""
+"""S5/S7/S8/B4 with resumeAfterPreemption: the decision table, plus the story."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 from gangrun._core import kueue
 from gangrun._core.engine import ActionKind, decide
 from gangrun._core.observation import observed
 from gangrun._core.phases import Phase
 from gangrun._core.policy import Policy
+from tests.harness.builders import PREEMPTION_MESSAGE, at, make_gang, make_workload, state_in
 
 RESUME = Policy(retries=0, resume_after_preemption=True)
 WAITING = f"gang evicted by kueue (Preempted, InClusterQueue): {PREEMPTION_MESSAGE}; waiting for re-admission"
@@ -21,7 +21,7 @@ def running():
     return state_in(Phase.RUNNING, "running (restart attempt 0)", started=True)
 
 
-# flyte-clustered.md §4.4: resume_after_preemption=true, the gang already started, JobSet seen suspended.
+# resume_after_preemption=true, the gang already started, JobSet seen suspended.
 @pytest.mark.parametrize(
     ("wl", "unreadable", "want_action", "want_retry", "want_reason"),
     [

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from builders import T0, at, make_gang, make_workload
 from gangrun._core.engine import cancel, decide
 from gangrun._core.observation import NOT_FOUND, observed
 from gangrun._core.policy import Policy
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType, transition_events
 from gangrun._core.view import state_view
+from tests.harness.builders import T0, at, make_gang, make_workload
 
 RESUME = Policy(retries=0, resume_after_preemption=True)
 

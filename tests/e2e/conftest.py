@@ -1,4 +1,4 @@
-"""Pytest fixtures for end-to-end tests against a real control plane (see controlplane.py).
+"""Pytest fixtures for end-to-end tests against a real control plane (see tests/harness/controlplane.py).
 
 A test asks for the tier it needs by fixture:
 
@@ -21,15 +21,13 @@ If the binaries are not built the fixtures skip, naming ``hack/build-control-pla
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-import controlplane
+from tests.harness import client, controlplane
+from tests.harness.binaries import Binaries, NotBuiltError, locate_binaries
 
 TIER_FIXTURES = {"control_plane_tier_a", "control_plane_tier_b", "control_plane_tier_c"}
 
@@ -38,10 +36,10 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
-def real_node_images(binaries: controlplane.Binaries, *, flyte: bool = False) -> list[Path]:
+def real_node_images(binaries: Binaries, *, flyte: bool = False) -> list[Path]:
     """The image archives a real node imports (with `flyte`, the image with the flyte extra too); skips the
     test (fails it with CI=true) when a piece the node needs is missing here."""
-    import realnode
+    from tests.harness import realnode
 
     missing = realnode.missing_pieces(binaries)
     if missing:
@@ -59,17 +57,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def control_plane_binaries() -> controlplane.Binaries:
+def control_plane_binaries() -> Binaries:
     try:
-        return controlplane.locate_binaries()
-    except controlplane.NotBuiltError as e:
+        return locate_binaries()
+    except NotBuiltError as e:
         if _in_ci():
             pytest.fail(f"CI=true and {e}", pytrace=False)
         pytest.skip(str(e))
 
 
 @pytest.fixture(scope="session")
-def control_plane(control_plane_binaries: controlplane.Binaries) -> Iterator[controlplane.ControlPlane]:
+def control_plane(control_plane_binaries: Binaries) -> Iterator[controlplane.ControlPlane]:
     """The session's control plane, not started yet; prefer the tier fixtures."""
     cp = controlplane.ControlPlane(
         control_plane_binaries, keep_workdir=bool(os.environ.get("GANGRUN_E2E_KEEP"))
@@ -96,7 +94,7 @@ def control_plane_tier_c(control_plane: controlplane.ControlPlane) -> controlpla
 
 
 @pytest.fixture
-def kube(control_plane: controlplane.ControlPlane) -> controlplane.Kube:
+def kube(control_plane: controlplane.ControlPlane) -> client.Kube:
     """kubectl-like helper (admin). Request a tier fixture first so the API is up."""
     return control_plane.kube
 

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from controlplane import _LIVE, REPO_ROOT, _die_with_parent, _kill_group, free_port
 from flyte._internal.runtime.convert import convert_from_native_to_inputs, convert_outputs_to_native
 from flyte._internal.runtime.io import load_outputs, upload_inputs
 from flyte._internal.runtime.task_serde import get_proto_task
@@ -45,6 +44,8 @@ from flyteidl2.core import tasks_pb2
 from flyteidl2.core.security_pb2 import Connection
 
 from gangrun.flyte.connector import GangMeta
+from tests.harness.binaries import REPO_ROOT
+from tests.harness.processes import LIVE, die_with_parent, end, free_port
 
 CATEGORY = TaskCategory(name="gangrun", version=0)
 RUN, ACTION = "r1", "a0"
@@ -136,8 +137,8 @@ def connector_service(workdir: Path, connection: dict[str, str], timeout: float 
         proc = subprocess.Popen([sys.executable, "-m", "flyte._bin.connect", "c0", f"--port={port}",
                                  f"--prometheus_port={free_port()}", "--worker=4"], stdout=fh,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=workdir,
-                                start_new_session=True, preexec_fn=_die_with_parent)
-    _LIVE.append(proc)
+                                start_new_session=True, preexec_fn=die_with_parent)
+    LIVE.append(proc)
     service = ConnectorService(port, proc, log, connection)
     try:
         deadline = time.monotonic() + timeout
@@ -152,6 +153,4 @@ def connector_service(workdir: Path, connection: dict[str, str], timeout: float 
         yield service
     finally:
         service.channel.close()
-        _kill_group(proc, grace=5.0)
-        with contextlib.suppress(ValueError):
-            _LIVE.remove(proc)
+        end(proc, grace=5.0)

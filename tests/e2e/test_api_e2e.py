@@ -15,19 +15,19 @@ import time
 import urllib.request
 
 import pytest
-from controlplane import LOCAL_QUEUE, NODE_CPU, ControlPlane
-from test_controller_e2e import (  # the controller process, its CRD fixture and kwok's pod completion
-    ATTEMPT_LABEL,
-    TASK_LABEL,
+
+import gangrun
+from gangrun._ui import start
+from tests.e2e.test_controller_e2e import (
     ControllerProcess,
     complete_pods,
     crd_installed,  # noqa: F401  (a fixture)
     finish_preemptor,
     preempt,
-)
-
-import gangrun
-from gangrun._ui import start
+)  # the controller process, its CRD fixture and kwok's pod completion
+from tests.harness.addons import LOCAL_QUEUE, NODE_CPU
+from tests.harness.controlplane import ControlPlane
+from tests.harness.tasks import ATTEMPT_LABEL, TASK_LABEL
 
 pytestmark = pytest.mark.e2e
 TIMEOUT = 120.0

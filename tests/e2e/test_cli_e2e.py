@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from controlplane import ApiError, ControlPlane, free_port
 
 from gangrun._backends.kube import events
 from gangrun._backends.kube.reconcile import load_state
 from gangrun._core.eviction import Eviction, EvictionKind
 from gangrun._core.phases import Phase
 from gangrun._core.timeline import Event, EventType
+from tests.harness.client import ApiError
+from tests.harness.controlplane import ControlPlane
+from tests.harness.processes import free_port
 
 pytestmark = pytest.mark.e2e
 

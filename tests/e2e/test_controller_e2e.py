@@ -22,28 +22,27 @@ from pathlib import Path
 
 import pytest
 import yaml
-from controlplane import (
-    ANNOTATION_COMPLETE_AFTER,
-    LOCAL_QUEUE,
-    NODE_CPU,
-    ApiError,
-    Component,
-    ControlPlane,
-    Kube,
-    Watch,
-    condition,
-    has_condition,
-)
 
 from gangrun._backends.kube.controller import REJECTED_EVENT
+from tests.harness.addons import LOCAL_QUEUE, NODE_CPU
+from tests.harness.client import ApiError, Kube, Watch, condition, has_condition
+from tests.harness.controlplane import ControlPlane
+from tests.harness.kwok import ANNOTATION_COMPLETE_AFTER
+from tests.harness.processes import Component
+from tests.harness.tasks import (
+    ATTEMPT_LABEL,
+    GROUP,
+    PLURAL,
+    TASK_LABEL,
+    TIMEOUT,
+    VERSION,
+    task_path,
+    wait_status,
+)
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-TIMEOUT = 120.0
-GROUP, VERSION, PLURAL = "gangrun.dev", "v1alpha1", "clusteredtasks"
-TASK_LABEL = "gangrun.dev/task"
-ATTEMPT_LABEL = "gangrun.dev/attempt"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 RBAC_HINT = "the controller may not read Kueue Workloads (403)"
 PREEMPTED_PREFIX = "gang evicted by kueue (Preempted, InClusterQueue): "
@@ -178,11 +177,6 @@ def controller(env, kubeconfig: Path | None = None, args: tuple[str, ...] = ()) 
 # ------------------------------------------------------------------------------- objects
 
 
-def task_path(ns: str, name: str | None = None) -> str:
-    p = f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}"
-    return p + f"/{name}" if name else p
-
-
 def list_tasks(kube: Kube, ns: str) -> list[dict]:
     return kube.request("GET", task_path(ns))["items"]
 
@@ -216,29 +210,6 @@ def preemptor(ns: str, name: str = "urgent") -> dict:
             }},
         },
     }
-
-
-def status(kube: Kube, ns: str, name: str) -> dict:
-    return kube.request("GET", task_path(ns, name)).get("status") or {}
-
-
-def wait_status(kube: Kube, ns: str, name: str, pred, what: str, ctl: ControllerProcess | None = None,
-                timeout: float = TIMEOUT) -> dict:
-    last: dict = {}
-
-    def check():
-        nonlocal last
-        if ctl is not None:
-            ctl.check()
-        last = status(kube, ns, name)
-        return last if pred(last) else None
-
-    try:
-        return kube.wait_for(f"task {ns}/{name}: {what}", check, timeout=timeout, interval=0.2)
-    except TimeoutError as e:
-        raise AssertionError(f"{e}; last status: phase={last.get('phase')} attempt={last.get('attempt')} "
-                             f"reason={last.get('reason')!r}\n"
-                             + (ctl.log()[-4000:] if ctl else "")) from None
 
 
 def complete_pods(kube: Kube, ns: str, selector: str, count: int) -> None:

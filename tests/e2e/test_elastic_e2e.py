@@ -19,13 +19,16 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-import test_controller_e2e
-from controlplane import ANNOTATION_TERMINATE_AFTER, NODE_CPU, Kube
-from test_controller_e2e import TIMEOUT, complete_pods, controller, task_path, wait_status
-from test_priority_boost_e2e import WORKER, high_job
-from test_training_e2e import NOTICE, PodRecorder, has_notice, timeline
 
 from gangrun import _checkpoint_report
+from tests.e2e import test_controller_e2e
+from tests.e2e.test_controller_e2e import TIMEOUT, complete_pods, controller
+from tests.e2e.test_priority_boost_e2e import WORKER, high_job
+from tests.e2e.test_training_e2e import NOTICE, has_notice, timeline
+from tests.harness.addons import NODE_CPU
+from tests.harness.client import Kube
+from tests.harness.kwok import ANNOTATION_TERMINATE_AFTER
+from tests.harness.tasks import PodRecorder, task_path, wait_status
 
 pytestmark = pytest.mark.e2e
 crd_installed = test_controller_e2e.crd_installed

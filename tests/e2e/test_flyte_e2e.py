@@ -12,9 +12,11 @@ import os
 import time
 
 import pytest
-from controlplane import LOCAL_QUEUE, NODE_CPU
-from test_api_e2e import crd_installed, kube_env  # noqa: F401  (fixtures)
-from test_controller_e2e import ATTEMPT_LABEL, TASK_LABEL, complete_pods, finish_preemptor, preempt
+
+from tests.e2e.test_api_e2e import crd_installed, kube_env  # noqa: F401  (fixtures)
+from tests.e2e.test_controller_e2e import complete_pods, finish_preemptor, preempt
+from tests.harness.addons import LOCAL_QUEUE, NODE_CPU
+from tests.harness.tasks import ATTEMPT_LABEL, TASK_LABEL
 
 if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
     import flyte  # CI installs the flyte extra: a missing one fails here
@@ -25,7 +27,7 @@ from flyteidl2.core.execution_pb2 import TaskExecution
 
 import gangrun
 from gangrun.flyte import Gang
-from with_flyte import connector_calls
+from tests.with_flyte import connector_calls
 
 pytestmark = pytest.mark.e2e
 TIMEOUT = 120.0

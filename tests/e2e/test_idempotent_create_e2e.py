@@ -12,13 +12,13 @@ import os
 from typing import Any
 
 import pytest
-from test_api_e2e import crd_installed, gangrun_tasks, kube_env, running, task, until  # noqa: F401  (fixtures)
-from test_controller_e2e import TASK_LABEL
 
 import gangrun
 from gangrun._backends.kube import KubeBackend, crd
 from gangrun._backends.kube.client import Resource, connect
 from gangrun._errors import ApiError
+from tests.e2e.test_api_e2e import crd_installed, gangrun_tasks, kube_env, running, task, until  # noqa: F401  (fixtures)
+from tests.harness.tasks import TASK_LABEL
 
 pytestmark = pytest.mark.e2e
 
@@ -72,9 +72,8 @@ def test_a_create_flyte_sends_twice_for_one_execution_leaves_one_task_and_one_ga
         import flyte  # noqa: F401  (CI installs the flyte extra: a missing one fails here)
     else:
         pytest.importorskip("flyte", reason="the flyte extra is not installed: pip install -e '.[flyte]'")
-    from test_flyte_e2e import train
-
-    from with_flyte import connector_calls
+    from tests.e2e.test_flyte_e2e import train
+    from tests.with_flyte import connector_calls
 
     cp, ns, ctl = kube_env
     connection = {"kubeconfig": str(cp.kubeconfig), "namespace": ns}

@@ -19,10 +19,10 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from controlplane import LOCAL_QUEUE, NODE_CPU, Kube
-from test_controller_e2e import (
-    ATTEMPT_LABEL,
-    TASK_LABEL,
+
+from gangrun import _checkpoint_report
+from gangrun._core.priority_boost import ANNOTATION, BoostPolicy
+from tests.e2e.test_controller_e2e import (
     TIMEOUT,
     controller,
     crd_installed,  # noqa: F401  (a fixture `env` needs)
@@ -31,13 +31,11 @@ from test_controller_e2e import (
     is_running,
     is_waiting_for_readmission,
     jobset_uid,
-    status,
-    wait_status,
     workload_of_jobset,
 )
-
-from gangrun import _checkpoint_report
-from gangrun._core.priority_boost import ANNOTATION, BoostPolicy
+from tests.harness.addons import LOCAL_QUEUE, NODE_CPU
+from tests.harness.client import Kube
+from tests.harness.tasks import ATTEMPT_LABEL, TASK_LABEL, status, wait_status
 
 pytestmark = pytest.mark.e2e
 

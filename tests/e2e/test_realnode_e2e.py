@@ -19,20 +19,23 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
-import incluster
 import pytest
-from controlplane import REPO_ROOT, ControlPlane
-from realnode_tasks import (
+
+from tests.e2e.conftest import real_node_images
+from tests.harness import incluster
+from tests.harness.controlplane import ControlPlane
+from tests.harness.realnode_tasks import (
     TIMEOUT,
     LogFollower,
     RealCluster,
     cleanup_task,
     committed_steps,
+    ddp_task,
     evict,
     kill_training_process,
     new_running_pods,
+    rank_of,
     real_cluster,
     running_pods,
     starts_by_rank,
@@ -41,15 +44,11 @@ from realnode_tasks import (
     wait_phase,
     worker_exits,
 )
-from test_controller_e2e import TASK_LABEL, status
-from test_training_e2e import PodRecorder
-
-from conftest import real_node_images
+from tests.harness.tasks import TASK_LABEL, PodRecorder, status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
 TIMINGS: dict[str, float] = {}  # measured along the way, printed by the last test
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 @pytest.fixture(scope="module", name="real_cluster")  # one real node at a time: test_realnode_host.py starts its own
@@ -57,10 +56,6 @@ def real_cluster_fixture(control_plane_tier_c: ControlPlane) -> Iterator[RealClu
     cp = control_plane_tier_c
     with real_cluster(cp, real_node_images(cp.binaries)) as rc:
         yield rc
-
-
-def rank_of(pod: dict) -> int:
-    return int(pod["metadata"]["annotations"][COMPLETION_INDEX])
 
 
 # ------------------------------------------------------------------------------- tests
@@ -245,25 +240,6 @@ def test_a_worker_evicted_through_the_eviction_api_restarts_the_gang_without_cha
     assert {(m["attempt"], m["restart"]) for m in starts.values()} == {("1", "1")}
     assert_resumed_from(starts, {0: saved}, "own")
     assert (s["attempt"], s["userRetriesUsed"], s["systemRetriesUsed"], s["disruptionRestarts"]) == (1, 0, 0, 1), s
-
-
-def ddp_task(rc: RealCluster, name: str) -> dict:
-    """examples/ddp/train.py (DDP over gloo, sharded checkpoints through gangrun.torch) as a 2-worker task of
-    20 steps. The image has no torch (PyPI's is a multi-GB CUDA build): this host's torch is mounted read-only
-    through a hostPath volume and put on PYTHONPATH (the image's Python has the same minor version)."""
-    torch = pytest.importorskip("torch")
-    site = str(Path(torch.__file__).resolve().parents[1])
-    example = REPO_ROOT / "examples" / "ddp"
-    body = train_task(rc, name)
-    spec = body["spec"]
-    spec.update(command=["python", str(example / "train.py")], resources={"cpu": "500m", "memory": "2Gi"},
-                env={"STEPS": "20", "SAVE_EVERY": "5", "STEP_SECONDS": "0.05", "OMP_NUM_THREADS": "1",
-                     "PYTHONPATH": site})
-    pod = spec["podTemplate"]["spec"]
-    for volume, path in (("torch", site), ("example", str(example))):
-        pod["volumes"].append({"name": volume, "hostPath": {"path": path, "type": "Directory"}})
-        pod["containers"][0]["volumeMounts"].append({"name": volume, "mountPath": path, "readOnly": True})
-    return body
 
 
 def test_the_gloo_ddp_example_trains_in_two_real_pods_with_torch_from_the_host(real_cluster: RealCluster) -> None:

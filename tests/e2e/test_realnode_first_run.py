@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from controlplane import ControlPlane
 
-from conftest import real_node_images
+from tests.e2e.conftest import real_node_images
+from tests.harness.controlplane import ControlPlane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def test_the_shipped_example_runs_as_the_docs_say_as_root_with_the_default_clust
     env.update(HOME="/root", PYTHONPATH=str(REPO / "src"))
     gangrun = [sys.executable, "-m", "gangrun"]
     t0 = time.monotonic()
-    up = _run([sys.executable, "tests/e2e/cluster.py", "up"], env, 900)
+    up = _run([sys.executable, "-m", "tests.harness.cluster", "up"], env, 900)
     try:
         assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
         took_up = time.monotonic() - t0
@@ -63,7 +63,7 @@ def test_the_shipped_example_runs_as_the_docs_say_as_root_with_the_default_clust
               f"on the timeline")
         _run([*gangrun, "delete", "train"], env, 120)
     finally:
-        down = _run([sys.executable, "tests/e2e/cluster.py", "down"], env, 300)
+        down = _run([sys.executable, "-m", "tests.harness.cluster", "down"], env, 300)
         shutil.rmtree(home / "data" / "train", ignore_errors=True)  # this run's checkpoints; data/ itself is kept
         if made is not None:  # a cluster home this test made: the host as it was
             shutil.rmtree(made, ignore_errors=True)

@@ -25,8 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from controlplane import ControlPlane
-from realnode_tasks import (
+
+from tests.e2e.conftest import _in_ci, real_node_images
+from tests.harness.controlplane import ControlPlane
+from tests.harness.realnode_tasks import (
     TIMEOUT,
     LogFollower,
     RealCluster,
@@ -39,19 +41,17 @@ from realnode_tasks import (
     wait_phase,
     worker_exits,
 )
-from test_controller_e2e import TASK_LABEL
-from test_training_e2e import PodRecorder
-
-from conftest import _in_ci, real_node_images
+from tests.harness.tasks import TASK_LABEL, PodRecorder
 
 if _in_ci():
     import flyte  # noqa: F401  (CI installs the flyte extra: a missing one fails here)
 else:
     pytest.importorskip("flyte", reason="the flyte extra is not installed: pip install -e '.[flyte]'")
 
-import flyte_connector
-import realnode
 from flyteidl2.core.execution_pb2 import TaskExecution
+
+from tests.e2e import flyte_connector
+from tests.harness import realnode
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
@@ -88,8 +88,8 @@ def test_a_flyte_task_s_gang_made_by_the_connector_is_preempted_resumes_its_own_
     saved at the stop; GetTask → SUCCEEDED, no retry used, rank 0's value in the output location."""
     rc = real_cluster
     monkeypatch.setenv("GANGRUN_E2E_FLYTE_DATA", str(rc.data))  # read by the task's module, here and in the pods
-    monkeypatch.delitem(sys.modules, "flyte_gang_task", raising=False)
-    task_module = importlib.import_module("flyte_gang_task")
+    monkeypatch.delitem(sys.modules, "tests.e2e.flyte_gang_task", raising=False)
+    task_module = importlib.import_module("tests.e2e.flyte_gang_task")
     assert {k: task_module.PLACEMENT[k] for k in ("nodeSelector", "tolerations")} == realnode.placement()
     assert task_module.IMAGE == realnode.FLYTE_IMAGE and task_module.QUEUE == "real"
     task = task_module.train

@@ -26,8 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from controlplane import REPO_ROOT, ControlPlane
-from realnode_tasks import (
+
+from tests.e2e.conftest import real_node_images
+from tests.e2e.test_realnode_e2e import rank_of
+from tests.frameworks.story import compare, finish, losses, require, start_torchrun
+from tests.harness.binaries import REPO_ROOT
+from tests.harness.controlplane import ControlPlane
+from tests.harness.realnode_tasks import (
     LogFollower,
     RealCluster,
     cleanup_task,
@@ -38,12 +43,7 @@ from realnode_tasks import (
     wait_phase,
     worker_exits,
 )
-from test_controller_e2e import TASK_LABEL
-from test_realnode_e2e import rank_of
-from test_training_e2e import PodRecorder
-
-from conftest import real_node_images
-from frameworks.story import compare, finish, losses, require, start_torchrun
+from tests.harness.tasks import TASK_LABEL, PodRecorder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.slow]
 

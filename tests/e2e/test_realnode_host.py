@@ -19,14 +19,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import realnode
-import realnodes
-from controlplane import ControlPlane
 
-from conftest import real_node_images
+from tests.e2e.conftest import real_node_images
+from tests.harness import realnode, realnodes
+from tests.harness.binaries import REPO_ROOT
+from tests.harness.controlplane import ControlPlane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +100,9 @@ def test_sigkilled_nodes_are_cleaned_up_by_the_next_start_and_stop_or_by_cluster
     realnode.clean_leftovers()
     before = realnode.host_state()
     work = Path(tempfile.mkdtemp(prefix="gangrun-node-"))
-    proc = subprocess.Popen([sys.executable, str(HERE / "realnodes.py"), str(count), str(cp.kubeconfig), str(work),
-                             *map(str, images)], stdout=subprocess.PIPE, text=True, cwd=HERE,
-                            env={**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    # The nodes as a program of their own: the harness from the repository root, gangrun as the tests import it.
+    proc = subprocess.Popen([sys.executable, "-m", "tests.harness.realnodes", str(count), str(cp.kubeconfig), str(work),
+                             *map(str, images)], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     pods: list[str] = []
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"

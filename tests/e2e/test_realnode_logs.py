@@ -21,8 +21,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from controlplane import REPO_ROOT, ControlPlane
-from realnode_tasks import (
+
+from tests.e2e.conftest import real_node_images
+from tests.harness.binaries import REPO_ROOT
+from tests.harness.controlplane import ControlPlane
+from tests.harness.realnode_tasks import (
     TIMEOUT,
     RealCluster,
     cleanup_task,
@@ -31,9 +34,7 @@ from realnode_tasks import (
     train_task,
     wait_phase,
 )
-from test_controller_e2e import TASK_LABEL
-
-from conftest import real_node_images
+from tests.harness.tasks import TASK_LABEL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import cluster
-import incluster
 import pytest
-import realnode
-import realnodes
 
 from gangrun._backends.kube.durable import check_checkpoints_survive
 from gangrun._core.spec import parse_manifest
+from tests.harness import cluster, incluster, realnode, realnodes
 
 
 @pytest.mark.parametrize(("line", "owned"), [

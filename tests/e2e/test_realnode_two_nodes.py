@@ -20,15 +20,24 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import realnode
-import realnodes
-from cluster import one_worker_per_node
-from controlplane import ControlPlane, has_condition
-from realnode_tasks import TIMEOUT, LogFollower, RealCluster, cleanup_task, real_cluster, submit, wait_phase
-from test_controller_e2e import TASK_LABEL
-from test_realnode_e2e import ddp_task, rank_of
 
-from conftest import real_node_images
+from tests.e2e.conftest import real_node_images
+from tests.harness import realnode, realnodes
+from tests.harness.client import has_condition
+from tests.harness.cluster import one_worker_per_node
+from tests.harness.controlplane import ControlPlane
+from tests.harness.realnode_tasks import (
+    TIMEOUT,
+    LogFollower,
+    RealCluster,
+    cleanup_task,
+    ddp_task,
+    rank_of,
+    real_cluster,
+    submit,
+    wait_phase,
+)
+from tests.harness.tasks import TASK_LABEL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 

@@ -13,17 +13,11 @@ import os
 from pathlib import Path
 
 import pytest
-from controlplane import (
-    ANNOTATION_COMPLETE_AFTER,
-    ANNOTATION_FAIL_AFTER,
-    ANNOTATION_NEVER_READY,
-    LOCAL_QUEUE,
-    NODE_CPU,
-    ControlPlane,
-    Kube,
-    condition,
-    has_condition,
-)
+
+from tests.harness.addons import LOCAL_QUEUE, NODE_CPU
+from tests.harness.client import Kube, condition, has_condition
+from tests.harness.controlplane import ControlPlane
+from tests.harness.kwok import ANNOTATION_COMPLETE_AFTER, ANNOTATION_FAIL_AFTER, ANNOTATION_NEVER_READY
 
 pytestmark = pytest.mark.e2e
 
@@ -287,7 +281,7 @@ def test_pods_that_never_get_ready_are_evicted_with_pods_ready_timeout(
 
 def test_service_account_without_workload_rights_cannot_read_workloads(
         control_plane_tier_c: ControlPlane, make_namespace) -> None:
-    from controlplane import ApiError
+    from tests.harness.client import ApiError
 
     ns = make_namespace()
     kc = control_plane_tier_c.service_account_kubeconfig(

@@ -18,33 +18,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import test_controller_e2e
 import yaml
-from controlplane import (
-    ANNOTATION_COMPLETE_AFTER,
-    ANNOTATION_NEVER_READY,
-    ANNOTATION_TERMINATE_AFTER,
-    ANNOTATION_TERMINATION_MESSAGE,
-    LOCAL_QUEUE,
-    NODE_CPU,
-    ControlPlane,
-    Kube,
-    Watch,
-)
-from test_controller_e2e import (
-    ATTEMPT_LABEL,
-    TASK_LABEL,
+
+from gangrun import _checkpoint_report
+from tests.e2e import test_controller_e2e
+from tests.e2e.test_controller_e2e import (
     TIMEOUT,
     controller,
     finish_preemptor,
     is_running,
     is_waiting_for_readmission,
     preempt,
-    task_path,
-    wait_status,
 )
-
-from gangrun import _checkpoint_report
+from tests.harness.addons import LOCAL_QUEUE, NODE_CPU
+from tests.harness.client import Kube
+from tests.harness.controlplane import ControlPlane
+from tests.harness.kwok import (
+    ANNOTATION_COMPLETE_AFTER,
+    ANNOTATION_NEVER_READY,
+    ANNOTATION_TERMINATE_AFTER,
+    ANNOTATION_TERMINATION_MESSAGE,
+)
+from tests.harness.tasks import ATTEMPT_LABEL, TASK_LABEL, PodRecorder, task_path, wait_status
 
 pytestmark = pytest.mark.e2e
 # The controller tests' fixtures: the CRD installed once, and per test a namespace, a JobSet recorder
@@ -94,27 +89,6 @@ def gangrun(cp: ControlPlane, *args: str):
     env_.pop("GANGRUN_BACKEND", None)
     return subprocess.run([sys.executable, "-m", "gangrun", "--backend", "kubernetes", *args],
                           capture_output=True, text=True, env=env_, timeout=120, check=False)
-
-
-class PodRecorder:
-    """Every change to the pods of a namespace, in the API server's order: (resourceVersion, name, pod)."""
-
-    def __init__(self, cp: ControlPlane, ns: str) -> None:
-        self.changes: list[tuple[int, str, dict]] = []
-        self.seen_at: dict[int, float] = {}  # resourceVersion -> when the watch delivered it
-        self._watch = Watch(cp, ns, "pod", self._add, label_selector=TASK_LABEL, timeout_seconds=5)
-
-    def _add(self, t: float, _type: str, obj: dict) -> None:
-        md = obj["metadata"]
-        self.changes.append((int(md["resourceVersion"]), md["name"], obj))
-        self.seen_at.setdefault(int(md["resourceVersion"]), t)
-
-    def stop(self) -> None:
-        self._watch.stop()
-
-    def first(self, name: str, pred) -> int | None:
-        """The resourceVersion of the first change of pod `name` that satisfies `pred`."""
-        return min((rv for rv, n, o in self.changes if n == name and pred(o)), default=None)
 
 
 def has_notice(pod: dict) -> bool:
@@ -182,7 +156,7 @@ def test_a_pod_template_with_a_volume_a_secret_env_tolerations_and_a_service_acc
 
 def test_a_pod_template_setting_what_gangrun_owns_is_refused_at_admission_naming_the_field(crd_installed,
                                                                                           make_namespace) -> None:
-    from controlplane import ApiError
+    from tests.harness.client import ApiError
 
     ns = make_namespace()
     with pytest.raises(ApiError) as e:

@@ -27,7 +27,7 @@ import yaml
 
 from gangrun._backends.local import LocalBackend
 from gangrun._manifest_file import load_manifest
-from local.conftest import checkpointed, phase, wait_for
+from tests.local.conftest import checkpointed, phase, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"

@@ -7,7 +7,16 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kube_builders import (
+
+from gangrun._backends.kube import adapter
+from gangrun._backends.kube.adapter import WorkloadLookup, newest_workload, observe, to_gang, to_workload
+from gangrun._core import jobset, kueue
+from gangrun._core.engine import decide
+from gangrun._core.eviction import EvictionKind, classify_eviction
+from gangrun._core.observation import Gang, Observation, WorkloadRead
+from gangrun._core.policy import Policy
+from gangrun._core.state import TaskState
+from tests.harness.kube_builders import (
     PREEMPTION_MESSAGE,
     T0,
     at,
@@ -19,15 +28,6 @@ from kube_builders import (
     ts,
     workload_obj,
 )
-
-from gangrun._backends.kube import adapter
-from gangrun._backends.kube.adapter import WorkloadLookup, newest_workload, observe, to_gang, to_workload
-from gangrun._core import jobset, kueue
-from gangrun._core.engine import decide
-from gangrun._core.eviction import EvictionKind, classify_eviction
-from gangrun._core.observation import Gang, Observation, WorkloadRead
-from gangrun._core.policy import Policy
-from gangrun._core.state import TaskState
 
 
 def test_suspended_jobset_just_created_is_a_suspended_gang_that_has_not_run() -> None:

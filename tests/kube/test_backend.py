@@ -7,8 +7,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from kube_builders import manifest, pod_obj
-from kube_fake import FakeApi
 
 from gangrun import cli
 from gangrun._backends.kube import KubeBackend, events
@@ -20,6 +18,8 @@ from gangrun._core.phases import Phase
 from gangrun._core.spec import parse_manifest
 from gangrun._core.timeline import Event, EventType
 from gangrun._errors import ApiError, SpecError, UsageError
+from tests.harness.kube_builders import manifest, pod_obj
+from tests.harness.kube_fake import FakeApi
 
 
 def backend() -> tuple[FakeApi, KubeBackend]:

@@ -7,8 +7,6 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import pytest
-from kube_builders import jobset_obj, manifest, pod_obj, workload_obj
-from kube_fake import FakeApi
 
 import gangrun
 from gangrun._backends.kube import KubeBackend, events
@@ -22,6 +20,8 @@ from gangrun._core.spec import parse_manifest
 from gangrun._core.state import Outcome
 from gangrun._core.timeline import Event, EventType
 from gangrun._errors import UsageError
+from tests.harness.kube_builders import jobset_obj, manifest, pod_obj, workload_obj
+from tests.harness.kube_fake import FakeApi
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 PENDING = "couldn't assign flavors to pod set workers: insufficient unused quota for cpu in flavor default, 4 more needed"

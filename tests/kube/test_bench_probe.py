@@ -1,19 +1,11 @@
-"""The controller benchmark's probe and breakdown: the timers it adds record what the report says."""
+"""The controller benchmark's probe and breakdown (tests/harness: controller_probe, controller_timeline): the timers it adds record what the report says."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
-from kube_fake import FakeApi
-
 from gangrun._backends.kube.client import TASKS
-
-# benchmarks/ is a folder of scripts, not a package
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-bench_controller = importlib.import_module("bench_controller")
-controller_probe = importlib.import_module("controller_probe")
+from tests.harness import controller_probe
+from tests.harness import controller_timeline as bench_controller
+from tests.harness.kube_fake import FakeApi
 
 
 def test_the_timed_queue_reports_when_a_key_was_first_queued_and_when_it_was_taken() -> None:

@@ -3,12 +3,11 @@ written only when the value changes."""
 
 from __future__ import annotations
 
-from kube_builders import commit_report, pod_obj
-from test_controller import Cluster
-
 from gangrun._backends.kube.client import PODS, WORKLOADS
 from gangrun._backends.kube.live_reports import LiveReports
 from gangrun._core.priority_boost import ANNOTATION, BoostPolicy
+from tests.harness.kube_builders import commit_report, pod_obj
+from tests.kube.test_controller import Cluster
 
 
 def boosted() -> Cluster:

@@ -11,7 +11,15 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import pytest
-from kube_builders import (
+
+from gangrun._backends.kube import KubeBackend, crd
+from gangrun._backends.kube.client import EVENTS, JOBSETS, LOCAL_QUEUES, PODS, TASKS, WORKLOADS
+from gangrun._backends.kube.controller import RBAC_HINT, REJECTED_EVENT, Controller
+from gangrun._backends.kube.informer import Informer
+from gangrun._backends.kube.workqueue import WorkQueue
+from gangrun._core.spec import parse_manifest
+from gangrun._errors import ApiError
+from tests.harness.kube_builders import (
     PREEMPTION_MESSAGE,
     T0,
     commit_report,
@@ -23,15 +31,7 @@ from kube_builders import (
     terminated,
     workload_obj,
 )
-from kube_fake import FakeApi
-
-from gangrun._backends.kube import KubeBackend, crd
-from gangrun._backends.kube.client import EVENTS, JOBSETS, LOCAL_QUEUES, PODS, TASKS, WORKLOADS
-from gangrun._backends.kube.controller import RBAC_HINT, REJECTED_EVENT, Controller
-from gangrun._backends.kube.informer import Informer
-from gangrun._backends.kube.workqueue import WorkQueue
-from gangrun._core.spec import parse_manifest
-from gangrun._errors import ApiError
+from tests.harness.kube_fake import FakeApi
 
 
 class Clock:

@@ -8,13 +8,13 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from kube_builders import manifest
 
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.render import render_jobset
 from gangrun._core import spec as core_spec
 from gangrun._core.spec import parse_manifest
 from gangrun._errors import SpecError
+from tests.harness.kube_builders import manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kube_builders import manifest
-from kube_fake import FakeApi
 
 from gangrun._backends.kube import KubeBackend, crd
 from gangrun._backends.kube.backend import NAMESPACES
@@ -16,6 +14,8 @@ from gangrun._backends.kube.client import LOCAL_QUEUES, TASKS, Resource
 from gangrun._backends.kube.create import create_once, token_name
 from gangrun._core.spec import parse_manifest
 from gangrun._errors import ApiError, UsageError
+from tests.harness.kube_builders import manifest
+from tests.harness.kube_fake import FakeApi
 
 
 class LosesResponses:

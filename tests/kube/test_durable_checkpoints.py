@@ -7,8 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kube_builders import manifest
-from kube_fake import FakeApi
 
 from gangrun._backends.kube import KubeBackend
 from gangrun._backends.kube.backend import NAMESPACES
@@ -16,6 +14,8 @@ from gangrun._backends.kube.client import LOCAL_QUEUES, TASKS
 from gangrun._backends.kube.durable import pod_local_path
 from gangrun._core.spec import parse_manifest
 from gangrun._errors import SpecError
+from tests.harness.kube_builders import manifest
+from tests.harness.kube_fake import FakeApi
 
 
 def backend() -> tuple[FakeApi, KubeBackend]:

@@ -13,7 +13,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from kube_builders import PREEMPTION_MESSAGE, at, jobset_obj, pod_obj, task_obj, task_spec, workload_obj
 
 from gangrun._backends.kube import elastic, quota
 from gangrun._backends.kube.adapter import WorkloadLookup
@@ -33,6 +32,7 @@ from gangrun._core.eviction import Eviction, EvictionKind
 from gangrun._core.phases import Phase
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import EventType
+from tests.harness.kube_builders import PREEMPTION_MESSAGE, at, jobset_obj, pod_obj, task_obj, task_spec, workload_obj
 
 CPU = {"cpu": Decimal(4), "memory": Decimal(2**30), "pods": Decimal(1)}
 ELASTIC = {"nodes": 4, "minNodes": 2, "resizeCooldown": "30s", "resources": {"cpu": "4", "memory": "1Gi"},

@@ -8,11 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
-from kube_fake import FakeApi
-from kube_http import kubeconfig, serve
 
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.client import LOCAL_QUEUES, TASKS
+from tests.harness.kube_fake import FakeApi
+from tests.harness.kube_http import kubeconfig, serve
 
 if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
     import flyte  # CI installs the flyte extra: a missing one fails here
@@ -22,7 +22,7 @@ else:
 from flyteidl2.core.execution_pb2 import TaskExecution
 from google.protobuf import json_format
 
-from with_flyte import connector_calls, gang_tasks
+from tests.with_flyte import connector_calls, gang_tasks
 
 
 @pytest.fixture

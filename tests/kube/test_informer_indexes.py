@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kube_fake import FakeApi
 
 from gangrun._backends.kube import crd, indexes
 from gangrun._backends.kube.client import JOBSETS, WORKLOADS
 from gangrun._backends.kube.informer import Informer
 from gangrun._core import kueue
+from tests.harness.kube_fake import FakeApi
 
 
 def obj(name: str, *, ns: str = "ml", task: str | None = None, uid: str = "", rv: int = 1) -> dict[str, Any]:

@@ -7,14 +7,14 @@ import json
 from datetime import timedelta
 
 import pytest
-from kube_builders import T0, pod_obj, ts
-from test_controller import Cluster
 
 from gangrun._backends.kube import kept_output
 from gangrun._backends.kube.client import CONFIGMAPS, PODS, TASKS
 from gangrun._backends.kube.kept_output import INDEX, PER_POD, add, merged, pieces, read, tail
 from gangrun._errors import UsageError
 from gangrun._ui.server import Pages
+from tests.harness.kube_builders import T0, pod_obj, ts
+from tests.kube.test_controller import Cluster
 
 
 def keep(data: dict[str, str], text: str, *, attempt: int = 1, round: int = 0, rank: int = 0, uid: str = "",

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from kube_builders import T0
-from kube_fake import FakeApi
-
 from gangrun._backends.kube.client import LEASES
 from gangrun._backends.kube.leader import LeaderElector
+from tests.harness.kube_builders import T0
+from tests.harness.kube_fake import FakeApi
 
 
 class Clock:

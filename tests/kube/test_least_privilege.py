@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 import yaml
-from test_controller import Cluster
 
 from gangrun._backends.kube.backend import VISIBLE_QUEUES
 from gangrun._backends.kube.client import (
@@ -42,6 +41,7 @@ from gangrun._backends.kube.permissions import (
 )
 from gangrun._core import kueue
 from gangrun._core.priority_boost import BoostPolicy
+from tests.kube.test_controller import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -148,10 +148,9 @@ def connector_uses() -> set[Permission]:
     pytest.importorskip("flyte", reason="the flyte extra is not installed")
     import tempfile
 
-    from kube_fake import FakeApi
-    from kube_http import kubeconfig, serve
-
-    from with_flyte import connector_calls, gang_tasks
+    from tests.harness.kube_fake import FakeApi
+    from tests.harness.kube_http import kubeconfig, serve
+    from tests.with_flyte import connector_calls, gang_tasks
 
     api = FakeApi()
     api.put(LOCAL_QUEUES, {"metadata": {"name": "default", "namespace": "ml"}})

@@ -5,14 +5,14 @@ workers' live checkpoint report by default, not only under `--priority-boost`, s
 from __future__ import annotations
 
 import pytest
-from kube_builders import commit_report, pod_obj
-from test_controller import Cluster
 
 from gangrun import cli
 from gangrun._backends.kube.client import PODS
 from gangrun._backends.kube.controller import Controller
 from gangrun._backends.kube.live_reports import LiveReports
 from gangrun._core.timeline import EventType
+from tests.harness.kube_builders import commit_report, pod_obj
+from tests.kube.test_controller import Cluster
 
 
 def committed_steps(c: Cluster) -> list[str]:

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kube_builders import commit_report, pod_obj
 
 from gangrun._backends.kube.live_reports import LiveReports, target
+from tests.harness.kube_builders import commit_report, pod_obj
 
 
 def reporting(index: int = 0, *, uid: str = "u0", ip: str = "10.1.0.5", phase: str = "Running") -> dict[str, Any]:

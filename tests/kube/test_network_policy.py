@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kube_builders import task_spec
 
 from gangrun._backends.kube import crd, render_jobset
 from gangrun._backends.kube.render import MASTER_PORT, REPORT_PORT
 from gangrun._core import pod_template
+from tests.harness.kube_builders import task_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

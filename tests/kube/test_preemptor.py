@@ -4,10 +4,10 @@ gangrun's JobSet of that UID names a task, another job's Workload names its owne
 from __future__ import annotations
 
 import pytest
-from kube_builders import PREEMPTION_MESSAGE, jobset_obj, workload_obj
 
 from gangrun._backends.kube import crd, preemptor
 from gangrun._core import kueue
+from tests.harness.kube_builders import PREEMPTION_MESSAGE, jobset_obj, workload_obj
 
 
 @pytest.mark.parametrize(("message", "want"), [

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from test_controller import Cluster
 
 from gangrun._backends.kube.client import JOBSETS, TASKS
 from gangrun._backends.kube.leader import LeaderElector
 from gangrun._core.priority_boost import BoostPolicy
+from tests.kube.test_controller import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 # FakeApi's verbs → the RBAC (resource suffix, verb) they need.

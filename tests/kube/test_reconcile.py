@@ -6,20 +6,6 @@ import json
 from typing import Any
 
 import pytest
-from kube_builders import (
-    PREEMPTION_MESSAGE,
-    at,
-    commit_report,
-    disrupted,
-    jobset_obj,
-    pod_obj,
-    started,
-    task_obj,
-    task_spec,
-    terminated,
-    workload_obj,
-)
-from kube_fake import merge_patch
 
 from gangrun import _checkpoint_report
 from gangrun._backends.kube import crd
@@ -34,6 +20,20 @@ from gangrun._backends.kube.reconcile import (
     reconcile,
 )
 from gangrun._core.timeline import EventType
+from tests.harness.kube_builders import (
+    PREEMPTION_MESSAGE,
+    at,
+    commit_report,
+    disrupted,
+    jobset_obj,
+    pod_obj,
+    started,
+    task_obj,
+    task_spec,
+    terminated,
+    workload_obj,
+)
+from tests.harness.kube_fake import merge_patch
 
 NONE = WorkloadLookup()
 

@@ -6,12 +6,12 @@ import re
 from datetime import timedelta
 
 import pytest
-from kube_builders import task_spec
 
 from gangrun._backends.kube import crd, render_jobset
 from gangrun._backends.kube.render import NAME_MAX, jobset_name
 from gangrun._core import jobset, kueue
 from gangrun._errors import SpecError
+from tests.harness.kube_builders import task_spec
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 

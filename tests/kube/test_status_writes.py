@@ -12,13 +12,13 @@ import threading
 from typing import Any
 
 import pytest
-from kube_builders import PREEMPTION_MESSAGE, pod_obj, workload_obj
-from kube_fake import FakeApi
-from kube_http import kubeconfig, serve
-from test_controller import Cluster
 
 from gangrun._backends.kube.client import JOBSETS, PODS, WORKLOADS, connect
 from gangrun._backends.kube.controller import DEFAULT_WORKERS, Controller, api_connections
+from tests.harness.kube_builders import PREEMPTION_MESSAGE, pod_obj, workload_obj
+from tests.harness.kube_fake import FakeApi
+from tests.harness.kube_http import kubeconfig, serve
+from tests.kube.test_controller import Cluster
 
 PENDING = "couldn't assign flavors to pod set workers: insufficient unused quota for cpu in flavor default"
 

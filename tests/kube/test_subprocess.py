@@ -11,13 +11,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from kube_builders import manifest
-from kube_fake import FakeApi
-from kube_http import kubeconfig, serve
-
 from gangrun._backends.kube import KubeBackend
 from gangrun._backends.kube.client import JOBSETS, LEASES, LOCAL_QUEUES, TASKS
 from gangrun._core.spec import parse_manifest
+from tests.harness.kube_builders import manifest
+from tests.harness.kube_fake import FakeApi
+from tests.harness.kube_http import kubeconfig, serve
 
 
 def _free_port() -> int:

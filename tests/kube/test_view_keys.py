@@ -4,9 +4,6 @@ readers, typed by the same definitions, fail mypy)."""
 
 from __future__ import annotations
 
-from kube_builders import T0, at, task_obj
-from kube_fake import FakeApi
-
 from gangrun._backends.kube import KubeBackend
 from gangrun._backends.kube.backend import NAMESPACES
 from gangrun._backends.kube.client import LOCAL_QUEUES, TASKS
@@ -16,7 +13,9 @@ from gangrun._core.eviction import EvictionKind
 from gangrun._core.phases import Phase, PhaseInfo
 from gangrun._core.state import AttemptRecord, EvictionRecord, Outcome, TaskState
 from gangrun._core.view_types import KubeView, ListedView, TaskView
-from view_shape import check_shape
+from tests.harness.kube_builders import T0, at, task_obj
+from tests.harness.kube_fake import FakeApi
+from tests.harness.view_shape import check_shape
 
 
 def backend(*objs: dict) -> KubeBackend:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_builders import task_spec
 
 from gangrun._backends.kube import render_jobset
+from tests.harness.kube_builders import task_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""benchmarks/bench_goodput.py in its smallest mode (CI smoke): it runs, and prints the side-by-side
+"""`python -m benchmarks.bench_goodput` in its smallest mode (CI smoke): it runs, and prints the side-by-side
 figures for every configuration."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_the_goodput_benchmark_prints_every_configuration_side_by_side() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_goodput.py"), "--quick", "--json"],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.bench_goodput", "--quick", "--json"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
     configs = {(c["boost"], c["resumeAfterPreemption"]): c for c in out["configs"]}

@@ -20,7 +20,6 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builders import T0
 from gangrun._backends.local import operations, shutdown
 from gangrun._backends.local.config import Paths
 from gangrun._backends.local.controller import Controller
@@ -30,6 +29,7 @@ from gangrun._backends.local.render import Launch
 from gangrun._backends.local.store import Store
 from gangrun._core.actions import RecordEvent
 from gangrun._errors import UsageError
+from tests.harness.builders import T0
 
 
 class PretendProcesses:

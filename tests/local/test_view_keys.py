@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from builders import T0
 from gangrun import cli
 from gangrun._backends.local import operations, reads
 from gangrun._backends.local.config import Paths
@@ -22,7 +21,8 @@ from gangrun._backends.local.gang import GangTwin, Worker
 from gangrun._backends.local.render import Launch
 from gangrun._backends.local.store import Store
 from gangrun._core.view_types import ListedView, LocalView, OfflineLocalView, TaskView, UnreadableView
-from view_shape import check_shape
+from tests.harness.builders import T0
+from tests.harness.view_shape import check_shape
 
 
 class PretendProcesses:

@@ -10,10 +10,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from torchgang import SRC, require_torch
 
 from gangrun import Checkpoint
 from gangrun._errors import CommitFailed
+from tests.torch_sdk.torchgang import SRC, require_torch
 
 torch = require_torch()
 

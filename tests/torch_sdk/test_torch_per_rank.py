@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torchgang import Zygote, free_port, rank_env, require_torch
 
 from gangrun import Checkpoint
 from gangrun._errors import CheckpointError
+from tests.torch_sdk.torchgang import Zygote, free_port, rank_env, require_torch
 
 torch = require_torch()
 

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from torchgang import SRC, free_port, require_torch
+
+from tests.torch_sdk.torchgang import SRC, free_port, require_torch
 
 torch = require_torch()
 
@@ -120,7 +121,7 @@ def test_load_state_restores_the_values_the_docs_list(tmp_path: Path) -> None:
 
 def test_the_should_stop_benchmark_runs() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_should_stop.py"), "--ranks", "2", "--calls", "50"],
-                       env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "benchmarks.bench_should_stop", "--ranks", "2", "--calls", "50"],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.search(r"2 ranks: should_stop\(\) median \d+ us", r.stdout), r.stdout

@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 import s3fs
-from torchgang import Gang, require_torch
 
 from gangrun import Checkpoint
+from tests.torch_sdk.torchgang import Gang, require_torch
 
 torch = require_torch()
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torchgang import Gang, require_torch
 
 from gangrun import Checkpoint
+from tests.torch_sdk.torchgang import Gang, require_torch
 
 torch = require_torch()
 

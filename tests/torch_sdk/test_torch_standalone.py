@@ -13,7 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from torchgang import SRC, free_port, rank_env, require_torch
+
+from tests.torch_sdk.torchgang import SRC, free_port, rank_env, require_torch
 
 torch = require_torch()
 

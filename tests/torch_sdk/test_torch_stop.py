@@ -6,9 +6,8 @@ import json
 import signal
 from pathlib import Path
 
-from torchgang import Gang, require_torch
-
 from gangrun import Checkpoint
+from tests.torch_sdk.torchgang import Gang, require_torch
 
 torch = require_torch()
 

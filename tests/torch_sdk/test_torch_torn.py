@@ -21,9 +21,8 @@ import signal
 import time
 from pathlib import Path
 
-from torchgang import Zygote, free_port, rank_env, require_torch
-
 from gangrun import Checkpoint
+from tests.torch_sdk.torchgang import Zygote, free_port, rank_env, require_torch
 
 torch = require_torch()
 

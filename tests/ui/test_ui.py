@@ -20,12 +20,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from browser import Chromium, find_chromium
 
 import gangrun
 from gangrun._api import open_backend
 from gangrun._backends.local import LocalBackend
 from gangrun._ui import start
+from tests.ui.browser import Chromium, find_chromium
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gangrun._backends.local import LocalBackend
-from local.conftest import no_process_left_behind  # noqa: F401  (autouse: no daemon or worker outlives a test)
+from tests.local.conftest import no_process_left_behind  # noqa: F401  (autouse: no daemon or worker outlives a test)
 
 
 def require_flyte() -> None:

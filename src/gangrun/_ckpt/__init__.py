@@ -13,6 +13,7 @@
     shards     sharded saves: each rank writes its part, one commit makes them a checkpoint together
     polls      waiting on the store until something appears, a timeout passes or the gang stops
     transfer   what a save is made of, its snapshot, verified reads into the cache
+    cache      the process's folder of restored copies and snapshots, removed on exit, reclaimed after a kill
     pool       many files on a few threads (the parallelism of a save, snapshot and load)
     writer     the background writer (a save here or in the background, retention after it) and
                the count of saves in flight

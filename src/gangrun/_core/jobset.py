@@ -55,8 +55,8 @@ RESTART_ATTEMPT_KEY = "jobset.sigs.k8s.io/restart-attempt"
 JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
 JOB_COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 
-# Spec values a client writes itself because it cannot rely on JobSet's defaulting webhook
-# (reference control-plane.md §4.3), and the downward-API path of the restart counter (§7).
+# Spec values a client writes itself because it cannot rely on JobSet's defaulting webhook,
+# and the downward-API path of the restart counter (§7).
 SUCCESS_POLICY_ALL = "All"
 STARTUP_ANY_ORDER = "AnyOrder"
 RESTART_STRATEGY_RECREATE = "Recreate"

@@ -1,8 +1,8 @@
 """JobSet + pods + Kueue Workload (plain dicts from the API) → the engine's `Observation`.
 
 Total functions: a partial, malformed or unexpected object becomes a partial observation, never an
-exception, because one odd object must not stop the controller from driving every other task
-(flyte-clustered.md §4.1: "a malformed or non-list status.conditions counts as not found").
+exception, because one odd object must not stop the controller from driving every other task (a
+malformed or non-list `status.conditions` counts as not found).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The JobSet of one attempt: a pure function of the spec and the attempt number.
 
 `render_jobset(spec, attempt=N)` is what `gangrun render FILE --attempt N` prints and what the
-controller creates. Rules that shape it (reference kueue-jobset.md §3.3–§3.4, §7, control-plane.md §4.3):
+controller creates. Rules that shape it:
 
 * the name is deterministic per (task, attempt) and at most 41 characters, so that the longest pod
   hostname `<jobset>-workers-0-<index>` stays a DNS label; a hash keeps truncated names unique;

@@ -22,6 +22,7 @@ The modules mirror the Kubernetes backend's: the same concept has the same name 
     effects.py     carrying out what the gang twin asks: start a round, signal, write the stop notice;
                    the SDK's lines of a running attempt read into its timeline
     scheduler.py   Kueue's scheduling cycle on the twins: who holds quota, who waits
+    status.py      what it tells about its queue: places in it, `local status`, why a gang waits
     inject.py      evictions injected on purpose (`gangrun local evict`, B6)
     recovery.py    a daemon starting on the state an earlier one left
     resume_check.py  a spec.checkpoint.resumeFrom known at submit to find nothing is refused

@@ -1,6 +1,6 @@
 """The controller that benchmarks/bench_controller.py runs: `gangrun controller`'s loop with timers.
 
-    python benchmarks/controller_probe.py OUT.json --kubeconfig KC --namespace NS [--workers 8]
+    python -m tests.harness.controller_probe OUT.json --kubeconfig KC --namespace NS [--workers 8]
 
 Started by the benchmark, not by hand. It builds the same `Controller` that `gangrun controller
 --no-leader-election --metrics-port 0 --health-port 0` builds and runs it with the same number of

@@ -16,7 +16,7 @@ or killed ``up``). The contract, in ``$GANGRUN_CLUSTER_HOME`` (default ``~/.gang
   allocatable CPU and memory; WorkloadPriorityClasses ``low`` 100, ``normal`` 1000, ``high`` 10000;
 * the image ``localhost/gangrun:dev``.
 
-Usage: ``python tests/e2e/cluster.py up [--nodes N]|down|status``.
+Usage: ``python -m tests.harness.cluster up [--nodes N]|down|status`` from the repository's root (``./dev cluster``).
 """
 
 from __future__ import annotations
@@ -34,12 +34,10 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import controlplane
-import incluster
-import realnode
-import realnodes
+from tests.harness import addons, incluster, realnode, realnodes
+from tests.harness.binaries import REPO_ROOT, locate_binaries
+from tests.harness.client import Kube
+from tests.harness.controlplane import ControlPlane
 
 # `gangrun controller` flags of `./dev cluster up`: checkpoint-aware preemption on, as on the local backend.
 CONTROLLER_ARGS = ("--priority-boost",)
@@ -145,8 +143,8 @@ def up(nodes: int = 1, timeout: float = 900.0) -> int:
     os.chmod(h / "data", 0o1777)  # the image's user (65532) writes checkpoints there
     (h / IMAGES).mkdir(exist_ok=True)
     with open(h / "logs" / "cluster.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, __file__, "serve", f"--nodes={nodes}"], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-m", "tests.harness.cluster", "serve", f"--nodes={nodes}"], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO_ROOT)
     (h / "supervisor.pid").write_text(str(proc.pid))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -215,14 +213,14 @@ def serve(count: int = 1) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     figures: dict[str, float] = {}
     t0 = time.monotonic()
-    binaries = controlplane.locate_binaries()
+    binaries = locate_binaries()
     missing = realnode.missing_pieces(binaries)
     if missing:
         raise realnode.NodeSetupError("missing: " + "; ".join(missing))
     t = time.monotonic()
     images = realnode.image_archives() + user_images(h)
     figures["images"] = time.monotonic() - t
-    cp = controlplane.ControlPlane(binaries, workdir=h / "control-plane", keep_workdir=False, kwok_nodes=0)
+    cp = ControlPlane(binaries, workdir=h / "control-plane", keep_workdir=False, kwok_nodes=0)
     nodes: list[realnode.RealNode] = []
     try:
         t = time.monotonic()
@@ -259,7 +257,7 @@ def serve(count: int = 1) -> None:
         cp.stop()
 
 
-def queues(kube: controlplane.Kube, nodes: list[str]) -> None:
+def queues(kube: Kube, nodes: list[str]) -> None:
     """The ClusterQueue's quota is the nodes' allocatable CPU and memory together (on one machine each node
     counts the machine's: see docs/kubernetes.md, "Two nodes"); the priority classes of the contract."""
     from gangrun._core.units import parse_quantity
@@ -267,9 +265,9 @@ def queues(kube: controlplane.Kube, nodes: list[str]) -> None:
     allocs = [kube.get("Node", n)["status"]["allocatable"] for n in nodes]
     cpu = sum(parse_quantity(a["cpu"]) for a in allocs)
     memory = sum(parse_quantity(a["memory"]) for a in allocs)
-    kube.patch("ClusterQueue", controlplane.CLUSTER_QUEUE, None, {"spec": {"resourceGroups": [{
+    kube.patch("ClusterQueue", addons.CLUSTER_QUEUE, None, {"spec": {"resourceGroups": [{
         "coveredResources": ["cpu", "memory"],
-        "flavors": [{"name": controlplane.RESOURCE_FLAVOR, "resources": [
+        "flavors": [{"name": addons.RESOURCE_FLAVOR, "resources": [
             {"name": "cpu", "nominalQuota": f"{round(cpu * 1000)}m"},
             {"name": "memory", "nominalQuota": str(round(memory))}]}],
     }]}})

@@ -17,8 +17,11 @@ from __future__ import annotations
 import copy
 
 import yaml
-from controlplane import REPO_ROOT, Kube, free_port, has_condition
-from realnode import IMAGE, api_server_env, placement
+
+from tests.harness.binaries import REPO_ROOT
+from tests.harness.client import Kube, has_condition
+from tests.harness.processes import free_port
+from tests.harness.realnode import IMAGE, api_server_env, placement
 
 DEPLOY = REPO_ROOT / "deploy"
 NAMESPACE = "gangrun-system"

@@ -12,7 +12,7 @@ itself out again when it stops on its own. Pods on one bridge reach pods on anot
 through the host, which holds every gateway: the host's connected routes are all the routing needed
 (on separate machines each node would need a route to every other node's pod subnet).
 
-Usage as a program (the SIGKILL test of test_realnode_host.py): ``python realnodes.py COUNT KUBECONFIG
+Usage as a program (the SIGKILL test of test_realnode_host.py): ``python -m tests.harness.realnodes COUNT KUBECONFIG
 WORKDIR [IMAGE.tar...]`` starts COUNT nodes, prints ``ready`` and runs until killed.
 """
 
@@ -27,8 +27,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import realnode
-from controlplane import Binaries, Kube
+from tests.harness import realnode
+from tests.harness.binaries import Binaries
+from tests.harness.client import Kube
 
 RECORD = realnode.RECORD_DIR / "record.json"
 
@@ -120,7 +121,7 @@ def stop_nodes(nodes: list[realnode.RealNode]) -> None:
 
 
 if __name__ == "__main__":
-    from controlplane import locate_binaries
+    from tests.harness.binaries import locate_binaries
 
     started = start_nodes(locate_binaries(), Path(sys.argv[2]), Path(sys.argv[3]), [Path(p) for p in sys.argv[4:]],
                           int(sys.argv[1]))

@@ -22,12 +22,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import incluster
-import realnode
-import realnodes
-from controlplane import ControlPlane, Kube, has_condition
-from test_controller_e2e import ATTEMPT_LABEL, TASK_LABEL, task_path, wait_status
-from test_training_e2e import PodRecorder
+import pytest
+
+from tests.harness import incluster, realnode, realnodes
+from tests.harness.binaries import REPO_ROOT
+from tests.harness.client import Kube, has_condition
+from tests.harness.controlplane import ControlPlane
+from tests.harness.tasks import ATTEMPT_LABEL, TASK_LABEL, PodRecorder, task_path, wait_status
 
 QUEUE = "real"
 CLUSTER_QUEUE = "real-node"
@@ -219,3 +220,29 @@ def committed_steps(rc: RealCluster, task: str, attempt: int) -> dict[int, int]:
         if m:
             out[int(m.group(1))] = int(json.loads(manifest.read_text())["step"])
     return out
+
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def rank_of(pod: dict) -> int:
+    return int(pod["metadata"]["annotations"][COMPLETION_INDEX])
+
+
+def ddp_task(rc: RealCluster, name: str) -> dict:
+    """examples/ddp/train.py (DDP over gloo, sharded checkpoints through gangrun.torch) as a 2-worker task of
+    20 steps. The image has no torch (PyPI's is a multi-GB CUDA build): this host's torch is mounted read-only
+    through a hostPath volume and put on PYTHONPATH (the image's Python has the same minor version)."""
+    torch = pytest.importorskip("torch")
+    site = str(Path(torch.__file__).resolve().parents[1])
+    example = REPO_ROOT / "examples" / "ddp"
+    body = train_task(rc, name)
+    spec = body["spec"]
+    spec.update(command=["python", str(example / "train.py")], resources={"cpu": "500m", "memory": "2Gi"},
+                env={"STEPS": "20", "SAVE_EVERY": "5", "STEP_SECONDS": "0.05", "OMP_NUM_THREADS": "1",
+                     "PYTHONPATH": site})
+    pod = spec["podTemplate"]["spec"]
+    for volume, path in (("torch", site), ("example", str(example))):
+        pod["volumes"].append({"name": volume, "hostPath": {"path": path, "type": "Directory"}})
+        pod["containers"][0]["volumeMounts"].append({"name": volume, "mountPath": path, "readOnly": True})
+    return body

@@ -14,12 +14,12 @@ import json
 from datetime import datetime
 from typing import Any
 
-from builders import PREEMPTION_MESSAGE, T0, at  # noqa: F401 - re-exported for the kube tests
 from gangrun import _checkpoint_report
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.render import render_jobset
 from gangrun._core import jobset, kueue
 from gangrun._core.spec import TaskSpec, parse_manifest
+from tests.harness.builders import PREEMPTION_MESSAGE, T0, at  # noqa: F401 - re-exported for the kube tests
 
 
 def ts(t: datetime = T0) -> str:

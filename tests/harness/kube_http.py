@@ -13,10 +13,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import yaml
-from kube_fake import FakeApi
 
 from gangrun._backends.kube import client
 from gangrun._errors import ApiError
+from tests.harness.kube_fake import FakeApi
 
 RESOURCES = {r.plural: r for r in (client.TASKS, client.JOBSETS, client.WORKLOADS, client.LOCAL_QUEUES,
                                    client.CLUSTER_QUEUES, client.PODS, client.EVENTS, client.LEASES)}

@@ -33,18 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from controlplane import (
-    _LIVE,
-    REPO_ROOT,
-    Binaries,
-    Component,
-    ControlPlaneError,
-    Kube,
-    _die_with_parent,
-    _kill_group,
-    free_port,
-    has_condition,
-)
+
+from tests.harness.binaries import REPO_ROOT, Binaries
+from tests.harness.client import Kube, has_condition
+from tests.harness.processes import Component, ControlPlaneError, end, free_port, spawn
 
 NODE_NAME = "gangrun-node"
 NODE_LABEL = ("gangrun.dev/node", "real")
@@ -380,9 +372,7 @@ class RealNode:
 
     def _stop_components(self) -> None:
         for c in reversed(self.components):
-            _kill_group(c.proc, grace=5.0)
-            with contextlib.suppress(ValueError):
-                _LIVE.remove(c.proc)
+            end(c.proc, grace=5.0)
         self.components.clear()
 
     def check_alive(self) -> None:
@@ -393,15 +383,7 @@ class RealNode:
 
     # ---------------------------------------------------------------- internals
     def _spawn(self, name: str, argv: list[str]) -> Component:
-        log = self.workdir / "logs" / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "kubeconfig")}
-        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-        with open(log, "ab") as fh:
-            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent)
-        _LIVE.append(proc)
-        c = Component(name, proc, log)
+        c = spawn(name, argv, self.workdir / "logs" / f"{name}.log", self.workdir)
         self.components.append(c)
         return c
 

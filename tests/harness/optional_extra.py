@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Run pytest in a process where importing one of HIDDEN sees what a machine without the extra sees.
 WITHOUT = """
