@@ -15,6 +15,7 @@ import pytest
 
 from builders import T0
 from gangrun import cli
+from gangrun._backends.local import operations, reads
 from gangrun._backends.local.config import Paths
 from gangrun._backends.local.controller import Controller
 from gangrun._backends.local.gang import GangTwin, Worker
@@ -55,22 +56,22 @@ def controller(tmp_path: Path):
     paths = Paths(tmp_path / "home")
     store = Store(paths.db)
     ctl = Controller(paths, store, PretendProcesses())
-    ctl.configure(cpu="4", memory="1Gi", gpu=0)
+    operations.configure(ctl, cpu="4", memory="1Gi", gpu=0)
     yield ctl
     store.close()
 
 
 def test_the_daemons_views_have_the_declared_keys(controller: Controller) -> None:
     ctl, now = controller, T0
-    ctl.submit(manifest("preempted"), now)
-    ctl.submit(manifest("failed", retries=1), now)
+    operations.submit(ctl, manifest("preempted"), now)
+    operations.submit(ctl, manifest("failed", retries=1), now)
     ctl.tick(now)
-    ctl.evict("preempted", "Preempted", now + timedelta(seconds=1))  # waits for re-admission: an open eviction
+    operations.evict(ctl, "preempted", "Preempted", now + timedelta(seconds=1))  # waits for re-admission: an open eviction
     for rank in (0, 1):
-        ctl.on_exit("failed", 1, rank, 1, now + timedelta(seconds=2))
+        operations.on_exit(ctl, "failed", 1, rank, 1, now + timedelta(seconds=2))
     now += timedelta(seconds=3)
     ctl.tick(now)
-    views = {v["name"]: v for v in ctl.views(now)}
+    views = {v["name"]: v for v in reads.views(ctl, now)}
     for view in views.values():
         check_shape(view, LocalView)
         check_shape(json.loads(json.dumps(view)), TaskView)  # as the daemon sends it
@@ -81,8 +82,8 @@ def test_the_daemons_views_have_the_declared_keys(controller: Controller) -> Non
 def test_the_clis_json_without_a_daemon_has_the_declared_keys(controller: Controller, capsys,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     ctl, now = controller, T0
-    ctl.submit(manifest("running"), now)
-    ctl.submit(manifest("broken"), now)
+    operations.submit(ctl, manifest("running"), now)
+    operations.submit(ctl, manifest("broken"), now)
     ctl.tick(now)
     ctl.store.close()
     db = sqlite3.connect(ctl.paths.db)
