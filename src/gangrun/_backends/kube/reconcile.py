@@ -352,21 +352,14 @@ def _resize(spec: TaskSpec, sz: Sizing, state: TaskState, obs: Observation, js: 
 
 def _garbage(owned: Sequence[dict[str, Any]], state: TaskState, task: str, *, already: set[str],
              current: str) -> list[Action]:
-    """Owned JobSets that are not the current attempt's current one (all of them once the task failed or
-    aborted)."""
-    keep_current = state.phase not in (Phase.FAILED, Phase.ABORTED)
-    out: list[Action] = []
-    for js in owned:
-        md = js.get("metadata") if isinstance(js, dict) else None
-        if not isinstance(md, dict) or md.get("deletionTimestamp") or md.get("name") in already:
-            continue
-        if adapter.labels(js).get(crd.TASK_LABEL) != task:
-            continue
-        if keep_current and adapter.attempt_of(js) == state.attempt and md.get("name") == current:
-            continue
-        out.append(DeleteJobSet(md["name"]))
-        already.add(md["name"])
-    return out
+    """The task's owned JobSets not being deleted yet whose attempt is garbage (`lifecycle.garbage`), and
+    those of the current attempt but for its current JobSet (an elastic gang's replaced ones)."""
+    going = [js for js in owned if isinstance(md := js.get("metadata"), dict) and not md.get("deletionTimestamp")
+             and md.get("name") not in already and adapter.labels(js).get(crd.TASK_LABEL) == task]
+    attempts = [adapter.attempt_of(js) for js in going]
+    ended = lifecycle.garbage(state, [a for a in attempts if a is not None])
+    return [DeleteJobSet(js["metadata"]["name"]) for js, attempt in zip(going, attempts, strict=True)
+            if attempt is None or attempt in ended or js["metadata"]["name"] != current]
 
 
 def _invalid(task: dict[str, Any], state: TaskState, problem: str, *,
