@@ -444,7 +444,7 @@ def test_restoring_time_is_not_productive_and_up_time_after_readmission_starts_w
 
 def test_the_get_view_shows_the_same_accounting_fields_as_the_local_backend() -> None:
     from gangrun._backends.kube.backend import _accounting
-    from gangrun._backends.kube.reconcile import load_state
+    from gangrun._backends.kube.stored import load_state
 
     task = Task()
     running(task)
@@ -520,7 +520,7 @@ def test_a_worker_exit_during_a_preemption_is_no_worker_failure() -> None:
 
 def _view(task: Task) -> dict:
     from gangrun._backends.kube.backend import _accounting
-    from gangrun._backends.kube.reconcile import load_state
+    from gangrun._backends.kube.stored import load_state
 
     return _accounting(task.obj, load_state(task.obj, now=at(30)))
 

@@ -30,8 +30,8 @@ from gangrun._backends.kube.client import (
 from gangrun._backends.kube.create import create_once
 from gangrun._backends.kube.dependents import resuming_from
 from gangrun._backends.kube.pending import pending_message, queue_position
-from gangrun._backends.kube.reconcile import load_accounting, load_state, task_spec
 from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB, check_renderable, checkpoint_root, render_jobset
+from gangrun._backends.kube.stored import load_accounting, load_state, task_spec
 from gangrun._ckpt.storage import remove_checkpoints
 from gangrun._core import jobset, kueue
 from gangrun._core.checkpoint_root import refuse_if_depended_on

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from gangrun._backends.kube import adapter
-from gangrun._backends.kube.reconcile import load_accounting, load_state
+from gangrun._backends.kube.stored import load_accounting, load_state, persisted
 from gangrun._core import kueue
 from gangrun._core.priority_boost import ANNOTATION, Boost, BoostPolicy, parse_annotation, task_boost
 
@@ -26,7 +26,7 @@ def desired(policy: BoostPolicy, task: dict[str, Any], workload: dict[str, Any] 
             now: datetime) -> Boost | None:
     """The boost `workload` (the newest Workload of the task's current JobSet) should carry; None when it
     needs none: no Workload, a finished one, or a task the controller has not written yet."""
-    if workload is None or not (task.get("status") or {}).get("phase"):
+    if workload is None or persisted(task) is None:
         return None
     conds = {c.type: c for c in adapter.conditions(workload)}
     finished = conds.get(kueue.FINISHED)

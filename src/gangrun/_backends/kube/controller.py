@@ -57,10 +57,9 @@ from gangrun._backends.kube.reconcile import (
     DeleteJobSet,
     event_type,
     first_step_events,
-    load_accounting,
-    load_state,
     reconcile,
 )
+from gangrun._backends.kube.stored import load_accounting, load_state, persisted
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
 from gangrun._core.actions import RecordEvent, RequeueAt
@@ -384,7 +383,7 @@ class Controller:
         self.metrics.observe_views(
             {"name": (t.get("metadata") or {}).get("name"), "phase": (t.get("status") or {}).get("phase"),
              "queue": (t.get("spec") or {}).get("queue"), "eviction": (t.get("status") or {}).get("eviction"),
-             "accounting": {"goodput": load_accounting(t).goodput(now=now)} if _status_written(t) else None}
+             "accounting": {"goodput": load_accounting(t).goodput(now=now)} if persisted(t) is not None else None}
             for t in self.tasks.items())
 
     @property
@@ -424,12 +423,6 @@ def _elastic(task: dict[str, Any]) -> bool:
     spec = s if isinstance(s := task.get("spec"), dict) else {}
     least, nodes = spec.get("minNodes"), spec.get("nodes")
     return isinstance(least, int) and isinstance(nodes, int) and least < nodes
-
-
-def _status_written(task: dict[str, Any]) -> bool:
-    """Whether the controller has written the task's status yet (before that it has no accounting)."""
-    status = task.get("status")
-    return isinstance(status, dict) and bool(status.get("phase"))
 
 
 def _worth_keeping(pod: dict[str, Any]) -> bool:

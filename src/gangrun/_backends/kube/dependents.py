@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from gangrun._backends.kube.reconcile import load_state, task_spec
 from gangrun._backends.kube.render import resume_uri
+from gangrun._backends.kube.stored import load_state, task_spec
 from gangrun._core.checkpoint_root import overlaps
 from gangrun._errors import SpecError
 

@@ -36,7 +36,8 @@ from gangrun._backends.kube import adapter, crd, elastic
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.elastic import Sizing
 from gangrun._backends.kube.quota import Capacity
-from gangrun._backends.kube.render import check_renderable, jobset_name
+from gangrun._backends.kube.render import jobset_name
+from gangrun._backends.kube.stored import load_accounting, load_state, persisted, task_spec
 from gangrun._checkpoint_report import Commit
 from gangrun._core import elastic as sizes
 from gangrun._core import grace, kueue, lifecycle, worker_reports
@@ -46,7 +47,7 @@ from gangrun._core.conditions import Condition, find_condition, set_condition
 from gangrun._core.engine import ActionKind
 from gangrun._core.observation import Gang, Observation, WorkloadRead
 from gangrun._core.phases import Phase
-from gangrun._core.spec import TaskSpec, parse_manifest
+from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
 from gangrun._core.view_types import ResumeFromResult
@@ -57,8 +58,6 @@ RESUME_RESULT = "resumeFromResult"
 WARNING_EVENTS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.ATTEMPT_ENDED, EventType.FAILED,
                             EventType.DISRUPTED, EventType.GRACE_TOO_SHORT, EventType.RESUME_FOUND_NOTHING})
 LIVE_PHASES = ("Pending", "Running")
-# metadata keys parse_manifest knows; the API server adds others (finalizers, ownerReferences, ...).
-_MANIFEST_METADATA = ("name", "namespace", "labels", "annotations")
 
 
 @dataclass(frozen=True)
@@ -93,35 +92,6 @@ class AnnotatePods:
 
 
 Action = CreateJobSet | DeleteJobSet | RecordEvent | RequeueAt | AnnotatePods
-
-
-def task_spec(task: dict[str, Any]) -> TaskSpec:
-    """The TaskSpec of a ClusteredTask object read from the API, one a JobSet can be rendered from.
-    Raises SpecError."""
-    meta = m if isinstance(m := task.get("metadata"), dict) else {}
-    doc = {"apiVersion": crd.API_VERSION, "kind": crd.KIND, "spec": task.get("spec"),
-           "metadata": {k: meta[k] for k in _MANIFEST_METADATA if k in meta}}
-    spec = parse_manifest(doc)
-    check_renderable(spec)
-    return spec
-
-
-def _persisted(task: dict[str, Any]) -> dict[str, Any] | None:
-    """The status the controller wrote, or None for a task it has not seen yet."""
-    status = task.get("status")
-    return status if isinstance(status, dict) and status.get("phase") else None
-
-
-def load_state(task: dict[str, Any], *, now: datetime) -> TaskState:
-    """The persisted state, or a fresh one (attempt 1) for a task the controller has not seen."""
-    status = _persisted(task)
-    return TaskState.from_storage(status) if status is not None else TaskState.new(now=now)
-
-
-def load_accounting(task: dict[str, Any]) -> Accounting:
-    """The accounting folded from the task's timeline so far (empty for a task not seen yet)."""
-    stored = (_persisted(task) or {}).get("accounting")
-    return Accounting.from_storage(stored if isinstance(stored, dict) else None)
 
 
 def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: WorkloadLookup,
@@ -170,7 +140,7 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     # what the lifecycle step says is new only if the state moved (a create repeated until the JobSet
     # shows in the cache says nothing new).
     seen: list[Action] = []
-    if _persisted(task) is None:
+    if persisted(task) is None:
         seen.append(RecordEvent(Event(time=now, type=EventType.SUBMITTED, message=f"task {name} submitted",
                                       attempt=before.attempt)))
     ledger = load_accounting(task)
@@ -245,7 +215,7 @@ def _resumed(task: dict[str, Any], reports: Sequence[dict[str, Any]], *, attempt
              now: datetime) -> tuple[ResumeFromResult | None, list[Action]]:
     """`status.resumeFromResult`: what spec.checkpoint.resumeFrom gave the newest load a worker reported,
     and its event (ResumedFrom, or the warning ResumeFromFoundNothing) when that load is news."""
-    stored = (_persisted(task) or {}).get(RESUME_RESULT)
+    stored = (persisted(task) or {}).get(RESUME_RESULT)
     newest = max((r for r in reports if r.get("attempt") in (None, attempt)), key=lambda r: r["time"], default=None)
     if newest is None:
         return stored, []
