@@ -37,16 +37,16 @@ from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.elastic import Sizing
 from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.render import jobset_name
+from gangrun._backends.kube.status import status_patch
 from gangrun._backends.kube.stored import load_accounting, load_state, persisted, task_spec
 from gangrun._checkpoint_report import Commit
 from gangrun._core import elastic as sizes
-from gangrun._core import grace, kueue, lifecycle, worker_reports
+from gangrun._core import kueue, lifecycle, worker_reports
 from gangrun._core.accounting import Accounting
 from gangrun._core.actions import RecordEvent, RequeueAt
-from gangrun._core.conditions import Condition, find_condition, set_condition
+from gangrun._core.conditions import find_condition
 from gangrun._core.engine import ActionKind
 from gangrun._core.observation import Gang, Observation, WorkloadRead
-from gangrun._core.phases import Phase
 from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
@@ -175,14 +175,14 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     if not cancelled and not sz.growing:
         seen += _worker_failed(ledger, obs.gang, s.decided.state, attempt=before.attempt, now=now)
     extra = {**elastic.status(spec, sz, state, obs.gang), RESUME_RESULT: resumed}
-    if _status_patch(task, state, now=now, ledger=ledger, extra=extra) is None:
+    if status_patch(task, state, now=now, spec=spec, ledger=ledger, extra=extra) is None:
         decided = [a for a in decided if not isinstance(a, RecordEvent)]
     actions = seen + decided
     # the accounting is the timeline folded, event by event, as on the local backend
     ledger, warnings = lifecycle.fold(ledger, [a.event for a in actions if isinstance(a, RecordEvent)],
-                                      grace_seconds=_grace_seconds(spec))
+                                      grace_seconds=spec.termination_grace.total_seconds())
     actions += [RecordEvent(w) for w in warnings]
-    status = _status_patch(task, state, now=now, ledger=ledger, extra=extra)
+    status = status_patch(task, state, now=now, spec=spec, ledger=ledger, extra=extra)
     if status is None:
         actions = [a for a in actions if not isinstance(a, RecordEvent)]
     for wake in (s.wake_at, elastic.grow_at(spec, sz, state, now=now)):
@@ -340,73 +340,4 @@ def _invalid(task: dict[str, Any], state: TaskState, problem: str, *,
     failed = state.with_failed(at=now, attempt_code=INVALID_SPEC, attempt_reason=problem, code=INVALID_SPEC,
                                message=problem, reason=f"{INVALID_SPEC}: {problem}")
     event = Event(time=now, type=EventType.FAILED, message=f"{INVALID_SPEC}: {problem}", attempt=state.attempt)
-    return _status_patch(task, failed, now=now), [RecordEvent(event)]
-
-
-# -- status -------------------------------------------------------------------------------------------
-
-
-def _grace_seconds(spec: TaskSpec) -> float:
-    return spec.termination_grace.total_seconds()
-
-
-def _grace_condition(task: dict[str, Any], ledger: Accounting) -> Condition | None:
-    """GracePeriodTooShort, once a final save was measured (True: the grace period does not fit it)."""
-    try:
-        seconds = _grace_seconds(task_spec(task))
-    except SpecError:
-        return None
-    check = grace.check(ledger.final_saves, seconds)
-    if check is None:
-        return None
-    return Condition(type=grace.CONDITION, status=str(check.short),
-                     reason=grace.REASON_SHORT if check.short else grace.REASON_OK, message=check.message)
-
-
-def _conditions(state: TaskState, old: Any, *, now: datetime, extra: Sequence[Condition] = ()) -> list[dict[str, Any]]:
-    conds = [c for c in adapter.conditions({"status": {"conditions": old}})]
-    phase = state.phase
-    eviction = state.eviction
-    waiting = eviction is not None
-    wanted = [
-        Condition(type="Running", status=str(phase is Phase.RUNNING and not waiting),
-                  reason="WaitingForReadmission" if phase is Phase.RUNNING and waiting else phase.value,
-                  message=state.info.reason),
-        Condition(type="Evicted", status=str(waiting),
-                  reason=(eviction.reason or eviction.kind.value) if eviction is not None else "NotEvicted",
-                  message=eviction.message if eviction is not None else ""),
-        Condition(type="Finished", status=str(phase.terminal), reason=phase.value if phase.terminal else "NotFinished",
-                  message=(state.message or state.info.reason) if phase.terminal else ""),
-        *extra,
-    ]
-    for c in wanted:
-        set_condition(conds, c, now=now)
-    return [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
-             "lastTransitionTime": adapter.format_time(c.last_transition or now)} for c in conds]
-
-
-def _status_patch(task: dict[str, Any], state: TaskState, *, now: datetime, ledger: Accounting | None = None,
-                  extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    old = s if isinstance(s := task.get("status"), dict) else {}
-    name = (task.get("metadata") or {}).get("name", "")
-    ledger = ledger if ledger is not None else load_accounting(task)
-    extra = extra or {}
-    generation = ((extra.get("elastic") or {}).get("generation") or 0)
-    new = {**state.for_storage(), **extra, "jobSet": jobset_name(name, state.attempt, generation) if name else "",
-           "accounting": ledger.for_storage(),
-           "observedGeneration": (task.get("metadata") or {}).get("generation", 0),
-           "conditions": _conditions(state, old.get("conditions"), now=now,
-                                     extra=[c for c in (_grace_condition(task, ledger),) if c is not None])}
-    if _without_nulls(new) == _without_nulls(old):
-        return None
-    return new
-
-
-def _without_nulls(v: Any) -> Any:
-    # A merge patch deletes keys set to null at every depth of an object (the eviction's unset
-    # `readmittedAt` too), so the stored status lacks them: compare with no null anywhere.
-    if isinstance(v, dict):
-        return {k: _without_nulls(x) for k, x in v.items() if x is not None}
-    if isinstance(v, list):
-        return [_without_nulls(x) for x in v]
-    return v
+    return status_patch(task, failed, now=now, spec=None), [RecordEvent(event)]
