@@ -465,7 +465,7 @@ def test_a_preemption_that_ends_the_attempt_tells_the_workers_it_was_a_preemptio
 
 
 def test_a_first_step_on_the_tasks_first_start_claims_no_checkpoint_load_and_says_when_it_was() -> None:
-    from gangrun._backends.kube.reconcile import first_step_events
+    from gangrun._backends.kube.seen_events import first_step_events
     from gangrun._core.accounting import Accounting
     from gangrun._core.timeline import Event
 

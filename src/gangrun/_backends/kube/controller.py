@@ -43,7 +43,18 @@ from functools import partial
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.kube import adapter, boost, crd, elastic, events, indexes, live_reports, logkeep, preemptor
+from gangrun._backends.kube import (
+    adapter,
+    boost,
+    crd,
+    elastic,
+    events,
+    indexes,
+    live_reports,
+    logkeep,
+    preemptor,
+    seen_events,
+)
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
@@ -56,7 +67,6 @@ from gangrun._backends.kube.reconcile import (
     CreateJobSet,
     DeleteJobSet,
     event_type,
-    first_step_events,
     reconcile,
 )
 from gangrun._backends.kube.stored import load_accounting, load_state, persisted
@@ -449,7 +459,7 @@ def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
                                  for r in status.get("disruptions") or []):
         return False
     steps = [s for _, s in adapter.first_steps([pod])]
-    if steps and first_step_events(load_accounting({"status": status}), steps, attempt=current,
+    if steps and seen_events.first_step_events(load_accounting({"status": status}), steps, attempt=current,
                                    now=max(s["time"] for s in steps)):
         return False
     return _commits_told(pod, status)

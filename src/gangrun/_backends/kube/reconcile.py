@@ -31,30 +31,24 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from gangrun._backends.clock import utc
-from gangrun._backends.kube import adapter, crd, elastic
+from gangrun._backends.kube import adapter, crd, elastic, seen_events
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.elastic import Sizing
 from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.render import jobset_name
 from gangrun._backends.kube.status import status_patch
 from gangrun._backends.kube.stored import load_accounting, load_state, persisted, task_spec
-from gangrun._checkpoint_report import Commit
 from gangrun._core import elastic as sizes
-from gangrun._core import kueue, lifecycle, worker_reports
-from gangrun._core.accounting import Accounting
+from gangrun._core import lifecycle
 from gangrun._core.actions import RecordEvent, RequeueAt
-from gangrun._core.conditions import find_condition
 from gangrun._core.engine import ActionKind
-from gangrun._core.observation import Gang, Observation, WorkloadRead
+from gangrun._core.observation import Observation, WorkloadRead
 from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
-from gangrun._core.view_types import ResumeFromResult
 from gangrun._errors import SpecError
 
 INVALID_SPEC = "InvalidSpec"
-RESUME_RESULT = "resumeFromResult"
 WARNING_EVENTS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.ATTEMPT_ENDED, EventType.FAILED,
                             EventType.DISRUPTED, EventType.GRACE_TOO_SHORT, EventType.RESUME_FOUND_NOTHING})
 LIVE_PHASES = ("Pending", "Running")
@@ -145,13 +139,13 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
                                       attempt=before.attempt)))
     ledger = load_accounting(task)
     commits = [c for c in adapter.checkpoints(pods, live) if adapter.reports_for(c.attempt, before.attempt)]
-    seen += _checkpoint_events(ledger, commits, now=now)
-    seen += first_step_events(ledger, [t for a, t in adapter.first_steps(pods, live) if a in (None, before.attempt)],
-                         attempt=before.attempt, now=now)
-    resumed, said = _resumed(task, adapter.resumes(pods, live), attempt=before.attempt, now=now)
+    seen += seen_events.checkpoint_events(ledger, commits, now=now)
+    steps = [t for a, t in adapter.first_steps(pods, live) if a in (None, before.attempt)]
+    seen += seen_events.first_step_events(ledger, steps, attempt=before.attempt, now=now)
+    resumed, said = seen_events.resumed(task, adapter.resumes(pods, live), attempt=before.attempt, now=now)
     seen += said
-    seen += _workers_running(ledger, before, adapter.workers_running_at(jobset, own), now=now)
-    seen += _admitted(ledger, before, obs, now=now, size=(sz.nodes, spec.nodes) if spec.elastic else None)
+    seen += seen_events.workers_running(ledger, before, adapter.workers_running_at(jobset, own), now=now)
+    seen += seen_events.admitted(ledger, before, obs, now=now, size=(sz.nodes, spec.nodes) if spec.elastic else None)
     decided: list[Action] = []
     for i, part in enumerate(s.parts):
         decided += [RecordEvent(e) for e in part.events]
@@ -173,8 +167,8 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     decided += _garbage(owned_jobsets, state, name, already={a.name for a in decided if isinstance(a, DeleteJobSet)},
                         current=jobset_name(name, state.attempt, sz.generation if sz.attempt == state.attempt else 0))
     if not cancelled and not sz.growing:
-        seen += _worker_failed(ledger, obs.gang, s.decided.state, attempt=before.attempt, now=now)
-    extra = {**elastic.status(spec, sz, state, obs.gang), RESUME_RESULT: resumed}
+        seen += seen_events.worker_failed(ledger, obs.gang, s.decided.state, attempt=before.attempt, now=now)
+    extra = {**elastic.status(spec, sz, state, obs.gang), seen_events.RESUME_RESULT: resumed}
     if status_patch(task, state, now=now, spec=spec, ledger=ledger, extra=extra) is None:
         decided = [a for a in decided if not isinstance(a, RecordEvent)]
     actions = seen + decided
@@ -189,99 +183,6 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
         if wake is not None:
             actions.append(RequeueAt(wake))
     return status, actions
-
-
-def _checkpoint_events(ledger: Accounting, commits: Sequence[Commit], *, now: datetime) -> list[Action]:
-    """A CheckpointCommitted event for each commit newer than the newest one already accounted.
-
-    Stamped when it is read, so the timeline stays in order; when it committed is in the data (the
-    local backend does the same). A sharded save reported by several ranks is one commit.
-    """
-    newest = ledger.last_checkpoint.at if ledger.last_checkpoint is not None else None
-    unique: dict[tuple[int, object], Commit] = {}
-    for c in sorted(commits, key=lambda c: (c.at, c.rank)):
-        unique.setdefault((c.attempt, c.seq if c.seq is not None else c.at), c)
-    out: list[Action] = []
-    for c in sorted(unique.values(), key=lambda c: c.at):
-        if newest is not None and c.at <= newest:
-            continue
-        out.append(RecordEvent(worker_reports.commit_event(
-            attempt=c.attempt, rank=c.rank, step=c.step, seq=c.seq, uri=c.uri, committed_at=c.at, now=now,
-            taken_at=c.taken_at, save_seconds=c.save_seconds, final=c.final)))
-    return out
-
-
-def _resumed(task: dict[str, Any], reports: Sequence[dict[str, Any]], *, attempt: int,
-             now: datetime) -> tuple[ResumeFromResult | None, list[Action]]:
-    """`status.resumeFromResult`: what spec.checkpoint.resumeFrom gave the newest load a worker reported,
-    and its event (ResumedFrom, or the warning ResumeFromFoundNothing) when that load is news."""
-    stored = (persisted(task) or {}).get(RESUME_RESULT)
-    newest = max((r for r in reports if r.get("attempt") in (None, attempt)), key=lambda r: r["time"], default=None)
-    if newest is None:
-        return stored, []
-    event = worker_reports.resume_event(newest, attempt=attempt, at=min(utc(float(newest["time"])), now), now=now)
-    result = worker_reports.resume_result(event)
-    if result == stored:
-        return stored, []
-    return result, [RecordEvent(event)]
-
-
-def first_step_events(ledger: Accounting, steps: Sequence[dict[str, Any]], *, attempt: int,
-                      now: datetime) -> list[Action]:
-    """A FirstStep event for each worker's first step (from its report) that changes the accounting: the
-    newest of the current or just-ended period. Read again at every reconcile, so only news is recorded."""
-    out: list[Action] = []
-    for doc in sorted(steps, key=lambda d: d["time"]):
-        event, after = worker_reports.first_step(ledger, doc, attempt=attempt, at=doc["time"], now=now)
-        if after != ledger:
-            out.append(RecordEvent(event))
-            ledger = after
-    return out
-
-
-def _worker_failed(ledger: Accounting, gang: Gang | None, decided: TaskState, *, attempt: int,
-                   now: datetime) -> list[Action]:
-    """A WorkerExited event when a worker of the running gang failed by itself (its pod ended, not
-    deleted), at its container's finishedAt: the gang stopped then, and the teardown and restart that
-    JobSet makes next are restarting, not work lost. None during an eviction or a node disruption,
-    whose stops are their own; read again at every reconcile, so only news is recorded."""
-    at = gang.first_failure_at if gang is not None else None
-    if at is None or gang is None or gang.suspended or gang.disruption is not None or decided.eviction is not None \
-            or decided.waiting or ledger.up_since is None or not ledger.up_since < at <= now:
-        return []
-    event = Event(time=now, type=EventType.WORKER_EXITED, attempt=attempt, message=gang.first_failure,
-                  data={"at": at.isoformat()})
-    return [RecordEvent(event)] if ledger.apply(event) != ledger else []
-
-
-def _workers_running(ledger: Accounting, before: TaskState, running: datetime | None, *,
-                     now: datetime) -> list[Action]:
-    """After a readmission: the gang is up again from when its last worker's container started."""
-    if running is None or ledger.up_since is not None or running == ledger.workers_running_at:
-        return []
-    if ledger.last_up is not None and running <= ledger.last_up.end:
-        return []  # the workers that were stopped, still running while Kueue suspends the JobSet
-    if not ledger.awaiting_workers and before.eviction is None:
-        return []  # not back from an eviction: GangStarted and GangRestarted say when it is up
-    return [RecordEvent(Event(time=now, type=EventType.WORKERS_RUNNING, attempt=before.attempt,
-                              data={"at": min(running, now).isoformat()},
-                              message=f"every worker of attempt {before.attempt} running again"))]
-
-
-def _admitted(ledger: Accounting, before: TaskState, obs: Observation, *, now: datetime,
-              size: tuple[int, int] | None = None) -> list[Action]:
-    """An Admitted event the first time the attempt's gang is seen unsuspended: its queued time ends.
-    `size`: an elastic gang's (nodes, of), which the accounting counts node-seconds by."""
-    gang = obs.gang
-    if ledger.queued_since is None or gang is None or gang.suspended or before.phase.terminal:
-        return []
-    reserved = find_condition(obs.workload.conditions, kueue.QUOTA_RESERVED) if obs.workload is not None else None
-    how = f" ({reserved.message})" if reserved is not None and reserved.is_true and reserved.message else ""
-    data = {"nodes": size[0], "of": size[1]} if size is not None and size[0] else {}
-    if data and size is not None and size[0] < size[1]:
-        how += f" on {size[0]} of {size[1]} nodes (what fits now)"
-    return [RecordEvent(Event(time=now, type=EventType.ADMITTED, attempt=before.attempt, data=data,
-                              message=f"gang of attempt {before.attempt} admitted by Kueue{how}"))]
 
 
 def _notice(n: lifecycle.Notice, pods: Sequence[dict[str, Any]]) -> list[Action]:
