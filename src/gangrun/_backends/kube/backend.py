@@ -327,7 +327,7 @@ class KubeBackend:
         if not name:
             return out
         try:
-            uid = adapter.job_uid(self.api.get(JOBSETS, namespace, name))
+            uid = adapter.uid(self.api.get(JOBSETS, namespace, name))
             items = self.api.list(WORKLOADS, namespace, label_selector=f"{kueue.JOB_UID_LABEL}={uid}").get("items")
         except ApiError:  # not created yet, or a user who may not read JobSets or Workloads
             return out

@@ -53,6 +53,7 @@ from gangrun._backends.kube import (
     live_reports,
     logkeep,
     preemptor,
+    reports,
     seen_events,
 )
 from gangrun._backends.kube.adapter import WorkloadLookup
@@ -193,7 +194,7 @@ class Controller:
         live = self.pods.by_index(indexes.BY_TASK, key)
         names = {(p.get("metadata") or {}).get("name") for p in live}
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
-                if adapter.reports_for(adapter.attempt_of(p), state.attempt) and adapter.belongs_to(p, uid)]
+                if reports.reports_for(adapter.attempt_of(p), state.attempt) and adapter.belongs_to(p, uid)]
         lookup = self._workloads_for(js)
         capacity = self._capacity(task, owned, lookup) if _elastic(task) else None
         new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity,
@@ -241,7 +242,7 @@ class Controller:
         namespace = key_of(task)[0]
         mine = adapter.newest_workload(lookup.items) if lookup.read is WorkloadRead.FOUND else None
         return self.queues.capacity(namespace, str((task.get("spec") or {}).get("queue") or "default"),
-                                    workloads=self.workloads.items(), own_jobs={adapter.job_uid(j) for j in owned},
+                                    workloads=self.workloads.items(), own_jobs={adapter.uid(j) for j in owned},
                                     priority=priority_of(mine))
 
     def _keep_boost(self, key: Key, task: dict[str, Any], lookup: WorkloadLookup, now: datetime) -> None:
@@ -300,7 +301,7 @@ class Controller:
         return obj
 
     def _workloads_for(self, js: dict[str, Any] | None) -> WorkloadLookup:
-        uid = adapter.job_uid(js) if js is not None else ""
+        uid = adapter.uid(js) if js is not None else ""
         if js is None or not uid:
             return WorkloadLookup()
         cached = self.workloads.by_index(indexes.BY_JOB_UID, uid)
@@ -438,7 +439,7 @@ def _elastic(task: dict[str, Any]) -> bool:
 def _worth_keeping(pod: dict[str, Any]) -> bool:
     """Whether a deleted pod still says something a sync needs: a checkpoint, a first step after a load,
     or a node disruption."""
-    return (bool(adapter.checkpoints([pod])) or bool(adapter.first_steps([pod]))
+    return (bool(reports.checkpoints([pod])) or bool(reports.first_steps([pod]))
             or adapter.disruption({}, [pod]) is not None)
 
 
@@ -458,7 +459,7 @@ def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
     if d is not None and not any(isinstance(r, dict) and r.get("worker") == d.worker
                                  for r in status.get("disruptions") or []):
         return False
-    steps = [s for _, s in adapter.first_steps([pod])]
+    steps = [s for _, s in reports.first_steps([pod])]
     if steps and seen_events.first_step_events(load_accounting({"status": status}), steps, attempt=current,
                                    now=max(s["time"] for s in steps)):
         return False
@@ -466,7 +467,7 @@ def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
 
 
 def _commits_told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
-    commits = adapter.checkpoints([pod])
+    commits = reports.checkpoints([pod])
     newest = adapter.parse_time(((status.get("accounting") or {}).get("lastCheckpoint") or {}).get("at"))
     return not commits or (newest is not None and all(c.at <= newest for c in commits))
 

@@ -27,7 +27,7 @@ def task_of(obj: dict[str, Any]) -> list[Hashable]:
 
 
 def uid_of(obj: dict[str, Any]) -> list[Hashable]:
-    uid = adapter.job_uid(obj)
+    uid = adapter.uid(obj)
     return [uid] if uid else []
 
 

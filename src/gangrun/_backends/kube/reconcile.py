@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from gangrun._backends.kube import adapter, crd, elastic, seen_events
+from gangrun._backends.kube import adapter, crd, elastic, reports, seen_events
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.elastic import Sizing
 from gangrun._backends.kube.quota import Capacity
@@ -138,11 +138,11 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
         seen.append(RecordEvent(Event(time=now, type=EventType.SUBMITTED, message=f"task {name} submitted",
                                       attempt=before.attempt)))
     ledger = load_accounting(task)
-    commits = [c for c in adapter.checkpoints(pods, live) if adapter.reports_for(c.attempt, before.attempt)]
+    commits = [c for c in reports.checkpoints(pods, live) if reports.reports_for(c.attempt, before.attempt)]
     seen += seen_events.checkpoint_events(ledger, commits, now=now)
-    steps = [t for a, t in adapter.first_steps(pods, live) if a in (None, before.attempt)]
+    steps = [t for a, t in reports.first_steps(pods, live) if a in (None, before.attempt)]
     seen += seen_events.first_step_events(ledger, steps, attempt=before.attempt, now=now)
-    resumed, said = seen_events.resumed(task, adapter.resumes(pods, live), attempt=before.attempt, now=now)
+    resumed, said = seen_events.resumed(task, reports.resumes(pods, live), attempt=before.attempt, now=now)
     seen += said
     seen += seen_events.workers_running(ledger, before, adapter.workers_running_at(jobset, own), now=now)
     seen += seen_events.admitted(ledger, before, obs, now=now, size=(sz.nodes, spec.nodes) if spec.elastic else None)
