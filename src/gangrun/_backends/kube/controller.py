@@ -54,7 +54,6 @@ from gangrun._backends.kube import (
     logkeep,
     preemptor,
     reports,
-    seen_events,
 )
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
@@ -71,12 +70,12 @@ from gangrun._backends.kube.reconcile import (
     reconcile,
 )
 from gangrun._backends.kube.stored import load_accounting, load_state, persisted
+from gangrun._backends.kube.tombstones import Tombstones
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.eviction import NO_EVICTION, classify_eviction
 from gangrun._core.observation import WorkloadRead
-from gangrun._core.phases import TERMINAL
 from gangrun._core.priority_boost import BoostPolicy
 from gangrun._errors import ApiError, Conflict, NotFound
 
@@ -131,8 +130,7 @@ class Controller:
         self.informers = (self.tasks, self.jobsets, self.pods, self.workloads, *self.queues.informers)
         self._hinted = False
         self._notices = ThreadPoolExecutor(max_workers=NOTICE_FANOUT, thread_name_prefix="stop-notice")
-        self._tomb_lock = threading.Lock()
-        self._tombstones: dict[Key, dict[str, dict[str, Any]]] = {}  # task -> pod name -> its last state
+        self._tombstones = Tombstones()
         # Each ended worker pod's output, kept in the task's ConfigMap past the pod (`logkeep.py`).
         self.keeper = logkeep.Keeper(self.api, task_uid=self._task_uid) if keep_output else None
 
@@ -150,9 +148,8 @@ class Controller:
         task = adapter.labels(obj).get(crd.TASK_LABEL)
         if task and self.keeper is not None:
             self.keeper.saw(obj, deleted=self.pods.get(key_of(obj)) is None)
-        if task and self.pods.get(key_of(obj)) is None and _worth_keeping(obj):
-            with self._tomb_lock:
-                self._tombstones.setdefault((key_of(obj)[0], task), {})[key_of(obj)[1]] = obj
+        if task and self.pods.get(key_of(obj)) is None:
+            self._tombstones.keep((key_of(obj)[0], task), obj)
         self._owned_changed(obj)
 
     def _task_uid(self, namespace: str, name: str) -> str:
@@ -189,8 +186,7 @@ class Controller:
         if js is not None and not adapter.belongs_to(js, uid):
             js = None  # an earlier task's of this name, being deleted: ours is created once it is gone
         owned = [j for j in self.jobsets.by_index(indexes.BY_TASK, key) if adapter.belongs_to(j, uid)]
-        with self._tomb_lock:
-            gone = dict(self._tombstones.get(key, {}))
+        gone = self._tombstones.of(key)
         live = self.pods.by_index(indexes.BY_TASK, key)
         names = {(p.get("metadata") or {}).get("name") for p in live}
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
@@ -222,7 +218,7 @@ class Controller:
         else:  # Kueue stops this gang, not us: nothing to order after the notices, so the worker moves on
             for done in notices:
                 done.add_done_callback(_log_failed_notice)
-        self._forget_tombstones(key, task)
+        self._tombstones.forget(key, task)
         index = 0
         for action in actions:
             if isinstance(action, CreateJobSet):
@@ -269,16 +265,6 @@ class Controller:
                 self.workloads.upsert(updated)
         if want.next_change_in is not None:
             self.queue.add_after(key, want.next_change_in)
-
-    def _forget_tombstones(self, key: Key, task: dict[str, Any]) -> None:
-        """Drop the pods whose news the task's status now holds, and those of attempts it has left."""
-        status = s if isinstance(s := task.get("status"), dict) else {}
-        with self._tomb_lock:
-            kept = {n: p for n, p in self._tombstones.get(key, {}).items() if not _told(p, status)}
-            if kept:
-                self._tombstones[key] = kept
-            else:
-                self._tombstones.pop(key, None)
 
     def _annotate(self, namespace: str, actions: list[Any]) -> list[Future[None]]:
         """Start writing the stop notices, every pod at once; the caller waits on the result before any
@@ -434,42 +420,6 @@ def _elastic(task: dict[str, Any]) -> bool:
     spec = s if isinstance(s := task.get("spec"), dict) else {}
     least, nodes = spec.get("minNodes"), spec.get("nodes")
     return isinstance(least, int) and isinstance(nodes, int) and least < nodes
-
-
-def _worth_keeping(pod: dict[str, Any]) -> bool:
-    """Whether a deleted pod still says something a sync needs: a checkpoint, a first step after a load,
-    or a node disruption."""
-    return (bool(reports.checkpoints([pod])) or bool(reports.first_steps([pod]))
-            or adapter.disruption({}, [pod]) is not None)
-
-
-def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
-    """Whether the status already holds what a deleted pod said (or the task has left its attempt).
-
-    A disruption is in the status only once the gang restarted for it, which may be several syncs
-    after its pod went; a checkpoint once the accounting has it (or a newer one); a first step once
-    it would change nothing.
-    """
-    attempt, current = adapter.attempt_of(pod), status.get("attempt", 1)
-    if not isinstance(attempt, int) or attempt > current or status.get("phase") in TERMINAL:
-        return True
-    if attempt < current:  # an ended attempt's worker: only its newest checkpoint still matters
-        return _commits_told(pod, status)
-    d = adapter.disruption({}, [pod])
-    if d is not None and not any(isinstance(r, dict) and r.get("worker") == d.worker
-                                 for r in status.get("disruptions") or []):
-        return False
-    steps = [s for _, s in reports.first_steps([pod])]
-    if steps and seen_events.first_step_events(load_accounting({"status": status}), steps, attempt=current,
-                                   now=max(s["time"] for s in steps)):
-        return False
-    return _commits_told(pod, status)
-
-
-def _commits_told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
-    commits = reports.checkpoints([pod])
-    newest = adapter.parse_time(((status.get("accounting") or {}).get("lastCheckpoint") or {}).get("at"))
-    return not commits or (newest is not None and all(c.at <= newest for c in commits))
 
 
 def _log_failed_notice(done: Future[None]) -> None:
