@@ -37,7 +37,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -54,6 +53,7 @@ from gangrun._backends.kube import (
     logkeep,
     preemptor,
     reports,
+    stop_notices,
 )
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
@@ -63,7 +63,6 @@ from gangrun._backends.kube.permissions import CONTROLLER, PRIORITY_BOOST, Scope
 from gangrun._backends.kube.queues import Queues, priority_of
 from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.reconcile import (
-    AnnotatePods,
     CreateJobSet,
     DeleteJobSet,
     event_type,
@@ -81,7 +80,6 @@ from gangrun._errors import ApiError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
 REJECTED_EVENT = "the API server rejected the event"
-NOTICE_FANOUT = 16  # pod patches of stop notices in flight at once
 BOOST_RBAC_HINT = ("the controller may not patch Kueue Workloads (403); --priority-boost has no effect. Grant "
                    "patch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 SPARE_CONNECTIONS = 8  # the four watches, leader election, a live read or two
@@ -98,7 +96,7 @@ def api_connections(workers: int) -> int:
     """Kept-alive API connections for a controller with `workers` reconciles at once: one each, one per
     stop notice in flight, the watches and the Lease. Fewer would open and drop a connection (and its
     TLS handshake) for every request beyond them, in the very bursts where requests pile up."""
-    return workers + NOTICE_FANOUT + SPARE_CONNECTIONS
+    return workers + stop_notices.FANOUT + SPARE_CONNECTIONS
 
 
 class Controller:
@@ -129,7 +127,7 @@ class Controller:
                      if report_period is not None else None)
         self.informers = (self.tasks, self.jobsets, self.pods, self.workloads, *self.queues.informers)
         self._hinted = False
-        self._notices = ThreadPoolExecutor(max_workers=NOTICE_FANOUT, thread_name_prefix="stop-notice")
+        self._notices = stop_notices.StopNotices(self.api)
         self._tombstones = Tombstones()
         # Each ended worker pod's output, kept in the task's ConfigMap past the pod (`logkeep.py`).
         self.keeper = logkeep.Keeper(self.api, task_uid=self._task_uid) if keep_output else None
@@ -198,9 +196,7 @@ class Controller:
         actions = preemptor.name_in(actions, lookup.items,
                                     jobsets_by_uid=partial(self.jobsets.by_index, indexes.BY_UID),
                                     workloads_by_job_uid=partial(self.workloads.by_index, indexes.BY_JOB_UID))
-        # Alongside the status write, not after it: a notice is no part of the task's state (writing it
-        # twice is harmless), and for a stop Kueue starts every millisecond counts against its suspend.
-        notices = self._annotate(namespace, actions)
+        notices = self._notices.write(namespace, actions)  # alongside the status write, not after it
         if new_status is not None:
             rv = (task.get("metadata") or {}).get("resourceVersion")
             patch = {"metadata": {"resourceVersion": rv}, "status": new_status}
@@ -212,12 +208,7 @@ class Controller:
             for action in actions:  # counted once the status holds what they describe
                 if isinstance(action, RecordEvent):
                     self.metrics.count(action.event)
-        if any(isinstance(a, DeleteJobSet) for a in actions):
-            for done in notices:  # every notice is on its pod before any delete below
-                done.result()
-        else:  # Kueue stops this gang, not us: nothing to order after the notices, so the worker moves on
-            for done in notices:
-                done.add_done_callback(_log_failed_notice)
+        stop_notices.settle(notices, before_delete=any(isinstance(a, DeleteJobSet) for a in actions))
         self._tombstones.forget(key, task)
         index = 0
         for action in actions:
@@ -265,18 +256,6 @@ class Controller:
                 self.workloads.upsert(updated)
         if want.next_change_in is not None:
             self.queue.add_after(key, want.next_change_in)
-
-    def _annotate(self, namespace: str, actions: list[Any]) -> list[Future[None]]:
-        """Start writing the stop notices, every pod at once; the caller waits on the result before any
-        delete. A pod already gone needs none; any other error surfaces from the future (a retried sync)."""
-        def one(name: str, annotations: dict[str, str]) -> None:
-            try:
-                self.api.patch(PODS, namespace, name, {"metadata": {"annotations": annotations}})
-            except NotFound:
-                pass
-
-        return [self._notices.submit(one, name, a.annotations)
-                for a in actions if isinstance(a, AnnotatePods) for name in a.names]
 
     def _live_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -410,7 +389,7 @@ class Controller:
         self.queue.shutdown()
         for t in workers_:
             t.join(timeout=10)
-        self._notices.shutdown(wait=False)
+        self._notices.close()
         if self.keeper is not None:
             self.keeper.close()
 
@@ -420,10 +399,3 @@ def _elastic(task: dict[str, Any]) -> bool:
     spec = s if isinstance(s := task.get("spec"), dict) else {}
     least, nodes = spec.get("minNodes"), spec.get("nodes")
     return isinstance(least, int) and isinstance(nodes, int) and least < nodes
-
-
-def _log_failed_notice(done: Future[None]) -> None:
-    """A notice not written is a worker told no cause (it still gets SIGTERM and its grace): worth a line."""
-    e = done.exception()
-    if e is not None:
-        log.warning("could not write a stop notice: %s", e)
