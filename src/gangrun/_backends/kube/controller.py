@@ -37,14 +37,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import datetime
 from functools import partial
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
 from gangrun._backends.kube import (
     adapter,
-    boost,
     crd,
     elastic,
     events,
@@ -56,6 +54,7 @@ from gangrun._backends.kube import (
     stop_notices,
 )
 from gangrun._backends.kube.adapter import WorkloadLookup
+from gangrun._backends.kube.boost import Booster
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
 from gangrun._backends.kube.metrics import Metrics
@@ -80,8 +79,6 @@ from gangrun._errors import ApiError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
 REJECTED_EVENT = "the API server rejected the event"
-BOOST_RBAC_HINT = ("the controller may not patch Kueue Workloads (403); --priority-boost has no effect. Grant "
-                   "patch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 SPARE_CONNECTIONS = 8  # the four watches, leader election, a live read or two
 # Reconciles wait on the API server, not the CPU (a sync's own work is about a millisecond; its status
 # PATCH takes hundreds while Kueue readmits a thousand gangs): a worker is a status write in flight, and
@@ -109,7 +106,6 @@ class Controller:
         self.api: KubeApi = Scoped(api, CONTROLLER | PRIORITY_BOOST)
         self.namespace, self.clock = namespace, clock
         self.boost = boost  # checkpoint-aware preemption: keep each Workload's priority-boost annotation
-        self._boost_hinted = False
         self.metrics = metrics or Metrics()
         self.identity = identity
         self.strict_events = strict_events  # tests: an Event the API server rejects fails the sync
@@ -121,6 +117,7 @@ class Controller:
                              on_change=self._pod_changed, indexers=indexes.POD_INDEXERS)
         self.workloads = Informer(self.api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
                                   indexers=indexes.WORKLOAD_INDEXERS)
+        self._booster = Booster(self.api, self.workloads, self.queue)
         self.queues = Queues(self.api, namespace=namespace, on_change=self._queue_changed)
         # Commits reach the timeline (and the boost follows them) as they happen, not at the gang's next stop.
         self.live = (live_reports.LiveReports(self.pods, self._owned_changed, period=report_period)
@@ -222,7 +219,7 @@ class Controller:
             elif isinstance(action, RequeueAt):
                 self.queue.add_after(key, max((action.at - now).total_seconds(), 0.0))
         if self.boost is not None:
-            self._keep_boost(key, task, lookup, now)
+            self._booster.keep(self.boost, key, task, lookup, now=now)
 
     def _capacity(self, task: dict[str, Any], owned: list[dict[str, Any]], lookup: WorkloadLookup) -> Capacity | None:
         """The free quota of an elastic task's ClusterQueue (`queues.py`)."""
@@ -231,31 +228,6 @@ class Controller:
         return self.queues.capacity(namespace, str((task.get("spec") or {}).get("queue") or "default"),
                                     workloads=self.workloads.items(), own_jobs={adapter.uid(j) for j in owned},
                                     priority=priority_of(mine))
-
-    def _keep_boost(self, key: Key, task: dict[str, Any], lookup: WorkloadLookup, now: datetime) -> None:
-        """Write the task's priority boost onto its Workload when it differs; come back when it would step up."""
-        assert self.boost is not None
-        wl = adapter.newest_workload(lookup.items) if lookup.read is WorkloadRead.FOUND else None
-        want = boost.desired(self.boost, task, wl, now=now)
-        if wl is None or want is None:
-            return
-        if boost.current(wl) != want.value:
-            name = (wl.get("metadata") or {}).get("name", "")
-            try:
-                updated = self.api.patch(WORKLOADS, key[0], name, boost.patch(want.value))
-            except NotFound:
-                return
-            except ApiError as e:
-                if e.status != 403:
-                    raise
-                if not self._boost_hinted:
-                    self._boost_hinted = True
-                    log.warning(BOOST_RBAC_HINT)
-                return
-            if isinstance(updated, dict):
-                self.workloads.upsert(updated)
-        if want.next_change_in is not None:
-            self.queue.add_after(key, want.next_change_in)
 
     def _live_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
