@@ -5,21 +5,17 @@ because only the controller writes status)."""
 from __future__ import annotations
 
 import builtins  # the `list` method shadows the builtin inside the class body
-import os
 import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 from gangrun._backends.clock import system_clock
-from gangrun._backends.kube import adapter, crd, durable, events
+from gangrun._backends.kube import adapter, checks, crd, durable, events
 from gangrun._backends.kube.client import (
     EVENTS,
     JOBSETS,
-    LOCAL_QUEUES,
-    PODS,
     TASKS,
     WORKLOADS,
     KubeApi,
@@ -29,7 +25,7 @@ from gangrun._backends.kube.client import (
 from gangrun._backends.kube.create import create_once
 from gangrun._backends.kube.dependents import resuming_from
 from gangrun._backends.kube.pending import pending_message, queue_position
-from gangrun._backends.kube.render import REPLICATED_JOB, check_renderable, checkpoint_root, render_jobset
+from gangrun._backends.kube.render import check_renderable, checkpoint_root
 from gangrun._backends.kube.stored import load_accounting, load_state, task_spec
 from gangrun._backends.kube.worker_logs import WorkerLogs
 from gangrun._ckpt.storage import remove_checkpoints
@@ -43,7 +39,6 @@ from gangrun._core.view import accounting_view, eviction_accounting, spec_view, 
 from gangrun._core.view_types import AccountingView, KubeView, ListedView, TaskView, Waiting
 from gangrun._errors import ApiError, BackendError, Conflict, NotFound, SpecError, UsageError
 
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 # The visibility API serves `pendingworkloads` as a subresource of a LocalQueue in its own group.
 VISIBLE_QUEUES = Resource(kueue.VISIBILITY_GROUP, kueue.VISIBILITY_VERSION, kueue.LOCAL_QUEUES, "LocalQueue")
 WAITING_PHASES = frozenset({Phase.QUEUED, Phase.WAITING_FOR_RESOURCES})
@@ -63,7 +58,7 @@ class KubeBackend:
     @property
     def api(self) -> KubeApi:
         if self._api is None:
-            _check_kubeconfig(self._kubeconfig)
+            checks.check_kubeconfig(self._kubeconfig)
             self._api, default_ns = connect(kubeconfig=self._kubeconfig, context=self._context)
             self._namespace = self._namespace or default_ns
         return self._api
@@ -79,8 +74,8 @@ class KubeBackend:
         check_renderable(spec)  # refuses what the cluster would refuse later (no image), naming the field
         durable.check_checkpoints_survive(spec)  # and a resuming task whose checkpoints would die with its pods
         ns = spec.namespace or self.namespace
-        self._check_queue(ns, spec.queue)
-        self._check_pod(ns, spec)
+        checks.check_queue(self.api, ns, spec.queue)
+        checks.check_pod(self.api, ns, spec)
         body = {k: v for k, v in (spec.raw or {}).items() if k != "status"}
         meta = {k: v for k, v in (body.get("metadata") or {}).items() if k in ("name", "labels", "annotations")}
         naming = {"name": spec.name} if spec.name else {"generateName": spec.generate_name}
@@ -102,7 +97,7 @@ class KubeBackend:
     def list(self) -> list[ListedView]:
         with self._calling("list"):
             items = self.api.list(TASKS, self.namespace).get("items") or []
-        if not items and self._namespace_missing(self.namespace):
+        if not items and checks.namespace_missing(self.api, self.namespace):
             raise UsageError(f"namespace {self.namespace} does not exist")
         return [self._view(t) for t in sorted(items, key=lambda t: (t.get("metadata") or {}).get("name", ""))]
 
@@ -196,19 +191,9 @@ class KubeBackend:
             with self._calling("read"):
                 return self.api.get(TASKS, self.namespace, name)
         except NotFound:
-            if self._namespace_missing(self.namespace):
+            if checks.namespace_missing(self.api, self.namespace):
                 raise UsageError(f"no task named {name}: namespace {self.namespace} does not exist") from None
             raise UsageError(f"no task named {name} in namespace {self.namespace}") from None
-
-    def _namespace_missing(self, namespace: str) -> bool:
-        """Whether the namespace is known not to exist (a user who may not read namespaces gets False)."""
-        try:
-            self.api.get(NAMESPACES, None, namespace)
-        except NotFound:
-            return True
-        except ApiError:
-            return False
-        return False
 
     def _view(self, task: dict[str, Any]) -> KubeView:
         md, status = task.get("metadata") or {}, task.get("status") or {}
@@ -286,38 +271,6 @@ class KubeBackend:
         except ApiError:
             pass  # best effort: see delete()
 
-    def _check_pod(self, namespace: str, spec: TaskSpec) -> None:
-        """Ask the API server to validate one worker pod (a dry run): a podTemplate it would refuse is a
-        manifest error now, not a gang that never starts because its Job cannot create pods."""
-        if not spec.pod_template:
-            return
-        if not spec.name:  # generateName: the API server names the task later; any name of that shape will do
-            spec = replace(spec, name=f"{spec.generate_name}xxxxx")
-        js = render_jobset(spec, attempt=1)
-        template = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-        name = js["metadata"]["name"]
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {**template["metadata"], "name": f"{name}-{REPLICATED_JOB}-0-0", "namespace": namespace},
-               "spec": {**template["spec"], "hostname": f"{name}-{REPLICATED_JOB}-0-0"}}
-        try:
-            self.api.create(PODS, namespace, pod, dry_run=True)
-        except ApiError as e:
-            if e.status in (400, 422):
-                raise SpecError("spec.podTemplate", f"the API server refuses the worker pod: {e.message}") from None
-            # Forbidden (no right to create pods, or a namespace quota), unreachable: the controller's
-            # own create reports it later; a check must not stop a submit the cluster would take.
-
-    def _check_queue(self, namespace: str, queue_name: str) -> None:
-        try:
-            self.api.get(LOCAL_QUEUES, namespace, queue_name)
-        except NotFound:
-            if self._namespace_missing(namespace):
-                raise UsageError(f"namespace {namespace} does not exist (metadata.namespace or -n)") from None
-            raise UsageError(f'spec.queue: the Kueue LocalQueue "{queue_name}" does not exist in namespace '
-                             f'{namespace}') from None
-        except ApiError:
-            pass  # forbidden or Kueue not served to us: Kueue itself reports a missing queue later
-
     @contextmanager
     def _calling(self, verb: str) -> Iterator[None]:
         """Turn an API error into one the user can act on, naming what was being done."""
@@ -352,17 +305,6 @@ def _accounting(task: dict[str, Any], state: TaskState) -> AccountingView:
     causes, waited = eviction_accounting(state, now=now)
     return accounting_view(load_accounting(task), grace_seconds=_grace_seconds(task), now=now, preemptions=causes,
                            waited=waited)
-
-
-def _check_kubeconfig(path: str | None) -> None:
-    """Name a kubeconfig that is not there: the client library only says no configuration was found."""
-    if path is not None:
-        if not os.path.isfile(path):
-            raise UsageError(f"--kubeconfig {path}: no such file")
-        return
-    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    if listed and not any(os.path.isfile(p) for p in listed):
-        raise UsageError(f"KUBECONFIG: no such file: {os.pathsep.join(listed)}")
 
 
 def _cause(message: str) -> str:
