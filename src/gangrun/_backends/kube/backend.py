@@ -26,13 +26,13 @@ from gangrun._backends.kube.create import create_once
 from gangrun._backends.kube.dependents import resuming_from
 from gangrun._backends.kube.pending import pending_message, queue_position
 from gangrun._backends.kube.render import check_renderable, checkpoint_root
-from gangrun._backends.kube.stored import load_accounting, load_state, task_spec
+from gangrun._backends.kube.stored import load_accounting, load_state, spec_or_none, task_spec
 from gangrun._backends.kube.worker_logs import WorkerLogs
 from gangrun._ckpt.storage import remove_checkpoints
 from gangrun._core import kueue
 from gangrun._core.checkpoint_root import refuse_if_depended_on
 from gangrun._core.phases import Phase
-from gangrun._core.spec import TaskSpec
+from gangrun._core.spec import DEFAULT_GRACE, TaskSpec
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event
 from gangrun._core.view import accounting_view, eviction_accounting, spec_view, state_view
@@ -135,7 +135,7 @@ class KubeBackend:
                 raise UsageError(f"task {name} is {state.phase.value}, not ended: cancel it first, or delete it with "
                                  f"--force (force=True), which cancels it")
             self.cancel(name)
-            self._wait_ended(name, timeout=_grace_seconds(task) + FORCE_CANCEL_SLACK)
+            self._wait_ended(name, timeout=_grace_seconds(spec_or_none(task)) + FORCE_CANCEL_SLACK)
         uid = (task.get("metadata") or {}).get("uid")
         with self._calling("delete"):
             try:
@@ -199,10 +199,7 @@ class KubeBackend:
         md, status = task.get("metadata") or {}, task.get("status") or {}
         created = adapter.parse_time(md.get("creationTimestamp")) or system_clock()
         state = load_state(task, now=created)
-        try:
-            spec: TaskSpec | None = task_spec(task)
-        except SpecError:  # an invalid spec reads as Failed (the controller says why); it has no budgets to show
-            spec = None
+        spec = spec_or_none(task)  # an invalid one reads as Failed (the controller says why): no budgets to show
         shown, waiting, accounting = spec_view(spec), self._pending(task, state), _accounting(task, state)
         return {
             **state_view(md.get("name", ""), state, now=system_clock(),
@@ -292,19 +289,17 @@ class KubeBackend:
 FOLLOW_POLL = 1.0
 
 
-def _grace_seconds(task: dict[str, Any]) -> float:
-    try:
-        return task_spec(task).termination_grace.total_seconds()
-    except SpecError:
-        return 30.0
+def _grace_seconds(spec: TaskSpec | None) -> float:
+    """The task's grace period; a spec gangrun refuses has the default one."""
+    return (spec.termination_grace if spec is not None else DEFAULT_GRACE).total_seconds()
 
 
 def _accounting(task: dict[str, Any], state: TaskState) -> AccountingView:
     """The accounting of `get -o json`, the same fields as on the local backend."""
     now = system_clock()
     causes, waited = eviction_accounting(state, now=now)
-    return accounting_view(load_accounting(task), grace_seconds=_grace_seconds(task), now=now, preemptions=causes,
-                           waited=waited)
+    return accounting_view(load_accounting(task), grace_seconds=_grace_seconds(spec_or_none(task)), now=now,
+                           preemptions=causes, waited=waited)
 
 
 def _cause(message: str) -> str:

@@ -1,8 +1,8 @@
 """Checkpoint-aware preemption on Kueue: keep each gang's Workload annotated with its priority boost.
 
-    desired(policy, task, workload, now=) -> Boost | None    pure: what the annotation should say
+    desired(policy, task, spec, workload, now=) -> Boost | None    pure: what the annotation should say
     patch(workload, value) -> the merge patch that says it
-    Booster.keep(policy, key, task, lookup, now=)           a sync's last step: write it when it differs
+    Booster.keep(policy, key, task, spec, lookup, now=)           a sync's last step: write it when it differs
 
 The value is `gangrun._core.priority_boost.task_boost` of the task as its status holds it (its
 engine state and accounting): work at risk since the newest checkpoint the workers reported, and
@@ -27,6 +27,7 @@ from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
 from gangrun._core.observation import WorkloadRead
 from gangrun._core.priority_boost import ANNOTATION, Boost, BoostPolicy, parse_annotation, task_boost
+from gangrun._core.spec import TaskSpec
 from gangrun._errors import ApiError, NotFound
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ RBAC_HINT = ("the controller may not patch Kueue Workloads (403); --priority-boo
              "patch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 
 
-def desired(policy: BoostPolicy, task: dict[str, Any], workload: dict[str, Any] | None, *,
+def desired(policy: BoostPolicy, task: dict[str, Any], spec: TaskSpec, workload: dict[str, Any] | None, *,
             now: datetime) -> Boost | None:
     """The boost `workload` (the newest Workload of the task's current JobSet) should carry; None when it
     needs none: no Workload, a finished one, or a task the controller has not written yet."""
@@ -45,11 +46,10 @@ def desired(policy: BoostPolicy, task: dict[str, Any], workload: dict[str, Any] 
     if finished is not None and finished.is_true:
         return None
     reserved, evicted = conds.get(kueue.QUOTA_RESERVED), conds.get(kueue.EVICTED)
-    nodes = (task.get("spec") or {}).get("nodes", 1)
     # Evicted and still holding quota counts as waiting already: its gang is stopping, nothing left at risk.
     return task_boost(policy, load_state(task, now=now), load_accounting(task),
                       admitted=reserved is not None and reserved.is_true and not (evicted and evicted.is_true),
-                      nodes=nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else 1, now=now)
+                      nodes=spec.nodes, now=now)
 
 
 def current(workload: dict[str, Any]) -> int | None:
@@ -69,11 +69,11 @@ class Booster:
         self.api, self.workloads, self.queue = api, workloads, queue
         self._hinted = False
 
-    def keep(self, policy: BoostPolicy, key: Key, task: dict[str, Any], lookup: WorkloadLookup, *,
+    def keep(self, policy: BoostPolicy, key: Key, task: dict[str, Any], spec: TaskSpec, lookup: WorkloadLookup, *,
              now: datetime) -> None:
         """Write the task's priority boost onto its Workload when it differs; come back when it would step up."""
         wl = adapter.newest_workload(lookup.items) if lookup.read is WorkloadRead.FOUND else None
-        want = desired(policy, task, wl, now=now)
+        want = desired(policy, task, spec, wl, now=now)
         if wl is None or want is None:
             return
         if current(wl) != want.value:

@@ -67,7 +67,7 @@ from gangrun._backends.kube.reconcile import (
     event_type,
     reconcile,
 )
-from gangrun._backends.kube.stored import load_accounting, load_state, persisted
+from gangrun._backends.kube.stored import load_accounting, load_state, persisted, spec_or_none
 from gangrun._backends.kube.tombstones import Tombstones
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
@@ -110,7 +110,8 @@ class Controller:
         self.identity = identity
         self.strict_events = strict_events  # tests: an Event the API server rejects fails the sync
         self.queue: WorkQueue[Key] = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
-        self.tasks = Informer(self.api, TASKS, namespace=namespace, on_change=self._task_changed)
+        self.tasks = Informer(self.api, TASKS, namespace=namespace, on_change=self._task_changed,
+                              indexers=indexes.TASK_INDEXERS)
         self.jobsets = Informer(self.api, JOBSETS, namespace=namespace, label_selector=crd.TASK_LABEL,
                                 on_change=self._owned_changed, indexers=indexes.JOBSET_INDEXERS)
         self.pods = Informer(self.api, PODS, namespace=namespace, label_selector=crd.TASK_LABEL,
@@ -153,7 +154,7 @@ class Controller:
 
     def _queue_changed(self, _obj: dict[str, Any]) -> None:
         """Quota freed or taken: every elastic gang may now fit at another size."""
-        for t in self.tasks.items(_elastic):
+        for t in self.tasks.by_index(indexes.ELASTIC, True):
             self.queue.add(key_of(t))
 
     def _workload_changed(self, obj: dict[str, Any]) -> None:
@@ -187,7 +188,8 @@ class Controller:
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
                 if reports.reports_for(adapter.attempt_of(p), state.attempt) and adapter.belongs_to(p, uid)]
         lookup = self._workloads_for(js)
-        capacity = self._capacity(task, owned, lookup) if _elastic(task) else None
+        spec = spec_or_none(task)
+        capacity = self._capacity(task, spec.queue, owned, lookup) if spec is not None and spec.elastic else None
         new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity,
                                         live=self.live.of(pods) if self.live is not None else None)
         actions = preemptor.name_in(actions, lookup.items,
@@ -218,14 +220,15 @@ class Controller:
                 index += 1
             elif isinstance(action, RequeueAt):
                 self.queue.add_after(key, max((action.at - now).total_seconds(), 0.0))
-        if self.boost is not None:
-            self._booster.keep(self.boost, key, task, lookup, now=now)
+        if self.boost is not None and spec is not None:
+            self._booster.keep(self.boost, key, task, spec, lookup, now=now)
 
-    def _capacity(self, task: dict[str, Any], owned: list[dict[str, Any]], lookup: WorkloadLookup) -> Capacity | None:
-        """The free quota of an elastic task's ClusterQueue (`queues.py`)."""
+    def _capacity(self, task: dict[str, Any], queue: str, owned: list[dict[str, Any]],
+                  lookup: WorkloadLookup) -> Capacity | None:
+        """The free quota of an elastic task's ClusterQueue (`queues.py`), named by its LocalQueue `queue`."""
         namespace = key_of(task)[0]
         mine = adapter.newest_workload(lookup.items) if lookup.read is WorkloadRead.FOUND else None
-        return self.queues.capacity(namespace, str((task.get("spec") or {}).get("queue") or "default"),
+        return self.queues.capacity(namespace, queue,
                                     workloads=self.workloads.items(), own_jobs={adapter.uid(j) for j in owned},
                                     priority=priority_of(mine))
 
@@ -330,7 +333,8 @@ class Controller:
         now = self.clock()
         self.metrics.observe_views(
             {"name": (t.get("metadata") or {}).get("name"), "phase": (t.get("status") or {}).get("phase"),
-             "queue": (t.get("spec") or {}).get("queue"), "eviction": (t.get("status") or {}).get("eviction"),
+             "queue": spec.queue if (spec := spec_or_none(t)) is not None else None,
+             "eviction": (t.get("status") or {}).get("eviction"),
              "accounting": {"goodput": load_accounting(t).goodput(now=now)} if persisted(t) is not None else None}
             for t in self.tasks.items())
 
@@ -364,10 +368,3 @@ class Controller:
         self._notices.close()
         if self.keeper is not None:
             self.keeper.close()
-
-
-def _elastic(task: dict[str, Any]) -> bool:
-    """Whether a task's spec asks for an elastic gang (minNodes below nodes)."""
-    spec = s if isinstance(s := task.get("spec"), dict) else {}
-    least, nodes = spec.get("minNodes"), spec.get("nodes")
-    return isinstance(least, int) and isinstance(nodes, int) and least < nodes

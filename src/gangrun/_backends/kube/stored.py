@@ -2,6 +2,7 @@
 status (the engine state and the accounting), for every reader of a task on the cluster.
 
     task_spec(task) -> TaskSpec          the one loader of a task's spec (SpecError when gangrun refuses it)
+    spec_or_none(task) -> TaskSpec | None  the same, None for a spec gangrun refuses
     persisted(task) -> status | None     the status the controller wrote; None for a task it has not seen
     load_state / load_accounting         the state and the accounting stored there, or fresh ones
 """
@@ -16,6 +17,7 @@ from gangrun._backends.kube.render import check_renderable
 from gangrun._core.accounting import Accounting
 from gangrun._core.spec import TaskSpec, parse_manifest
 from gangrun._core.state import TaskState
+from gangrun._errors import SpecError
 
 # metadata keys parse_manifest knows; the API server adds others (finalizers, ownerReferences, ...).
 _MANIFEST_METADATA = ("name", "namespace", "labels", "annotations")
@@ -30,6 +32,14 @@ def task_spec(task: dict[str, Any]) -> TaskSpec:
     spec = parse_manifest(doc)
     check_renderable(spec)
     return spec
+
+
+def spec_or_none(task: dict[str, Any]) -> TaskSpec | None:
+    """The TaskSpec, or None for a spec gangrun refuses (the controller fails such a task: InvalidSpec)."""
+    try:
+        return task_spec(task)
+    except SpecError:
+        return None
 
 
 def persisted(task: dict[str, Any]) -> dict[str, Any] | None:

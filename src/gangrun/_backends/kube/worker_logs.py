@@ -15,7 +15,7 @@ from gangrun._backends.clock import system_clock
 from gangrun._backends.kube import adapter, crd, kept_output, logfollow
 from gangrun._backends.kube.client import CONFIGMAPS, PODS, KubeApi
 from gangrun._backends.kube.render import CONTAINER
-from gangrun._backends.kube.stored import load_state
+from gangrun._backends.kube.stored import load_state, spec_or_none
 from gangrun._core import jobset
 from gangrun._core.phases import Phase
 from gangrun._errors import ApiError, NotFound, UsageError
@@ -35,13 +35,13 @@ class WorkerLogs:
         """The attempt's worker output: first what the controller kept of pods that are gone
         (`kept_output.py`), oldest first, then the pods still there (of `round`, else of the newest round)."""
         task = self.task(name)
-        status, spec = task.get("status") or {}, task.get("spec") or {}
+        status, spec = task.get("status") or {}, spec_or_none(task)
         current = int(status.get("attempt") or 1)
         n = attempt or current
         if not 1 <= n <= current:
             raise UsageError(f'task "{name}" has attempts 1..{current}, not {n}')
-        nproc = int(spec.get("nprocPerNode") or 1)
-        world = int(spec.get("nodes") or 1) * nproc
+        # A spec gangrun refuses never ran a worker: its one rank has no output, which is said below.
+        nproc, world = (spec.nproc_per_node, spec.world_size) if spec is not None else (1, 1)
         if rank is not None and not 0 <= rank < world:
             raise UsageError(f'task "{name}" has ranks 0..{world - 1}, not {rank}')
         if round is not None and round < 0:
