@@ -20,7 +20,10 @@ and what the workers are told. This module turns that into Kubernetes actions:
   Kueue suspends the JobSet and the Job controller deletes the pods;
 * the accounting (B5), folded by the lifecycle step and stored in `status.accounting`, fed by the
   checkpoints workers report (their termination messages and live reports, each new commit also a
-  CheckpointCommitted event).
+  CheckpointCommitted event: `seen_events.py`);
+* garbage: the owned JobSets `lifecycle.garbage` says must go, and an elastic gang's replaced ones.
+
+The status returned is built by `status.py`.
 """
 
 from __future__ import annotations
