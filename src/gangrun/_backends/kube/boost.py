@@ -1,8 +1,8 @@
 """Checkpoint-aware preemption on Kueue: keep each gang's Workload annotated with its priority boost.
 
-    desired(policy, task, spec, workload, now=) -> Boost | None    pure: what the annotation should say
-    patch(workload, value) -> the merge patch that says it
-    Booster.keep(policy, key, task, spec, lookup, now=)           a sync's last step: write it when it differs
+    desired(policy, task, spec, workload, now=) -> Boost | None   pure: what the annotation should say
+    patch(value) -> the merge patch that says it
+    Booster.keep(policy, key, task, spec, lookup, now=)          a sync's last step: write it when it differs
 
 The value is `gangrun._core.priority_boost.task_boost` of the task as its status holds it (its
 engine state and accounting): work at risk since the newest checkpoint the workers reported, and
