@@ -102,3 +102,20 @@ def test_b5_the_fold_warns_once_when_a_final_save_outgrows_the_grace_period() ->
     assert warnings == [] and ledger.final_saves == (1.0,)
     ledger, warnings = lifecycle.fold(ledger, [final_save(4.5, 20), final_save(4.6, 30)], grace_seconds=5.0)
     assert [w.type for w in warnings] == [EventType.GRACE_TOO_SHORT], "said once, not at every save"
+
+
+@pytest.mark.parametrize(("phase", "attempts", "already", "want"), [
+    (Phase.RUNNING, [2], [], []),  # the current attempt's gang runs on
+    (Phase.RUNNING, [1, 2], [], [1]),  # an ended attempt's gang left behind (a crash before its delete)
+    (Phase.QUEUED, [1, 1, 2], [], [1]),  # each attempt once, however many gangs it has
+    (Phase.RUNNING, [3, 1], [], [3, 1]),  # in the order given; a gang of no attempt stored is garbage too
+    (Phase.RUNNING, [1, 2], [1], []),  # being deleted already: not asked again
+    (Phase.SUCCEEDED, [2], [], []),  # a succeeded task's gang stays for its logs
+    (Phase.FAILED, [1, 2], [], [1, 2]),  # a failed task keeps no gang
+    (Phase.ABORTED, [2], [], [2]),  # nor a cancelled one
+    (Phase.ABORTED, [2], [2], []),
+    (Phase.RUNNING, [], [], []),
+])
+def test_which_gangs_are_garbage(phase: Phase, attempts: list[int], already: list[int], want: list[int]) -> None:
+    state = state_in(phase, attempt=2)
+    assert lifecycle.garbage(state, attempts, already=already) == want

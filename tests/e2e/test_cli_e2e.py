@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from gangrun._backends.kube import events
-from gangrun._backends.kube.reconcile import load_state
+from gangrun._backends.kube.stored import load_state
 from gangrun._core.eviction import Eviction, EvictionKind
 from gangrun._core.phases import Phase
 from gangrun._core.timeline import Event, EventType

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gangrun._backends.kube import adapter
+from gangrun._backends.kube import adapter, reports
 from gangrun._backends.kube.adapter import WorkloadLookup, newest_workload, observe, to_gang, to_workload
 from gangrun._core import jobset, kueue
 from gangrun._core.engine import decide
@@ -235,7 +235,7 @@ def test_the_newest_checkpoint_comes_from_the_workers_termination_messages() -> 
     pods = [terminated(pod_obj("train-1", 0), code=143, message=commit_report(step=6, t=at(20))),
             terminated(pod_obj("train-1", 1), code=143), pod_obj("train-1", 2),
             terminated(pod_obj("train-1", 3), code=1, message="Traceback (most recent call last): ...")]
-    (commit,) = adapter.checkpoints(pods)
+    (commit,) = reports.checkpoints(pods)
     assert (commit.attempt, commit.step, commit.at, commit.rank) == (1, 6, at(20), 0)
 
 

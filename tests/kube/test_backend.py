@@ -10,9 +10,8 @@ import pytest
 
 from gangrun import cli
 from gangrun._backends.kube import KubeBackend, events
-from gangrun._backends.kube.backend import NAMESPACES
-from gangrun._backends.kube.client import EVENTS, LOCAL_QUEUES, PODS, TASKS
-from gangrun._backends.kube.reconcile import load_state
+from gangrun._backends.kube.client import EVENTS, LOCAL_QUEUES, NAMESPACES, PODS, TASKS
+from gangrun._backends.kube.stored import load_state
 from gangrun._core.eviction import Eviction, EvictionKind
 from gangrun._core.phases import Phase
 from gangrun._core.spec import parse_manifest

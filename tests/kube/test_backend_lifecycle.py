@@ -11,9 +11,9 @@ import pytest
 import gangrun
 from gangrun._backends.kube import KubeBackend, events
 from gangrun._backends.kube import backend as kube_backend
-from gangrun._backends.kube.backend import NAMESPACES, VISIBLE_QUEUES
-from gangrun._backends.kube.client import EVENTS, JOBSETS, LOCAL_QUEUES, PODS, TASKS, WORKLOADS, Resource
-from gangrun._backends.kube.reconcile import load_state
+from gangrun._backends.kube.backend import VISIBLE_QUEUES
+from gangrun._backends.kube.client import EVENTS, JOBSETS, LOCAL_QUEUES, NAMESPACES, PODS, TASKS, WORKLOADS, Resource
+from gangrun._backends.kube.stored import load_state
 from gangrun._core import kueue
 from gangrun._core.phases import Phase
 from gangrun._core.spec import parse_manifest

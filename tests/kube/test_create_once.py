@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from gangrun._backends.kube import KubeBackend, crd
-from gangrun._backends.kube.backend import NAMESPACES
-from gangrun._backends.kube.client import LOCAL_QUEUES, TASKS, Resource
+from gangrun._backends.kube.client import LOCAL_QUEUES, NAMESPACES, TASKS, Resource
 from gangrun._backends.kube.create import create_once, token_name
 from gangrun._core.spec import parse_manifest
 from gangrun._errors import ApiError, UsageError

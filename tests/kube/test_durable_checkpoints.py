@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from gangrun._backends.kube import KubeBackend
-from gangrun._backends.kube.backend import NAMESPACES
-from gangrun._backends.kube.client import LOCAL_QUEUES, TASKS
+from gangrun._backends.kube.client import LOCAL_QUEUES, NAMESPACES, TASKS
 from gangrun._backends.kube.durable import pod_local_path
 from gangrun._core.spec import parse_manifest
 from gangrun._errors import SpecError

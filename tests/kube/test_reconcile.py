@@ -444,7 +444,7 @@ def test_restoring_time_is_not_productive_and_up_time_after_readmission_starts_w
 
 def test_the_get_view_shows_the_same_accounting_fields_as_the_local_backend() -> None:
     from gangrun._backends.kube.backend import _accounting
-    from gangrun._backends.kube.reconcile import load_state
+    from gangrun._backends.kube.stored import load_state
 
     task = Task()
     running(task)
@@ -465,7 +465,7 @@ def test_a_preemption_that_ends_the_attempt_tells_the_workers_it_was_a_preemptio
 
 
 def test_a_first_step_on_the_tasks_first_start_claims_no_checkpoint_load_and_says_when_it_was() -> None:
-    from gangrun._backends.kube.reconcile import first_step_events
+    from gangrun._backends.kube.seen_events import first_step_events
     from gangrun._core.accounting import Accounting
     from gangrun._core.timeline import Event
 
@@ -520,7 +520,7 @@ def test_a_worker_exit_during_a_preemption_is_no_worker_failure() -> None:
 
 def _view(task: Task) -> dict:
     from gangrun._backends.kube.backend import _accounting
-    from gangrun._backends.kube.reconcile import load_state
+    from gangrun._backends.kube.stored import load_state
 
     return _accounting(task.obj, load_state(task.obj, now=at(30)))
 

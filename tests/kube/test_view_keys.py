@@ -5,8 +5,7 @@ readers, typed by the same definitions, fail mypy)."""
 from __future__ import annotations
 
 from gangrun._backends.kube import KubeBackend
-from gangrun._backends.kube.backend import NAMESPACES
-from gangrun._backends.kube.client import LOCAL_QUEUES, TASKS
+from gangrun._backends.kube.client import LOCAL_QUEUES, NAMESPACES, TASKS
 from gangrun._core.accounting import Accounting
 from gangrun._core.accounting_records import CheckpointMark, WorkLost
 from gangrun._core.eviction import EvictionKind

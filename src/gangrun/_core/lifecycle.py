@@ -12,15 +12,14 @@ lives here once:
 * the timeline events of each transition (`transition_events`);
 * the stop notice's cause, message and deadline for every stop gangrun makes (`stop_notice`): an
   attempt that ends, a cancel, a Kueue eviction, a worker lost with its node, a worker that failed;
-* the accounting fold, with its grace-period warning (`fold`).
-
-What is garbage stays with the backends: it is a question about what exists (process groups of an
-earlier attempt, owned JobSets), asked of each backend's own objects.
+* the accounting fold, with its grace-period warning (`fold`);
+* which existing gangs are garbage (`garbage`): the rule is asked of attempt numbers, and each backend
+  maps its own objects (a process group, owned JobSets) to them and back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,6 +27,7 @@ from gangrun._core import grace, stop_causes
 from gangrun._core.accounting import Accounting
 from gangrun._core.engine import ActionKind, Decision, cancel, decide
 from gangrun._core.observation import Gang, Observation
+from gangrun._core.phases import Phase
 from gangrun._core.policy import GANG_EVICTED
 from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
@@ -176,3 +176,16 @@ def fold(ledger: Accounting, events: Iterable[Event], *, grace_seconds: float) -
                 warnings.append(Event(time=event.time, type=EventType.GRACE_TOO_SHORT, attempt=event.attempt,
                                       message=warning))
     return ledger, warnings
+
+
+def garbage(state: TaskState, attempts: Iterable[int], *, already: Collection[int] = ()) -> list[int]:
+    """Of the attempts whose gangs exist, those whose gang must go, each once and in the order given:
+    every attempt but the current one (an ended attempt's gang not deleted yet, after a crash between
+    the write and the action, say), and the current one too once the task failed or was aborted (a
+    succeeded task's gang stays for its logs). Attempts in `already` are being deleted: not asked again."""
+    keep = None if state.phase in (Phase.FAILED, Phase.ABORTED) else state.attempt
+    out: list[int] = []
+    for attempt in attempts:
+        if attempt != keep and attempt not in already and attempt not in out:
+            out.append(attempt)
+    return out

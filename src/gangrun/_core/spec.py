@@ -63,6 +63,7 @@ DEPTH_MAX = 32  # nesting of mappings and lists anywhere in the document
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 RESERVED_ENV = worker_env.RESERVED  # the worker environment contract: gangrun sets these for every worker
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_GRACE = timedelta(seconds=worker_env.DEFAULT_GRACE_SECONDS)  # spec.terminationGracePeriod when unset
 # An extended resource name: a DNS-subdomain domain (not kubernetes.io's own) and a name, like amd.com/gpu.
 GPU_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+"
                           r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -102,7 +103,7 @@ class TaskSpec:
     priority_class: str = ""
     checkpoint_uri: str = ""  # "" = under the backend's state dir
     resume_from: str = ""  # spec.checkpoint.resumeFrom: a task name or a checkpoint URI ("" = none)
-    termination_grace: timedelta = timedelta(seconds=worker_env.DEFAULT_GRACE_SECONDS)
+    termination_grace: timedelta = DEFAULT_GRACE
     min_nodes: int = 0  # elastic gangs: the fewest nodes it may run on; 0 = `nodes` (not elastic)
     resize_cooldown: timedelta = timedelta(minutes=5)  # an elastic gang grows back at most once per cooldown
     pod_template: dict[str, Any] = field(default_factory=dict)  # kubernetes: merged into every worker pod
@@ -209,7 +210,7 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
         checkpoint_uri=uri.rstrip("/"),
         resume_from=parse_resume_from(ck.get("resumeFrom")),
         termination_grace=duration_field(spec, "terminationGracePeriod", "spec.terminationGracePeriod",
-                                         default=timedelta(seconds=worker_env.DEFAULT_GRACE_SECONDS)) or timedelta(0),
+                                         default=DEFAULT_GRACE) or timedelta(0),
         pod_template=parse_pod_template(spec["podTemplate"], "spec.podTemplate", reserved_env=RESERVED_ENV,
                                         spec_env=env, shm=shm is not None) if "podTemplate" in spec else {},
         shm_size=shm,

@@ -7,12 +7,11 @@ malformed or non-list `status.conditions` counts as not found).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gangrun import _checkpoint_report as checkpoint_report
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB
 from gangrun._core import jobset, kueue
@@ -259,46 +258,16 @@ def disruption(obj: Any, pods: Iterable[Any]) -> Disruption | None:
     return None
 
 
-def reports_for(worker_attempt: int | None, attempt: int) -> bool:
-    """Whether what a worker of `worker_attempt` reports counts for a task at `attempt`: its own, and the
-    ended attempt's, whose workers leave their newest commit as they exit, after the next attempt
-    began; that commit is what the next attempt loads and what the stop lost work from."""
-    return worker_attempt in (attempt - 1, attempt)
+def _worker_statuses(pod: Any) -> list[dict[str, Any]]:
+    """The status of a pod's worker container (one, or none yet)."""
+    return [cs for cs in _list(_get(pod, "status", "containerStatuses"))
+            if isinstance(cs, dict) and cs.get("name") == CONTAINER]
 
 
-def checkpoints(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> list[checkpoint_report.Commit]:
-    """The newest committed checkpoint each worker reported: in its termination message, or `live`
-    (pod uid -> the report a running worker served, `live_reports.py`)."""
-    return [mark for _, message in _reports(pods, live) if (mark := checkpoint_report.read(message)) is not None]
-
-
-def first_steps(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> list[tuple[int | None, dict[str, Any]]]:
-    """(attempt, report) of each worker's first step after its load, from the same reports (the report's
-    `time` is a datetime; see `gangrun._checkpoint_report.first_step`)."""
-    return [(attempt_of(pod), s) for pod, message in _reports(pods, live)
-            if (s := checkpoint_report.first_step(message)) is not None]
-
-
-def resumes(pods: Iterable[Any], live: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """What spec.checkpoint.resumeFrom gave each worker's newest load, from the same reports."""
-    return [r for _, message in _reports(pods, live) if (r := checkpoint_report.resume(message)) is not None]
-
-
-def _reports(pods: Iterable[Any], live: Mapping[str, str] | None) -> Iterator[tuple[dict[str, Any], str]]:
-    """(pod, report) of every termination message the worker container left, current and last state,
-    and of the live report the running worker served."""
-    for pod in pods:
-        if not isinstance(pod, dict):
-            continue
-        for cs in _list(_get(pod, "status", "containerStatuses")):
-            if not isinstance(cs, dict) or cs.get("name") != CONTAINER:
-                continue
-            for state in ("state", "lastState"):
-                message = _get(cs, state, "terminated", "message")
-                if isinstance(message, str) and message:
-                    yield pod, message
-        if live and (text := live.get(str(_get(pod, "metadata", "uid") or ""))):
-            yield pod, text
+def termination_messages(pod: Any) -> list[str]:
+    """The termination messages a pod's worker container left: of its current state, then of its last."""
+    return [m for cs in _worker_statuses(pod) for state in ("state", "lastState")
+            if isinstance(m := _get(cs, state, "terminated", "message"), str) and m]
 
 
 def workers_running_at(obj: Any, pods: Iterable[Any]) -> datetime | None:
@@ -311,11 +280,10 @@ def workers_running_at(obj: Any, pods: Iterable[Any]) -> datetime | None:
     for pod in current_round(pods, restarts):
         if _get(pod, "metadata", "deletionTimestamp") or _get(pod, "status", "phase") != "Running":
             continue
-        for cs in _list(_get(pod, "status", "containerStatuses")):
-            if isinstance(cs, dict) and cs.get("name") == CONTAINER:
-                t = parse_time(_get(cs, "state", "running", "startedAt"))
-                if t is not None:
-                    started.append(t)
+        for cs in _worker_statuses(pod):
+            t = parse_time(_get(cs, "state", "running", "startedAt"))
+            if t is not None:
+                started.append(t)
     expected = expected_workers(obj)
     return max(started) if started and len(started) >= expected else None
 
@@ -394,7 +362,8 @@ def observe(jobset_obj: Any, lookup: WorkloadLookup, pods: Iterable[Any] = ()) -
     return Observation(gang=gang, workload=workload)
 
 
-def job_uid(obj: Any) -> str:
+def uid(obj: Any) -> str:
+    """`metadata.uid` ("" when absent): a JobSet's is what its Workload's job-uid label names."""
     return _str(_get(obj, "metadata", "uid"))
 
 

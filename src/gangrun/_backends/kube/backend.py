@@ -5,22 +5,17 @@ because only the controller writes status)."""
 from __future__ import annotations
 
 import builtins  # the `list` method shadows the builtin inside the class body
-import os
 import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 from gangrun._backends.clock import system_clock
-from gangrun._backends.kube import adapter, crd, durable, events, kept_output, logfollow
+from gangrun._backends.kube import adapter, checks, crd, durable, events
 from gangrun._backends.kube.client import (
-    CONFIGMAPS,
     EVENTS,
     JOBSETS,
-    LOCAL_QUEUES,
-    PODS,
     TASKS,
     WORKLOADS,
     KubeApi,
@@ -30,20 +25,20 @@ from gangrun._backends.kube.client import (
 from gangrun._backends.kube.create import create_once
 from gangrun._backends.kube.dependents import resuming_from
 from gangrun._backends.kube.pending import pending_message, queue_position
-from gangrun._backends.kube.reconcile import load_accounting, load_state, task_spec
-from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB, check_renderable, checkpoint_root, render_jobset
+from gangrun._backends.kube.render import check_renderable, checkpoint_root
+from gangrun._backends.kube.stored import load_accounting, load_state, spec_or_none, task_spec
+from gangrun._backends.kube.worker_logs import WorkerLogs
 from gangrun._ckpt.storage import remove_checkpoints
-from gangrun._core import jobset, kueue
+from gangrun._core import kueue
 from gangrun._core.checkpoint_root import refuse_if_depended_on
 from gangrun._core.phases import Phase
-from gangrun._core.spec import TaskSpec
+from gangrun._core.spec import DEFAULT_GRACE, TaskSpec
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event
 from gangrun._core.view import accounting_view, eviction_accounting, spec_view, state_view
 from gangrun._core.view_types import AccountingView, KubeView, ListedView, TaskView, Waiting
 from gangrun._errors import ApiError, BackendError, Conflict, NotFound, SpecError, UsageError
 
-NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 # The visibility API serves `pendingworkloads` as a subresource of a LocalQueue in its own group.
 VISIBLE_QUEUES = Resource(kueue.VISIBILITY_GROUP, kueue.VISIBILITY_VERSION, kueue.LOCAL_QUEUES, "LocalQueue")
 WAITING_PHASES = frozenset({Phase.QUEUED, Phase.WAITING_FOR_RESOURCES})
@@ -63,7 +58,7 @@ class KubeBackend:
     @property
     def api(self) -> KubeApi:
         if self._api is None:
-            _check_kubeconfig(self._kubeconfig)
+            checks.check_kubeconfig(self._kubeconfig)
             self._api, default_ns = connect(kubeconfig=self._kubeconfig, context=self._context)
             self._namespace = self._namespace or default_ns
         return self._api
@@ -79,8 +74,8 @@ class KubeBackend:
         check_renderable(spec)  # refuses what the cluster would refuse later (no image), naming the field
         durable.check_checkpoints_survive(spec)  # and a resuming task whose checkpoints would die with its pods
         ns = spec.namespace or self.namespace
-        self._check_queue(ns, spec.queue)
-        self._check_pod(ns, spec)
+        checks.check_queue(self.api, ns, spec.queue)
+        checks.check_pod(self.api, ns, spec)
         body = {k: v for k, v in (spec.raw or {}).items() if k != "status"}
         meta = {k: v for k, v in (body.get("metadata") or {}).items() if k in ("name", "labels", "annotations")}
         naming = {"name": spec.name} if spec.name else {"generateName": spec.generate_name}
@@ -102,7 +97,7 @@ class KubeBackend:
     def list(self) -> list[ListedView]:
         with self._calling("list"):
             items = self.api.list(TASKS, self.namespace).get("items") or []
-        if not items and self._namespace_missing(self.namespace):
+        if not items and checks.namespace_missing(self.api, self.namespace):
             raise UsageError(f"namespace {self.namespace} does not exist")
         return [self._view(t) for t in sorted(items, key=lambda t: (t.get("metadata") or {}).get("name", ""))]
 
@@ -119,99 +114,10 @@ class KubeBackend:
 
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None, round: int | None = None,
              follow: bool = False) -> Iterator[str]:
-        """The attempt's worker output: first what the controller kept of pods that are gone
-        (`kept_output.py`), oldest first, then the pods still there (of `round`, else of the newest round)."""
-        task = self._task(name)
-        status, spec = task.get("status") or {}, task.get("spec") or {}
-        current = int(status.get("attempt") or 1)
-        n = attempt or current
-        if not 1 <= n <= current:
-            raise UsageError(f'task "{name}" has attempts 1..{current}, not {n}')
-        nproc = int(spec.get("nprocPerNode") or 1)
-        world = int(spec.get("nodes") or 1) * nproc
-        if rank is not None and not 0 <= rank < world:
-            raise UsageError(f'task "{name}" has ranks 0..{world - 1}, not {rank}')
-        if round is not None and round < 0:
-            raise UsageError(f"a round is a JobSet restart number, 0 or more, not {round}")
-        if follow and round is not None:
-            raise UsageError("--round (round=) shows one round's output; --follow (follow=True) follows the attempt "
-                             "from its first round on: use one or the other")
-        node = None if rank is None else rank // nproc  # one pod per node runs ranks node*nproc .. +nproc-1
-        prefix = rank is None and world > 1
-        if follow:
-            yield from self._follow(name, n, node, prefix, task)
-            return
-        with self._calling("read the worker pods of"):
-            there = [(r, p, u) for r, p, u in self._round_pods(name, n, uid=_uid(task), round=round)
-                     if node is None or r == node]
-        pods = [(r, p) for r, p, _ in there]
-        kept = [(piece, text) for piece, text in self._kept(name, task, n, round, node)
-                if piece.uid not in {u for _, _, u in there}]  # a pod still there is read whole, not its tail
-        if not pods and not kept:
-            state = load_state(task, now=system_clock())
-            # An open eviction of a Running task is a preempted gang kept for re-admission (S5).
-            if n == current and round is None and state.eviction is not None and state.phase is Phase.RUNNING:
-                raise UsageError(f"task {name} was preempted and its workers are stopped until Kueue admits it "
-                                 f"again ({state.info.reason})")
-            which = f"rank {rank} of " if rank is not None else ""
-            which += f"round {round} of " if round is not None else ""
-            raise UsageError(f"no worker pods for {which}attempt {n} of task {name} (yet, or any more), "
-                             f"and no output kept of them")
-        for piece, text in kept:
-            yield from _kept_lines(piece, text, prefix=prefix)
-        with self._calling("read the logs of"):
-            for r, pod in pods:
-                for line in self.api.log_lines(self.namespace, pod, container=CONTAINER):
-                    yield f"[rank {r}] {line}" if prefix else line
-
-    def _kept(self, name: str, task: dict[str, Any], attempt: int, round: int | None,
-              node: int | None) -> builtins.list[tuple[kept_output.Piece, str]]:
-        """The output the controller kept of the attempt's gone pods; none where the ConfigMap is missing, or
-        a user may not read it (then `logs` shows the pods still there, as before kept output)."""
-        try:
-            cm = self.api.get(CONFIGMAPS, self.namespace, kept_output.name_of(name))
-        except NotFound:
-            return []
-        except ApiError as e:
-            if e.status == 403:
-                return []
-            raise self._explain(e, "read the kept output of") from None
-        if not adapter.belongs_to(cm, _uid(task)):
-            return []  # an earlier task's of this name, not yet collected
-        return kept_output.read(cm.get("data"), attempt=attempt, round=round, rank=node)
-
-    def _follow(self, name: str, attempt: int, node: int | None, prefix: bool,
-                task: dict[str, Any]) -> Iterator[str]:
-        """Follow the attempt's worker output until the task ends or moves to a later attempt: first the
-        kept output of its pods that are gone, then every round's pods (a gang readmitted after a
-        preemption, or restarted whole, runs in new pods), each streamed once as it starts (`logfollow.py`)."""
-        uid = _uid(task)
-        with self._calling("read the worker pods of"):
-            there = {u for _, _, u in self._round_pods(name, attempt, uid=uid)}
-        shown: set[str] = set()  # UIDs of the pods whose kept output was printed
-        for piece, text in self._kept(name, task, attempt, None, node):
-            if piece.uid in there:
-                continue  # still there: streamed from its first line below
-            shown.add(piece.uid)
-            yield from _kept_lines(piece, text, prefix=prefix)
-
-        def ended() -> bool:
-            nonlocal uid
-            task = self._task(name)
-            uid = _uid(task)
-            current = int((task.get("status") or {}).get("attempt") or 1)
-            return load_state(task, now=system_clock()).phase.terminal or current > attempt
-
-        def pods() -> builtins.list[tuple[int, str]]:
-            with self._calling("read the worker pods of"):
-                return [(r, p) for r, p, u in self._round_pods(name, attempt, running=True, uid=uid)
-                        if (node is None or r == node) and u not in shown]
-
-        def stream(pod: str) -> Iterator[str]:
-            with self._calling("read the logs of"):
-                yield from self.api.log_lines(self.namespace, pod, container=CONTAINER, follow=True)
-
-        yield from logfollow.follow(pods=pods, ended=ended, stream=stream, prefix=prefix, poll=FOLLOW_POLL)
+        """The attempt's worker output (`worker_logs.py`): of `round`, else of the newest round."""
+        reader = WorkerLogs(self.api, self.namespace, task=self._task, calling=self._calling, explain=self._explain,
+                            poll=FOLLOW_POLL)
+        yield from reader.read(name, rank=rank, attempt=attempt, round=round, follow=follow)
 
     def delete(self, name: str, *, force: bool = False, purge: bool = False) -> bool:
         """Delete an ended task, its JobSets and its Events; with `purge` its checkpoints too (from this
@@ -229,7 +135,7 @@ class KubeBackend:
                 raise UsageError(f"task {name} is {state.phase.value}, not ended: cancel it first, or delete it with "
                                  f"--force (force=True), which cancels it")
             self.cancel(name)
-            self._wait_ended(name, timeout=_grace_seconds(task) + FORCE_CANCEL_SLACK)
+            self._wait_ended(name, timeout=_grace_seconds(spec_or_none(task)) + FORCE_CANCEL_SLACK)
         uid = (task.get("metadata") or {}).get("uid")
         with self._calling("delete"):
             try:
@@ -285,28 +191,15 @@ class KubeBackend:
             with self._calling("read"):
                 return self.api.get(TASKS, self.namespace, name)
         except NotFound:
-            if self._namespace_missing(self.namespace):
+            if checks.namespace_missing(self.api, self.namespace):
                 raise UsageError(f"no task named {name}: namespace {self.namespace} does not exist") from None
             raise UsageError(f"no task named {name} in namespace {self.namespace}") from None
-
-    def _namespace_missing(self, namespace: str) -> bool:
-        """Whether the namespace is known not to exist (a user who may not read namespaces gets False)."""
-        try:
-            self.api.get(NAMESPACES, None, namespace)
-        except NotFound:
-            return True
-        except ApiError:
-            return False
-        return False
 
     def _view(self, task: dict[str, Any]) -> KubeView:
         md, status = task.get("metadata") or {}, task.get("status") or {}
         created = adapter.parse_time(md.get("creationTimestamp")) or system_clock()
         state = load_state(task, now=created)
-        try:
-            spec: TaskSpec | None = task_spec(task)
-        except SpecError:  # an invalid spec reads as Failed (the controller says why); it has no budgets to show
-            spec = None
+        spec = spec_or_none(task)  # an invalid one reads as Failed (the controller says why): no budgets to show
         shown, waiting, accounting = spec_view(spec), self._pending(task, state), _accounting(task, state)
         return {
             **state_view(md.get("name", ""), state, now=system_clock(),
@@ -327,7 +220,7 @@ class KubeBackend:
         if not name:
             return out
         try:
-            uid = adapter.job_uid(self.api.get(JOBSETS, namespace, name))
+            uid = adapter.uid(self.api.get(JOBSETS, namespace, name))
             items = self.api.list(WORKLOADS, namespace, label_selector=f"{kueue.JOB_UID_LABEL}={uid}").get("items")
         except ApiError:  # not created yet, or a user who may not read JobSets or Workloads
             return out
@@ -375,59 +268,6 @@ class KubeBackend:
         except ApiError:
             pass  # best effort: see delete()
 
-    def _check_pod(self, namespace: str, spec: TaskSpec) -> None:
-        """Ask the API server to validate one worker pod (a dry run): a podTemplate it would refuse is a
-        manifest error now, not a gang that never starts because its Job cannot create pods."""
-        if not spec.pod_template:
-            return
-        if not spec.name:  # generateName: the API server names the task later; any name of that shape will do
-            spec = replace(spec, name=f"{spec.generate_name}xxxxx")
-        js = render_jobset(spec, attempt=1)
-        template = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-        name = js["metadata"]["name"]
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {**template["metadata"], "name": f"{name}-{REPLICATED_JOB}-0-0", "namespace": namespace},
-               "spec": {**template["spec"], "hostname": f"{name}-{REPLICATED_JOB}-0-0"}}
-        try:
-            self.api.create(PODS, namespace, pod, dry_run=True)
-        except ApiError as e:
-            if e.status in (400, 422):
-                raise SpecError("spec.podTemplate", f"the API server refuses the worker pod: {e.message}") from None
-            # Forbidden (no right to create pods, or a namespace quota), unreachable: the controller's
-            # own create reports it later; a check must not stop a submit the cluster would take.
-
-    def _check_queue(self, namespace: str, queue_name: str) -> None:
-        try:
-            self.api.get(LOCAL_QUEUES, namespace, queue_name)
-        except NotFound:
-            if self._namespace_missing(namespace):
-                raise UsageError(f"namespace {namespace} does not exist (metadata.namespace or -n)") from None
-            raise UsageError(f'spec.queue: the Kueue LocalQueue "{queue_name}" does not exist in namespace '
-                             f'{namespace}') from None
-        except ApiError:
-            pass  # forbidden or Kueue not served to us: Kueue itself reports a missing queue later
-
-    def _round_pods(self, name: str, attempt: int, *, running: bool = False, uid: str = "",
-                    round: int | None = None) -> builtins.list[tuple[int, str, str]]:
-        """(node index, pod name, pod UID) of the attempt's pods of `round`, else of its newest round (of the
-        task with `uid`: not an earlier task's of the same name); `running`: only pods whose container
-        started (a pod still being created has no log to stream yet)."""
-        selector = f"{crd.TASK_LABEL}={name},{crd.ATTEMPT_LABEL}={attempt}"
-        items = [p for p in self.api.list(PODS, self.namespace, label_selector=selector).get("items") or []
-                 if adapter.belongs_to(p, uid)]
-        if round is None:
-            round = max((int(adapter.labels(p).get(jobset.RESTART_ATTEMPT_KEY, "0") or 0) for p in items), default=0)
-        out = []
-        for p in adapter.current_round(items, round):
-            if running and (p.get("status") or {}).get("phase") == "Pending":
-                continue
-            md = p.get("metadata") or {}
-            index = (md.get("annotations") or {}).get(jobset.JOB_COMPLETION_INDEX_KEY) \
-                or adapter.labels(p).get(jobset.JOB_COMPLETION_INDEX_KEY, "")
-            if str(index).isdigit():
-                out.append((int(index), md.get("name", ""), str(md.get("uid") or "")))
-        return sorted(out)
-
     @contextmanager
     def _calling(self, verb: str) -> Iterator[None]:
         """Turn an API error into one the user can act on, naming what was being done."""
@@ -449,30 +289,17 @@ class KubeBackend:
 FOLLOW_POLL = 1.0
 
 
-def _grace_seconds(task: dict[str, Any]) -> float:
-    try:
-        return task_spec(task).termination_grace.total_seconds()
-    except SpecError:
-        return 30.0
+def _grace_seconds(spec: TaskSpec | None) -> float:
+    """The task's grace period; a spec gangrun refuses has the default one."""
+    return (spec.termination_grace if spec is not None else DEFAULT_GRACE).total_seconds()
 
 
 def _accounting(task: dict[str, Any], state: TaskState) -> AccountingView:
     """The accounting of `get -o json`, the same fields as on the local backend."""
     now = system_clock()
     causes, waited = eviction_accounting(state, now=now)
-    return accounting_view(load_accounting(task), grace_seconds=_grace_seconds(task), now=now, preemptions=causes,
-                           waited=waited)
-
-
-def _check_kubeconfig(path: str | None) -> None:
-    """Name a kubeconfig that is not there: the client library only says no configuration was found."""
-    if path is not None:
-        if not os.path.isfile(path):
-            raise UsageError(f"--kubeconfig {path}: no such file")
-        return
-    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    if listed and not any(os.path.isfile(p) for p in listed):
-        raise UsageError(f"KUBECONFIG: no such file: {os.pathsep.join(listed)}")
+    return accounting_view(load_accounting(task), grace_seconds=_grace_seconds(spec_or_none(task)), now=now,
+                           preemptions=causes, waited=waited)
 
 
 def _cause(message: str) -> str:
@@ -481,13 +308,3 @@ def _cause(message: str) -> str:
     if found:
         return found.group(0).strip()
     return message if len(message) <= 200 else message[:200] + "…"
-
-
-def _kept_lines(piece: kept_output.Piece, text: str, *, prefix: bool) -> Iterator[str]:
-    """A gone pod's kept output, a line at a time, prefixed with its rank as live pods' lines are."""
-    for line in text.split("\n") if text else []:
-        yield f"[rank {piece.rank}] {line}" if prefix else line
-
-
-def _uid(task: dict[str, Any]) -> str:
-    return str((task.get("metadata") or {}).get("uid") or "")

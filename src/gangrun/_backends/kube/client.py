@@ -55,6 +55,7 @@ PODS = Resource("", "v1", "pods", "Pod")
 EVENTS = Resource("", "v1", "events", "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 
 
 def error_for(status: int, message: str) -> ApiError:

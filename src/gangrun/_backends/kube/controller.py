@@ -37,14 +37,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime
 from functools import partial
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.kube import adapter, boost, crd, elastic, events, indexes, live_reports, logkeep, preemptor
+from gangrun._backends.kube import (
+    adapter,
+    crd,
+    elastic,
+    events,
+    indexes,
+    live_reports,
+    logkeep,
+    preemptor,
+    reports,
+    stop_notices,
+)
 from gangrun._backends.kube.adapter import WorkloadLookup
+from gangrun._backends.kube.boost import Booster
 from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
 from gangrun._backends.kube.metrics import Metrics
@@ -52,29 +62,23 @@ from gangrun._backends.kube.permissions import CONTROLLER, PRIORITY_BOOST, Scope
 from gangrun._backends.kube.queues import Queues, priority_of
 from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.reconcile import (
-    AnnotatePods,
     CreateJobSet,
     DeleteJobSet,
     event_type,
-    first_step_events,
-    load_accounting,
-    load_state,
     reconcile,
 )
+from gangrun._backends.kube.stored import load_accounting, load_state, persisted, spec_or_none
+from gangrun._backends.kube.tombstones import Tombstones
 from gangrun._backends.kube.workqueue import WorkQueue
 from gangrun._core import kueue
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.eviction import NO_EVICTION, classify_eviction
 from gangrun._core.observation import WorkloadRead
-from gangrun._core.phases import TERMINAL
 from gangrun._core.priority_boost import BoostPolicy
 from gangrun._errors import ApiError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
 REJECTED_EVENT = "the API server rejected the event"
-NOTICE_FANOUT = 16  # pod patches of stop notices in flight at once
-BOOST_RBAC_HINT = ("the controller may not patch Kueue Workloads (403); --priority-boost has no effect. Grant "
-                   "patch on workloads.kueue.x-k8s.io (see deploy/rbac.yaml)")
 SPARE_CONNECTIONS = 8  # the four watches, leader election, a live read or two
 # Reconciles wait on the API server, not the CPU (a sync's own work is about a millisecond; its status
 # PATCH takes hundreds while Kueue readmits a thousand gangs): a worker is a status write in flight, and
@@ -89,7 +93,7 @@ def api_connections(workers: int) -> int:
     """Kept-alive API connections for a controller with `workers` reconciles at once: one each, one per
     stop notice in flight, the watches and the Lease. Fewer would open and drop a connection (and its
     TLS handshake) for every request beyond them, in the very bursts where requests pile up."""
-    return workers + NOTICE_FANOUT + SPARE_CONNECTIONS
+    return workers + stop_notices.FANOUT + SPARE_CONNECTIONS
 
 
 class Controller:
@@ -102,27 +106,27 @@ class Controller:
         self.api: KubeApi = Scoped(api, CONTROLLER | PRIORITY_BOOST)
         self.namespace, self.clock = namespace, clock
         self.boost = boost  # checkpoint-aware preemption: keep each Workload's priority-boost annotation
-        self._boost_hinted = False
         self.metrics = metrics or Metrics()
         self.identity = identity
         self.strict_events = strict_events  # tests: an Event the API server rejects fails the sync
         self.queue: WorkQueue[Key] = queue if queue is not None else WorkQueue()  # an empty queue is falsy (__len__)
-        self.tasks = Informer(self.api, TASKS, namespace=namespace, on_change=self._task_changed)
+        self.tasks = Informer(self.api, TASKS, namespace=namespace, on_change=self._task_changed,
+                              indexers=indexes.TASK_INDEXERS)
         self.jobsets = Informer(self.api, JOBSETS, namespace=namespace, label_selector=crd.TASK_LABEL,
                                 on_change=self._owned_changed, indexers=indexes.JOBSET_INDEXERS)
         self.pods = Informer(self.api, PODS, namespace=namespace, label_selector=crd.TASK_LABEL,
                              on_change=self._pod_changed, indexers=indexes.POD_INDEXERS)
         self.workloads = Informer(self.api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
                                   indexers=indexes.WORKLOAD_INDEXERS)
+        self._booster = Booster(self.api, self.workloads, self.queue)
         self.queues = Queues(self.api, namespace=namespace, on_change=self._queue_changed)
         # Commits reach the timeline (and the boost follows them) as they happen, not at the gang's next stop.
         self.live = (live_reports.LiveReports(self.pods, self._owned_changed, period=report_period)
                      if report_period is not None else None)
         self.informers = (self.tasks, self.jobsets, self.pods, self.workloads, *self.queues.informers)
         self._hinted = False
-        self._notices = ThreadPoolExecutor(max_workers=NOTICE_FANOUT, thread_name_prefix="stop-notice")
-        self._tomb_lock = threading.Lock()
-        self._tombstones: dict[Key, dict[str, dict[str, Any]]] = {}  # task -> pod name -> its last state
+        self._notices = stop_notices.StopNotices(self.api)
+        self._tombstones = Tombstones()
         # Each ended worker pod's output, kept in the task's ConfigMap past the pod (`logkeep.py`).
         self.keeper = logkeep.Keeper(self.api, task_uid=self._task_uid) if keep_output else None
 
@@ -140,9 +144,8 @@ class Controller:
         task = adapter.labels(obj).get(crd.TASK_LABEL)
         if task and self.keeper is not None:
             self.keeper.saw(obj, deleted=self.pods.get(key_of(obj)) is None)
-        if task and self.pods.get(key_of(obj)) is None and _worth_keeping(obj):
-            with self._tomb_lock:
-                self._tombstones.setdefault((key_of(obj)[0], task), {})[key_of(obj)[1]] = obj
+        if task and self.pods.get(key_of(obj)) is None:
+            self._tombstones.keep((key_of(obj)[0], task), obj)
         self._owned_changed(obj)
 
     def _task_uid(self, namespace: str, name: str) -> str:
@@ -151,7 +154,7 @@ class Controller:
 
     def _queue_changed(self, _obj: dict[str, Any]) -> None:
         """Quota freed or taken: every elastic gang may now fit at another size."""
-        for t in self.tasks.items(_elastic):
+        for t in self.tasks.by_index(indexes.ELASTIC, True):
             self.queue.add(key_of(t))
 
     def _workload_changed(self, obj: dict[str, Any]) -> None:
@@ -179,22 +182,20 @@ class Controller:
         if js is not None and not adapter.belongs_to(js, uid):
             js = None  # an earlier task's of this name, being deleted: ours is created once it is gone
         owned = [j for j in self.jobsets.by_index(indexes.BY_TASK, key) if adapter.belongs_to(j, uid)]
-        with self._tomb_lock:
-            gone = dict(self._tombstones.get(key, {}))
+        gone = self._tombstones.of(key)
         live = self.pods.by_index(indexes.BY_TASK, key)
         names = {(p.get("metadata") or {}).get("name") for p in live}
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
-                if adapter.reports_for(adapter.attempt_of(p), state.attempt) and adapter.belongs_to(p, uid)]
+                if reports.reports_for(adapter.attempt_of(p), state.attempt) and adapter.belongs_to(p, uid)]
         lookup = self._workloads_for(js)
-        capacity = self._capacity(task, owned, lookup) if _elastic(task) else None
+        spec = spec_or_none(task)
+        capacity = self._capacity(task, spec.queue, owned, lookup) if spec is not None and spec.elastic else None
         new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity,
                                         live=self.live.of(pods) if self.live is not None else None)
         actions = preemptor.name_in(actions, lookup.items,
                                     jobsets_by_uid=partial(self.jobsets.by_index, indexes.BY_UID),
                                     workloads_by_job_uid=partial(self.workloads.by_index, indexes.BY_JOB_UID))
-        # Alongside the status write, not after it: a notice is no part of the task's state (writing it
-        # twice is harmless), and for a stop Kueue starts every millisecond counts against its suspend.
-        notices = self._annotate(namespace, actions)
+        notices = self._notices.write(namespace, actions)  # alongside the status write, not after it
         if new_status is not None:
             rv = (task.get("metadata") or {}).get("resourceVersion")
             patch = {"metadata": {"resourceVersion": rv}, "status": new_status}
@@ -206,13 +207,8 @@ class Controller:
             for action in actions:  # counted once the status holds what they describe
                 if isinstance(action, RecordEvent):
                     self.metrics.count(action.event)
-        if any(isinstance(a, DeleteJobSet) for a in actions):
-            for done in notices:  # every notice is on its pod before any delete below
-                done.result()
-        else:  # Kueue stops this gang, not us: nothing to order after the notices, so the worker moves on
-            for done in notices:
-                done.add_done_callback(_log_failed_notice)
-        self._forget_tombstones(key, task)
+        stop_notices.settle(notices, before_delete=any(isinstance(a, DeleteJobSet) for a in actions))
+        self._tombstones.forget(key, task)
         index = 0
         for action in actions:
             if isinstance(action, CreateJobSet):
@@ -224,63 +220,17 @@ class Controller:
                 index += 1
             elif isinstance(action, RequeueAt):
                 self.queue.add_after(key, max((action.at - now).total_seconds(), 0.0))
-        if self.boost is not None:
-            self._keep_boost(key, task, lookup, now)
+        if self.boost is not None and spec is not None:
+            self._booster.keep(self.boost, key, task, spec, lookup, now=now)
 
-    def _capacity(self, task: dict[str, Any], owned: list[dict[str, Any]], lookup: WorkloadLookup) -> Capacity | None:
-        """The free quota of an elastic task's ClusterQueue (`queues.py`)."""
+    def _capacity(self, task: dict[str, Any], queue: str, owned: list[dict[str, Any]],
+                  lookup: WorkloadLookup) -> Capacity | None:
+        """The free quota of an elastic task's ClusterQueue (`queues.py`), named by its LocalQueue `queue`."""
         namespace = key_of(task)[0]
         mine = adapter.newest_workload(lookup.items) if lookup.read is WorkloadRead.FOUND else None
-        return self.queues.capacity(namespace, str((task.get("spec") or {}).get("queue") or "default"),
-                                    workloads=self.workloads.items(), own_jobs={adapter.job_uid(j) for j in owned},
+        return self.queues.capacity(namespace, queue,
+                                    workloads=self.workloads.items(), own_jobs={adapter.uid(j) for j in owned},
                                     priority=priority_of(mine))
-
-    def _keep_boost(self, key: Key, task: dict[str, Any], lookup: WorkloadLookup, now: datetime) -> None:
-        """Write the task's priority boost onto its Workload when it differs; come back when it would step up."""
-        assert self.boost is not None
-        wl = adapter.newest_workload(lookup.items) if lookup.read is WorkloadRead.FOUND else None
-        want = boost.desired(self.boost, task, wl, now=now)
-        if wl is None or want is None:
-            return
-        if boost.current(wl) != want.value:
-            name = (wl.get("metadata") or {}).get("name", "")
-            try:
-                updated = self.api.patch(WORKLOADS, key[0], name, boost.patch(want.value))
-            except NotFound:
-                return
-            except ApiError as e:
-                if e.status != 403:
-                    raise
-                if not self._boost_hinted:
-                    self._boost_hinted = True
-                    log.warning(BOOST_RBAC_HINT)
-                return
-            if isinstance(updated, dict):
-                self.workloads.upsert(updated)
-        if want.next_change_in is not None:
-            self.queue.add_after(key, want.next_change_in)
-
-    def _forget_tombstones(self, key: Key, task: dict[str, Any]) -> None:
-        """Drop the pods whose news the task's status now holds, and those of attempts it has left."""
-        status = s if isinstance(s := task.get("status"), dict) else {}
-        with self._tomb_lock:
-            kept = {n: p for n, p in self._tombstones.get(key, {}).items() if not _told(p, status)}
-            if kept:
-                self._tombstones[key] = kept
-            else:
-                self._tombstones.pop(key, None)
-
-    def _annotate(self, namespace: str, actions: list[Any]) -> list[Future[None]]:
-        """Start writing the stop notices, every pod at once; the caller waits on the result before any
-        delete. A pod already gone needs none; any other error surfaces from the future (a retried sync)."""
-        def one(name: str, annotations: dict[str, str]) -> None:
-            try:
-                self.api.patch(PODS, namespace, name, {"metadata": {"annotations": annotations}})
-            except NotFound:
-                pass
-
-        return [self._notices.submit(one, name, a.annotations)
-                for a in actions if isinstance(a, AnnotatePods) for name in a.names]
 
     def _live_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -291,7 +241,7 @@ class Controller:
         return obj
 
     def _workloads_for(self, js: dict[str, Any] | None) -> WorkloadLookup:
-        uid = adapter.job_uid(js) if js is not None else ""
+        uid = adapter.uid(js) if js is not None else ""
         if js is None or not uid:
             return WorkloadLookup()
         cached = self.workloads.by_index(indexes.BY_JOB_UID, uid)
@@ -383,8 +333,9 @@ class Controller:
         now = self.clock()
         self.metrics.observe_views(
             {"name": (t.get("metadata") or {}).get("name"), "phase": (t.get("status") or {}).get("phase"),
-             "queue": (t.get("spec") or {}).get("queue"), "eviction": (t.get("status") or {}).get("eviction"),
-             "accounting": {"goodput": load_accounting(t).goodput(now=now)} if _status_written(t) else None}
+             "queue": spec.queue if (spec := spec_or_none(t)) is not None else None,
+             "eviction": (t.get("status") or {}).get("eviction"),
+             "accounting": {"goodput": load_accounting(t).goodput(now=now)} if persisted(t) is not None else None}
             for t in self.tasks.items())
 
     @property
@@ -414,62 +365,6 @@ class Controller:
         self.queue.shutdown()
         for t in workers_:
             t.join(timeout=10)
-        self._notices.shutdown(wait=False)
+        self._notices.close()
         if self.keeper is not None:
             self.keeper.close()
-
-
-def _elastic(task: dict[str, Any]) -> bool:
-    """Whether a task's spec asks for an elastic gang (minNodes below nodes)."""
-    spec = s if isinstance(s := task.get("spec"), dict) else {}
-    least, nodes = spec.get("minNodes"), spec.get("nodes")
-    return isinstance(least, int) and isinstance(nodes, int) and least < nodes
-
-
-def _status_written(task: dict[str, Any]) -> bool:
-    """Whether the controller has written the task's status yet (before that it has no accounting)."""
-    status = task.get("status")
-    return isinstance(status, dict) and bool(status.get("phase"))
-
-
-def _worth_keeping(pod: dict[str, Any]) -> bool:
-    """Whether a deleted pod still says something a sync needs: a checkpoint, a first step after a load,
-    or a node disruption."""
-    return (bool(adapter.checkpoints([pod])) or bool(adapter.first_steps([pod]))
-            or adapter.disruption({}, [pod]) is not None)
-
-
-def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
-    """Whether the status already holds what a deleted pod said (or the task has left its attempt).
-
-    A disruption is in the status only once the gang restarted for it, which may be several syncs
-    after its pod went; a checkpoint once the accounting has it (or a newer one); a first step once
-    it would change nothing.
-    """
-    attempt, current = adapter.attempt_of(pod), status.get("attempt", 1)
-    if not isinstance(attempt, int) or attempt > current or status.get("phase") in TERMINAL:
-        return True
-    if attempt < current:  # an ended attempt's worker: only its newest checkpoint still matters
-        return _commits_told(pod, status)
-    d = adapter.disruption({}, [pod])
-    if d is not None and not any(isinstance(r, dict) and r.get("worker") == d.worker
-                                 for r in status.get("disruptions") or []):
-        return False
-    steps = [s for _, s in adapter.first_steps([pod])]
-    if steps and first_step_events(load_accounting({"status": status}), steps, attempt=current,
-                                   now=max(s["time"] for s in steps)):
-        return False
-    return _commits_told(pod, status)
-
-
-def _commits_told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
-    commits = adapter.checkpoints([pod])
-    newest = adapter.parse_time(((status.get("accounting") or {}).get("lastCheckpoint") or {}).get("at"))
-    return not commits or (newest is not None and all(c.at <= newest for c in commits))
-
-
-def _log_failed_notice(done: Future[None]) -> None:
-    """A notice not written is a worker told no cause (it still gets SIGTERM and its grace): worth a line."""
-    e = done.exception()
-    if e is not None:
-        log.warning("could not write a stop notice: %s", e)

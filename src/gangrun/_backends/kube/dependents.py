@@ -7,10 +7,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from gangrun._backends.kube.reconcile import load_state, task_spec
 from gangrun._backends.kube.render import resume_uri
+from gangrun._backends.kube.stored import load_state, spec_or_none
 from gangrun._core.checkpoint_root import overlaps
-from gangrun._errors import SpecError
 
 
 def resuming_from(tasks: Iterable[dict[str, Any]], root: str, *, besides: str, now: datetime) -> list[str]:
@@ -18,9 +17,8 @@ def resuming_from(tasks: Iterable[dict[str, Any]], root: str, *, besides: str, n
     `besides`, sorted."""
     out = []
     for t in tasks:
-        try:
-            spec = task_spec(t)
-        except SpecError:  # a task no controller can run resumes from nothing
+        spec = spec_or_none(t)
+        if spec is None:  # a task no controller can run resumes from nothing
             continue
         if (spec.name != besides and spec.resume_from and overlaps(resume_uri(spec), root)
                 and not load_state(t, now=now).phase.terminal):

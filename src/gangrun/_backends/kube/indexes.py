@@ -3,6 +3,8 @@
     BY_TASK     JobSets, pods       (namespace, task label)  -> the task's JobSets / pods
     BY_UID      JobSets             metadata.uid             -> the JobSet a Workload names
     BY_JOB_UID  Workloads           Kueue's job-uid label    -> the Workloads of one JobSet
+    ELASTIC     ClusteredTasks      True                     -> the tasks with elastic gangs, which a
+                                                                change of quota may resize
 
 An object without the label or UID is filed under nothing; it can then only be found by a scan,
 which no reconcile does.
@@ -15,10 +17,12 @@ from typing import Any
 
 from gangrun._backends.kube import adapter, crd
 from gangrun._backends.kube.informer import IndexFunc, key_of
+from gangrun._backends.kube.stored import spec_or_none
 
 BY_TASK = "task"
 BY_UID = "uid"
 BY_JOB_UID = "job-uid"
+ELASTIC = "elastic"
 
 
 def task_of(obj: dict[str, Any]) -> list[Hashable]:
@@ -27,7 +31,7 @@ def task_of(obj: dict[str, Any]) -> list[Hashable]:
 
 
 def uid_of(obj: dict[str, Any]) -> list[Hashable]:
-    uid = adapter.job_uid(obj)
+    uid = adapter.uid(obj)
     return [uid] if uid else []
 
 
@@ -36,6 +40,14 @@ def job_uid_of(obj: dict[str, Any]) -> list[Hashable]:
     return [uid] if uid else []
 
 
+def elastic(task: dict[str, Any]) -> list[Hashable]:
+    """Filed under True when its spec asks for an elastic gang (minNodes below nodes): parsed once as
+    the task changes, not for every task at every change of quota."""
+    spec = spec_or_none(task)
+    return [True] if spec is not None and spec.elastic else []
+
+
+TASK_INDEXERS: dict[str, IndexFunc] = {ELASTIC: elastic}
 JOBSET_INDEXERS: dict[str, IndexFunc] = {BY_TASK: task_of, BY_UID: uid_of}
 POD_INDEXERS: dict[str, IndexFunc] = {BY_TASK: task_of}
 WORKLOAD_INDEXERS: dict[str, IndexFunc] = {BY_JOB_UID: job_uid_of}

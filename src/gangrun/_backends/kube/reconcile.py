@@ -20,7 +20,10 @@ and what the workers are told. This module turns that into Kubernetes actions:
   Kueue suspends the JobSet and the Job controller deletes the pods;
 * the accounting (B5), folded by the lifecycle step and stored in `status.accounting`, fed by the
   checkpoints workers report (their termination messages and live reports, each new commit also a
-  CheckpointCommitted event).
+  CheckpointCommitted event: `seen_events.py`);
+* garbage: the owned JobSets `lifecycle.garbage` says must go, and an elastic gang's replaced ones.
+
+The status returned is built by `status.py`.
 """
 
 from __future__ import annotations
@@ -31,34 +34,27 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from gangrun._backends.clock import utc
-from gangrun._backends.kube import adapter, crd, elastic
+from gangrun._backends.kube import adapter, crd, elastic, reports, seen_events
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.elastic import Sizing
 from gangrun._backends.kube.quota import Capacity
-from gangrun._backends.kube.render import check_renderable, jobset_name
-from gangrun._checkpoint_report import Commit
+from gangrun._backends.kube.render import jobset_name
+from gangrun._backends.kube.status import status_patch
+from gangrun._backends.kube.stored import load_accounting, load_state, persisted, task_spec
 from gangrun._core import elastic as sizes
-from gangrun._core import grace, kueue, lifecycle, worker_reports
-from gangrun._core.accounting import Accounting
+from gangrun._core import lifecycle
 from gangrun._core.actions import RecordEvent, RequeueAt
-from gangrun._core.conditions import Condition, find_condition, set_condition
 from gangrun._core.engine import ActionKind
-from gangrun._core.observation import Gang, Observation, WorkloadRead
-from gangrun._core.phases import Phase
-from gangrun._core.spec import TaskSpec, parse_manifest
+from gangrun._core.observation import Observation, WorkloadRead
+from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
-from gangrun._core.view_types import ResumeFromResult
 from gangrun._errors import SpecError
 
 INVALID_SPEC = "InvalidSpec"
-RESUME_RESULT = "resumeFromResult"
 WARNING_EVENTS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.ATTEMPT_ENDED, EventType.FAILED,
                             EventType.DISRUPTED, EventType.GRACE_TOO_SHORT, EventType.RESUME_FOUND_NOTHING})
 LIVE_PHASES = ("Pending", "Running")
-# metadata keys parse_manifest knows; the API server adds others (finalizers, ownerReferences, ...).
-_MANIFEST_METADATA = ("name", "namespace", "labels", "annotations")
 
 
 @dataclass(frozen=True)
@@ -93,35 +89,6 @@ class AnnotatePods:
 
 
 Action = CreateJobSet | DeleteJobSet | RecordEvent | RequeueAt | AnnotatePods
-
-
-def task_spec(task: dict[str, Any]) -> TaskSpec:
-    """The TaskSpec of a ClusteredTask object read from the API, one a JobSet can be rendered from.
-    Raises SpecError."""
-    meta = m if isinstance(m := task.get("metadata"), dict) else {}
-    doc = {"apiVersion": crd.API_VERSION, "kind": crd.KIND, "spec": task.get("spec"),
-           "metadata": {k: meta[k] for k in _MANIFEST_METADATA if k in meta}}
-    spec = parse_manifest(doc)
-    check_renderable(spec)
-    return spec
-
-
-def _persisted(task: dict[str, Any]) -> dict[str, Any] | None:
-    """The status the controller wrote, or None for a task it has not seen yet."""
-    status = task.get("status")
-    return status if isinstance(status, dict) and status.get("phase") else None
-
-
-def load_state(task: dict[str, Any], *, now: datetime) -> TaskState:
-    """The persisted state, or a fresh one (attempt 1) for a task the controller has not seen."""
-    status = _persisted(task)
-    return TaskState.from_storage(status) if status is not None else TaskState.new(now=now)
-
-
-def load_accounting(task: dict[str, Any]) -> Accounting:
-    """The accounting folded from the task's timeline so far (empty for a task not seen yet)."""
-    stored = (_persisted(task) or {}).get("accounting")
-    return Accounting.from_storage(stored if isinstance(stored, dict) else None)
 
 
 def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: WorkloadLookup,
@@ -170,18 +137,18 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     # what the lifecycle step says is new only if the state moved (a create repeated until the JobSet
     # shows in the cache says nothing new).
     seen: list[Action] = []
-    if _persisted(task) is None:
+    if persisted(task) is None:
         seen.append(RecordEvent(Event(time=now, type=EventType.SUBMITTED, message=f"task {name} submitted",
                                       attempt=before.attempt)))
     ledger = load_accounting(task)
-    commits = [c for c in adapter.checkpoints(pods, live) if adapter.reports_for(c.attempt, before.attempt)]
-    seen += _checkpoint_events(ledger, commits, now=now)
-    seen += first_step_events(ledger, [t for a, t in adapter.first_steps(pods, live) if a in (None, before.attempt)],
-                         attempt=before.attempt, now=now)
-    resumed, said = _resumed(task, adapter.resumes(pods, live), attempt=before.attempt, now=now)
+    commits = [c for c in reports.checkpoints(pods, live) if reports.reports_for(c.attempt, before.attempt)]
+    seen += seen_events.checkpoint_events(ledger, commits, now=now)
+    steps = [t for a, t in reports.first_steps(pods, live) if a in (None, before.attempt)]
+    seen += seen_events.first_step_events(ledger, steps, attempt=before.attempt, now=now)
+    resumed, said = seen_events.resumed(task, reports.resumes(pods, live), attempt=before.attempt, now=now)
     seen += said
-    seen += _workers_running(ledger, before, adapter.workers_running_at(jobset, own), now=now)
-    seen += _admitted(ledger, before, obs, now=now, size=(sz.nodes, spec.nodes) if spec.elastic else None)
+    seen += seen_events.workers_running(ledger, before, adapter.workers_running_at(jobset, own), now=now)
+    seen += seen_events.admitted(ledger, before, obs, now=now, size=(sz.nodes, spec.nodes) if spec.elastic else None)
     decided: list[Action] = []
     for i, part in enumerate(s.parts):
         decided += [RecordEvent(e) for e in part.events]
@@ -203,115 +170,22 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     decided += _garbage(owned_jobsets, state, name, already={a.name for a in decided if isinstance(a, DeleteJobSet)},
                         current=jobset_name(name, state.attempt, sz.generation if sz.attempt == state.attempt else 0))
     if not cancelled and not sz.growing:
-        seen += _worker_failed(ledger, obs.gang, s.decided.state, attempt=before.attempt, now=now)
-    extra = {**elastic.status(spec, sz, state, obs.gang), RESUME_RESULT: resumed}
-    if _status_patch(task, state, now=now, ledger=ledger, extra=extra) is None:
+        seen += seen_events.worker_failed(ledger, obs.gang, s.decided.state, attempt=before.attempt, now=now)
+    extra = {**elastic.status(spec, sz, state, obs.gang), seen_events.RESUME_RESULT: resumed}
+    if status_patch(task, state, now=now, spec=spec, ledger=ledger, extra=extra) is None:
         decided = [a for a in decided if not isinstance(a, RecordEvent)]
     actions = seen + decided
     # the accounting is the timeline folded, event by event, as on the local backend
     ledger, warnings = lifecycle.fold(ledger, [a.event for a in actions if isinstance(a, RecordEvent)],
-                                      grace_seconds=_grace_seconds(spec))
+                                      grace_seconds=spec.termination_grace.total_seconds())
     actions += [RecordEvent(w) for w in warnings]
-    status = _status_patch(task, state, now=now, ledger=ledger, extra=extra)
+    status = status_patch(task, state, now=now, spec=spec, ledger=ledger, extra=extra)
     if status is None:
         actions = [a for a in actions if not isinstance(a, RecordEvent)]
     for wake in (s.wake_at, elastic.grow_at(spec, sz, state, now=now)):
         if wake is not None:
             actions.append(RequeueAt(wake))
     return status, actions
-
-
-def _checkpoint_events(ledger: Accounting, commits: Sequence[Commit], *, now: datetime) -> list[Action]:
-    """A CheckpointCommitted event for each commit newer than the newest one already accounted.
-
-    Stamped when it is read, so the timeline stays in order; when it committed is in the data (the
-    local backend does the same). A sharded save reported by several ranks is one commit.
-    """
-    newest = ledger.last_checkpoint.at if ledger.last_checkpoint is not None else None
-    unique: dict[tuple[int, object], Commit] = {}
-    for c in sorted(commits, key=lambda c: (c.at, c.rank)):
-        unique.setdefault((c.attempt, c.seq if c.seq is not None else c.at), c)
-    out: list[Action] = []
-    for c in sorted(unique.values(), key=lambda c: c.at):
-        if newest is not None and c.at <= newest:
-            continue
-        out.append(RecordEvent(worker_reports.commit_event(
-            attempt=c.attempt, rank=c.rank, step=c.step, seq=c.seq, uri=c.uri, committed_at=c.at, now=now,
-            taken_at=c.taken_at, save_seconds=c.save_seconds, final=c.final)))
-    return out
-
-
-def _resumed(task: dict[str, Any], reports: Sequence[dict[str, Any]], *, attempt: int,
-             now: datetime) -> tuple[ResumeFromResult | None, list[Action]]:
-    """`status.resumeFromResult`: what spec.checkpoint.resumeFrom gave the newest load a worker reported,
-    and its event (ResumedFrom, or the warning ResumeFromFoundNothing) when that load is news."""
-    stored = (_persisted(task) or {}).get(RESUME_RESULT)
-    newest = max((r for r in reports if r.get("attempt") in (None, attempt)), key=lambda r: r["time"], default=None)
-    if newest is None:
-        return stored, []
-    event = worker_reports.resume_event(newest, attempt=attempt, at=min(utc(float(newest["time"])), now), now=now)
-    result = worker_reports.resume_result(event)
-    if result == stored:
-        return stored, []
-    return result, [RecordEvent(event)]
-
-
-def first_step_events(ledger: Accounting, steps: Sequence[dict[str, Any]], *, attempt: int,
-                      now: datetime) -> list[Action]:
-    """A FirstStep event for each worker's first step (from its report) that changes the accounting: the
-    newest of the current or just-ended period. Read again at every reconcile, so only news is recorded."""
-    out: list[Action] = []
-    for doc in sorted(steps, key=lambda d: d["time"]):
-        event, after = worker_reports.first_step(ledger, doc, attempt=attempt, at=doc["time"], now=now)
-        if after != ledger:
-            out.append(RecordEvent(event))
-            ledger = after
-    return out
-
-
-def _worker_failed(ledger: Accounting, gang: Gang | None, decided: TaskState, *, attempt: int,
-                   now: datetime) -> list[Action]:
-    """A WorkerExited event when a worker of the running gang failed by itself (its pod ended, not
-    deleted), at its container's finishedAt: the gang stopped then, and the teardown and restart that
-    JobSet makes next are restarting, not work lost. None during an eviction or a node disruption,
-    whose stops are their own; read again at every reconcile, so only news is recorded."""
-    at = gang.first_failure_at if gang is not None else None
-    if at is None or gang is None or gang.suspended or gang.disruption is not None or decided.eviction is not None \
-            or decided.waiting or ledger.up_since is None or not ledger.up_since < at <= now:
-        return []
-    event = Event(time=now, type=EventType.WORKER_EXITED, attempt=attempt, message=gang.first_failure,
-                  data={"at": at.isoformat()})
-    return [RecordEvent(event)] if ledger.apply(event) != ledger else []
-
-
-def _workers_running(ledger: Accounting, before: TaskState, running: datetime | None, *,
-                     now: datetime) -> list[Action]:
-    """After a readmission: the gang is up again from when its last worker's container started."""
-    if running is None or ledger.up_since is not None or running == ledger.workers_running_at:
-        return []
-    if ledger.last_up is not None and running <= ledger.last_up.end:
-        return []  # the workers that were stopped, still running while Kueue suspends the JobSet
-    if not ledger.awaiting_workers and before.eviction is None:
-        return []  # not back from an eviction: GangStarted and GangRestarted say when it is up
-    return [RecordEvent(Event(time=now, type=EventType.WORKERS_RUNNING, attempt=before.attempt,
-                              data={"at": min(running, now).isoformat()},
-                              message=f"every worker of attempt {before.attempt} running again"))]
-
-
-def _admitted(ledger: Accounting, before: TaskState, obs: Observation, *, now: datetime,
-              size: tuple[int, int] | None = None) -> list[Action]:
-    """An Admitted event the first time the attempt's gang is seen unsuspended: its queued time ends.
-    `size`: an elastic gang's (nodes, of), which the accounting counts node-seconds by."""
-    gang = obs.gang
-    if ledger.queued_since is None or gang is None or gang.suspended or before.phase.terminal:
-        return []
-    reserved = find_condition(obs.workload.conditions, kueue.QUOTA_RESERVED) if obs.workload is not None else None
-    how = f" ({reserved.message})" if reserved is not None and reserved.is_true and reserved.message else ""
-    data = {"nodes": size[0], "of": size[1]} if size is not None and size[0] else {}
-    if data and size is not None and size[0] < size[1]:
-        how += f" on {size[0]} of {size[1]} nodes (what fits now)"
-    return [RecordEvent(Event(time=now, type=EventType.ADMITTED, attempt=before.attempt, data=data,
-                              message=f"gang of attempt {before.attempt} admitted by Kueue{how}"))]
 
 
 def _notice(n: lifecycle.Notice, pods: Sequence[dict[str, Any]]) -> list[Action]:
@@ -352,21 +226,14 @@ def _resize(spec: TaskSpec, sz: Sizing, state: TaskState, obs: Observation, js: 
 
 def _garbage(owned: Sequence[dict[str, Any]], state: TaskState, task: str, *, already: set[str],
              current: str) -> list[Action]:
-    """Owned JobSets that are not the current attempt's current one (all of them once the task failed or
-    aborted)."""
-    keep_current = state.phase not in (Phase.FAILED, Phase.ABORTED)
-    out: list[Action] = []
-    for js in owned:
-        md = js.get("metadata") if isinstance(js, dict) else None
-        if not isinstance(md, dict) or md.get("deletionTimestamp") or md.get("name") in already:
-            continue
-        if adapter.labels(js).get(crd.TASK_LABEL) != task:
-            continue
-        if keep_current and adapter.attempt_of(js) == state.attempt and md.get("name") == current:
-            continue
-        out.append(DeleteJobSet(md["name"]))
-        already.add(md["name"])
-    return out
+    """The task's owned JobSets not being deleted yet whose attempt is garbage (`lifecycle.garbage`), and
+    those of the current attempt but for its current JobSet (an elastic gang's replaced ones)."""
+    going = [js for js in owned if isinstance(md := js.get("metadata"), dict) and not md.get("deletionTimestamp")
+             and md.get("name") not in already and adapter.labels(js).get(crd.TASK_LABEL) == task]
+    attempts = [adapter.attempt_of(js) for js in going]
+    ended = lifecycle.garbage(state, [a for a in attempts if a is not None])
+    return [DeleteJobSet(js["metadata"]["name"]) for js, attempt in zip(going, attempts, strict=True)
+            if attempt is None or attempt in ended or js["metadata"]["name"] != current]
 
 
 def _invalid(task: dict[str, Any], state: TaskState, problem: str, *,
@@ -377,73 +244,4 @@ def _invalid(task: dict[str, Any], state: TaskState, problem: str, *,
     failed = state.with_failed(at=now, attempt_code=INVALID_SPEC, attempt_reason=problem, code=INVALID_SPEC,
                                message=problem, reason=f"{INVALID_SPEC}: {problem}")
     event = Event(time=now, type=EventType.FAILED, message=f"{INVALID_SPEC}: {problem}", attempt=state.attempt)
-    return _status_patch(task, failed, now=now), [RecordEvent(event)]
-
-
-# -- status -------------------------------------------------------------------------------------------
-
-
-def _grace_seconds(spec: TaskSpec) -> float:
-    return spec.termination_grace.total_seconds()
-
-
-def _grace_condition(task: dict[str, Any], ledger: Accounting) -> Condition | None:
-    """GracePeriodTooShort, once a final save was measured (True: the grace period does not fit it)."""
-    try:
-        seconds = _grace_seconds(task_spec(task))
-    except SpecError:
-        return None
-    check = grace.check(ledger.final_saves, seconds)
-    if check is None:
-        return None
-    return Condition(type=grace.CONDITION, status=str(check.short),
-                     reason=grace.REASON_SHORT if check.short else grace.REASON_OK, message=check.message)
-
-
-def _conditions(state: TaskState, old: Any, *, now: datetime, extra: Sequence[Condition] = ()) -> list[dict[str, Any]]:
-    conds = [c for c in adapter.conditions({"status": {"conditions": old}})]
-    phase = state.phase
-    eviction = state.eviction
-    waiting = eviction is not None
-    wanted = [
-        Condition(type="Running", status=str(phase is Phase.RUNNING and not waiting),
-                  reason="WaitingForReadmission" if phase is Phase.RUNNING and waiting else phase.value,
-                  message=state.info.reason),
-        Condition(type="Evicted", status=str(waiting),
-                  reason=(eviction.reason or eviction.kind.value) if eviction is not None else "NotEvicted",
-                  message=eviction.message if eviction is not None else ""),
-        Condition(type="Finished", status=str(phase.terminal), reason=phase.value if phase.terminal else "NotFinished",
-                  message=(state.message or state.info.reason) if phase.terminal else ""),
-        *extra,
-    ]
-    for c in wanted:
-        set_condition(conds, c, now=now)
-    return [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
-             "lastTransitionTime": adapter.format_time(c.last_transition or now)} for c in conds]
-
-
-def _status_patch(task: dict[str, Any], state: TaskState, *, now: datetime, ledger: Accounting | None = None,
-                  extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    old = s if isinstance(s := task.get("status"), dict) else {}
-    name = (task.get("metadata") or {}).get("name", "")
-    ledger = ledger if ledger is not None else load_accounting(task)
-    extra = extra or {}
-    generation = ((extra.get("elastic") or {}).get("generation") or 0)
-    new = {**state.for_storage(), **extra, "jobSet": jobset_name(name, state.attempt, generation) if name else "",
-           "accounting": ledger.for_storage(),
-           "observedGeneration": (task.get("metadata") or {}).get("generation", 0),
-           "conditions": _conditions(state, old.get("conditions"), now=now,
-                                     extra=[c for c in (_grace_condition(task, ledger),) if c is not None])}
-    if _without_nulls(new) == _without_nulls(old):
-        return None
-    return new
-
-
-def _without_nulls(v: Any) -> Any:
-    # A merge patch deletes keys set to null at every depth of an object (the eviction's unset
-    # `readmittedAt` too), so the stored status lacks them: compare with no null anywhere.
-    if isinstance(v, dict):
-        return {k: _without_nulls(x) for k, x in v.items() if x is not None}
-    if isinstance(v, list):
-        return [_without_nulls(x) for x in v]
-    return v
+    return status_patch(task, failed, now=now, spec=None), [RecordEvent(event)]

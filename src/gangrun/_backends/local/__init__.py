@@ -6,6 +6,7 @@ The modules mirror the Kubernetes backend's: the same concept has the same name 
     backend.py     LocalBackend: the Backend protocol, up/down/status, evict/deactivate/activate
     protocol.py    JSON-lines RPC over the daemon's Unix socket (the API client's counterpart)
     daemon.py      the single-threaded process: selector, pidfds, timers, the one clock
+    metrics_http.py  the daemon's Prometheus endpoint, in its selector
     controller.py  the shell: tasks in memory, rounds of jobs → reconcile → store → act → admission
     operations.py  what a client asks of the controller (submit, cancel, delete, evict, ...) and worker exits
     reads.py       what a client reads of it: views, the queue's status, metrics
@@ -22,7 +23,7 @@ The modules mirror the Kubernetes backend's: the same concept has the same name 
     effects.py     carrying out what the gang twin asks: start a round, signal, write the stop notice;
                    the SDK's lines of a running attempt read into its timeline
     scheduler.py   Kueue's scheduling cycle on the twins: who holds quota, who waits
-    status.py      what it tells about its queue: places in it, `local status`, why a gang waits
+    status.py      what the control plane tells about its queue: places, `local status`, why a gang waits
     inject.py      evictions injected on purpose (`gangrun local evict`, B6)
     recovery.py    a daemon starting on the state an earlier one left
     resume_check.py  a spec.checkpoint.resumeFrom known at submit to find nothing is refused

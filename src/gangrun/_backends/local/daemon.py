@@ -40,13 +40,12 @@ from subprocess import Popen
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.local import launcher, operations, orphans, protocol, reads, shutdown
+from gangrun._backends.local import launcher, metrics_http, operations, orphans, protocol, reads, shutdown
 from gangrun._backends.local.config import Paths
 from gangrun._backends.local.controller import Controller
 from gangrun._backends.local.gang import GangTwin, Worker
 from gangrun._backends.local.render import Launch, log_path
 from gangrun._backends.local.store import Store
-from gangrun._backends.metrics import http_answer
 from gangrun._core.exit_status import exit_status
 from gangrun._errors import DaemonUnavailable, GangrunError
 
@@ -76,8 +75,7 @@ class Daemon:
         self.stopping = False
         self.server: socket.socket | None = None
         self.socket_id: tuple[int, int] | None = None
-        self.http: socket.socket | None = None  # 127.0.0.1:<metrics port>, when one is configured
-        self.http_port = 0
+        self.prometheus = metrics_http.MetricsEndpoint(self.sel, lambda: reads.render_metrics(self.ctl, self.clock()))
         self.next_heartbeat = self.clock()
         self.orphans = orphans.Orphans(paths.home)  # what the workers started, whatever its session
 
@@ -129,7 +127,7 @@ class Daemon:
         # Before anything starts: what a dead daemon's workers left, in their process groups or not.
         self.ctl.load(self.clock(), kill_leftovers=lambda groups: (launcher.kill_leftovers(groups),
                                                                    self.orphans.sweep(keep_running=False)))
-        self._serve_metrics()
+        self.prometheus.serve(self.ctl.config.metrics_port)
         log.info("gangrun local control plane: pid %s, %d tasks", os.getpid(), len(self.ctl.tasks))
         try:
             while True:
@@ -146,7 +144,7 @@ class Daemon:
             self.orphans.sweep(keep_running=False)
             shutdown.mark_lost_on_shutdown(self.ctl, self.clock())
             for conn in self.down_conns:
-                _reply(conn, protocol.ok(True))
+                protocol.reply(conn, protocol.ok(True))
             self.paths.socket.unlink(missing_ok=True)
             self.paths.pidfile.unlink(missing_ok=True)
 
@@ -168,39 +166,6 @@ class Daemon:
         self.server = server
         st = sock_path.stat()
         self.socket_id = (st.st_dev, st.st_ino)
-
-    def _serve_metrics(self) -> None:
-        """Listen for Prometheus on 127.0.0.1:<metrics port> (in this thread's selector: no HTTP thread, since
-        the workers are started with a preexec_fn, which threads would make unsafe)."""
-        port = self.ctl.config.metrics_port
-        if port == self.http_port:
-            return
-        if self.http is not None:
-            self.sel.unregister(self.http)
-            self.http.close()
-            self.http, self.http_port = None, 0
-        if not port:
-            return
-        http = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        http.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            http.bind(("127.0.0.1", port))
-        except OSError as e:
-            http.close()
-            log.error("gangrun local control plane: cannot serve metrics on 127.0.0.1:%d: %s", port, e)
-            return
-        http.listen(16)
-        http.setblocking(False)
-        self.sel.register(http, selectors.EVENT_READ, ("http",))
-        self.http, self.http_port = http, port
-
-    def _answer_http(self, conn: socket.socket, buf: bytearray) -> None:
-        if not protocol.received(conn, buf, end=b"\r\n\r\n", limit=1 << 16):
-            return
-        self.sel.unregister(conn)
-        conn.setblocking(True)
-        conn.settimeout(5)
-        _reply(conn, http_answer(bytes(buf), lambda: reads.render_metrics(self.ctl, self.clock())))
 
     def _housekeeping(self) -> None:
         """Every HEARTBEAT: say we are alive, end orphans, and bring our socket back if someone removed it."""
@@ -244,12 +209,10 @@ class Daemon:
             self.sel.register(conn, selectors.EVENT_READ, ("conn", conn, bytearray()))
         elif kind == "conn":
             self._read(key.data[1], key.data[2])
-        elif kind == "http" and self.http is not None:
-            conn, _ = self.http.accept()
-            conn.setblocking(False)
-            self.sel.register(conn, selectors.EVENT_READ, ("httpconn", conn, bytearray()))
-        elif kind == "httpconn":
-            self._answer_http(key.data[1], key.data[2])
+        elif kind == metrics_http.LISTEN:
+            self.prometheus.accept()
+        elif kind == metrics_http.CONNECTION:
+            self.prometheus.answer(key.data[1], key.data[2])
         elif kind == "signal":
             try:
                 key.data[1].recv(64)
@@ -274,7 +237,7 @@ class Daemon:
                 log.error("gangrun: request failed\n%s", traceback.format_exc())
             answer = protocol.error(e)
         if answer is not None:
-            _reply(conn, answer)
+            protocol.reply(conn, answer)
 
     def _handle(self, conn: socket.socket, op: str, a: dict[str, Any]) -> bytes | None:
         ctl, now = self.ctl, self.clock()
@@ -321,7 +284,7 @@ class Daemon:
                                  queues=a.get("queues"), priority_classes=a.get("priorityClasses"),
                                  metrics_port=a.get("metricsPort"), priority_boost=a.get("priorityBoost"),
                                  boost_steps=a.get("boostSteps"))
-            self._serve_metrics()
+            self.prometheus.serve(self.ctl.config.metrics_port)
             result = reads.status(ctl, now)
         elif op == "status":
             result = reads.status(ctl, now)
@@ -346,7 +309,7 @@ class Daemon:
             if answer is None:
                 keep.append(w)
             else:
-                _reply(w.conn, answer)
+                protocol.reply(w.conn, answer)
         self.waiters = keep
 
     def _begin_shutdown(self) -> None:
@@ -354,15 +317,6 @@ class Daemon:
             log.info("gangrun local control plane: stopping")
             self.stopping = True
             shutdown.stop_all(self.ctl, self.clock())
-
-
-def _reply(conn: socket.socket, data: bytes) -> None:
-    try:
-        conn.sendall(data)
-    except OSError:
-        pass
-    finally:
-        conn.close()
 
 
 def _take(lock: Any) -> bool:

@@ -34,6 +34,16 @@ def received(conn: socket.socket, buf: bytearray, *, end: bytes, limit: int) -> 
     return not (chunk and end not in buf and len(buf) < limit)
 
 
+def reply(conn: socket.socket, data: bytes) -> None:
+    """Send a whole answer and close the connection; a client gone already is no error."""
+    try:
+        conn.sendall(data)
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
 def encode(doc: dict[str, Any]) -> bytes:
     return (json.dumps(doc, separators=(",", ":"), default=str) + "\n").encode()
 

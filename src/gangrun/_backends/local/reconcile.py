@@ -25,7 +25,6 @@ from gangrun._backends.local import adapter
 from gangrun._backends.local.task import LocalTask
 from gangrun._core import lifecycle, stop_causes
 from gangrun._core.actions import RecordEvent, RequeueAt
-from gangrun._core.phases import Phase
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import Event, EventType
 
@@ -80,15 +79,12 @@ def _old_gang_stopping(task: LocalTask, attempt: int) -> bool:
 
 
 def _garbage(task: LocalTask, state: TaskState, *, already: set[int]) -> list[Action]:
-    """The gang of an ended attempt that is not deleted yet (after a crash between the write and the
-    action, say), or of a task that failed or was cancelled."""
+    """The delete of the task's gang when it is garbage (`lifecycle.garbage`) and not deleted yet."""
     g = task.gang
-    if g is None or g.deleted or g.attempt in already:
+    if g is None or g.deleted:
         return []
-    ended = g.attempt != state.attempt or state.phase in (Phase.FAILED, Phase.ABORTED)
-    if not ended:
-        return []
-    return [DeleteJobSet(g.attempt, stop_causes.ATTEMPT_ENDED, state.info.reason)]
+    return [DeleteJobSet(attempt, stop_causes.ATTEMPT_ENDED, state.info.reason)
+            for attempt in lifecycle.garbage(state, [g.attempt], already=already)]
 
 
 def _with_preemptor(e: Event, task: LocalTask) -> Event:
