@@ -44,7 +44,7 @@ from tests.harness import addons, kwok
 from tests.harness.binaries import Binaries, load_yaml_docs, locate_binaries
 from tests.harness.client import Kube, has_condition
 from tests.harness.pki import ensure_kueue_metrics_certs, make_pki
-from tests.harness.processes import Component, ControlPlaneError, end, free_port, spawn
+from tests.harness.processes import Component, ControlPlaneError, end, free_port, respawn, spawn
 
 TIERS = ("A", "B", "C")
 
@@ -231,6 +231,11 @@ class ControlPlane:
         with contextlib.suppress(ValueError):
             self.components.remove(component)
         return component.proc.returncode
+
+    def restart(self, name: str) -> Component:
+        """Crash the component `name` (``etcd``, ``kube-apiserver``, ``kueue``, ...) and start it again: see
+        :func:`processes.respawn`. The caller waits until it serves again."""
+        return respawn(self.components, name, self._spawn)
 
     def env(self) -> dict[str, str]:
         """Environment for a subprocess (e.g. ``gangrun controller``) that should use this cluster."""

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,3 +97,23 @@ def spawn(name: str, argv: list[str], log: Path, cwd: Path, env: dict[str, str] 
                                 cwd=cwd, start_new_session=True, preexec_fn=die_with_parent)
     LIVE.append(proc)
     return Component(name, proc, log)
+
+
+def respawn(components: list[Component], name: str, start: Callable[[str, list[str]], Component]) -> Component:
+    """Crash the component `name` of `components` (SIGKILL to its process group: no shutdown code runs) and start
+    its command line again with `start`, in its place, as a supervisor restarts a process; what it keeps on disk
+    (etcd's data) stays. `start` gives it its default environment. Call it on a thread that outlives the new
+    process (the main thread): the process is SIGKILLed when the thread that started it ends (PR_SET_PDEATHSIG).
+    Returns the new component."""
+    i, old = next((i, c) for i, c in enumerate(components) if c.name == name)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(old.proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        old.proc.wait(timeout=10)
+    end(old.proc, grace=0)  # whatever is left of its group
+    components.remove(old)
+    new = start(name, [str(a) for a in old.proc.args])
+    components.remove(new)
+    components.insert(i, new)
+    new.core = old.core
+    return new

@@ -36,7 +36,7 @@ import yaml
 
 from tests.harness.binaries import REPO_ROOT, Binaries
 from tests.harness.client import Kube, has_condition
-from tests.harness.processes import Component, ControlPlaneError, end, free_port, spawn
+from tests.harness.processes import Component, ControlPlaneError, end, free_port, respawn, spawn
 
 NODE_NAME = "gangrun-node"
 NODE_LABEL = ("gangrun.dev/node", "real")
@@ -374,6 +374,11 @@ class RealNode:
         for c in reversed(self.components):
             end(c.proc, grace=5.0)
         self.components.clear()
+
+    def restart(self, name: str) -> Component:
+        """Crash `containerd` or the `kubelet` and start it again (processes.respawn); the pods' containers and
+        the node's folders are left as they are."""
+        return respawn(self.components, name, self._spawn)
 
     def check_alive(self) -> None:
         for c in self.components:
