@@ -10,7 +10,8 @@ The end-to-end cluster: ``binaries`` (the control plane's cached build), ``pki``
 ``kwok`` (the fake kubelets' stages), ``addons`` (JobSet and Kueue: configurations, webhooks, queues),
 ``controlplane`` (``ControlPlane``, tiers A to C), ``tasks`` (ClusteredTasks on it), ``realnode`` (a real node:
 containerd, the kubelet, CoreDNS), ``incluster`` (the controller deployed from the image), ``realnode_tasks``
-(tasks on the real node), ``cluster`` (``./dev cluster``: ``python -m tests.harness.cluster up|down|status``).
+(tasks on the real node), ``faults`` (its parts crashed and restarted mid-run), ``cluster`` (``./dev cluster``:
+``python -m tests.harness.cluster up|down|status``).
 
 The controller benchmark's parts that tests check: ``controller_probe`` (the controller with timers, run as
 ``python -m tests.harness.controller_probe``) and ``controller_timeline`` (what the benchmark reads from a storm).

@@ -1,0 +1,186 @@
+"""Faults for the real cluster of realnode_tasks, and what a test needs to follow a gang through one.
+
+A fault is a crash and a restart, as production has them: a process of the control plane or of the real node
+(containerd, the kubelet) SIGKILLed and started again with the same command line and the same data (as systemd
+or a static pod's kubelet would restart it), or the in-cluster gangrun controller's process SIGKILLed from the
+host (its kubelet restarts the container, as after an OOM kill). Each helper returns once the component serves
+again, with the time that took. The workers' output is read from the host (the kubelet's pod log files), not
+through the API server: a log followed through the API server breaks while it is down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+import yaml
+
+from tests.harness import incluster
+from tests.harness.client import Kube, has_condition
+from tests.harness.controlplane import ControlPlane
+from tests.harness.processes import ControlPlaneError
+from tests.harness.realnode import RealNode, _run
+from tests.harness.realnode_tasks import STARTING, TIMEOUT, RealCluster, pod_processes
+
+LEASE = ("gangrun-system", "gangrun-controller")  # the in-cluster controller's Lease (deploy/deployment.yaml)
+CONTROLLER_PODS = f"app.kubernetes.io/name={incluster.NAME}"
+
+
+# ------------------------------------------------------------------------------- the control plane
+
+
+def serving(cp: ControlPlane, name: str) -> bool:
+    """Whether the control-plane component `name` answers its readiness check again (as it did at its start)."""
+    p = cp.ports
+    probes: dict[str, Callable[[], bool]] = {
+        "etcd": lambda: cp._http_ok(f"http://127.0.0.1:{p['etcd']}/readyz"),
+        "kube-apiserver": lambda: cp._https_ok(p["apiserver"], "/readyz"),
+        "kueue": lambda: cp._http_ok(f"http://127.0.0.1:{p['kueue_health']}/readyz"),
+        "jobset": lambda: cp._http_ok(f"http://127.0.0.1:{p['jobset_health']}/readyz"),
+    }
+    return probes[name]()
+
+
+def restart_control_plane(cp: ControlPlane, *names: str) -> float:
+    """SIGKILL the control-plane components `names` together and start them again; the seconds from the kill to
+    the last one serving."""
+    return _restart(cp, names, lambda name: serving(cp, name))
+
+
+def node_serving(node: RealNode, name: str) -> bool:
+    """Whether the real node's `containerd` or `kubelet` answers again (containerd its socket, the kubelet its
+    /healthz)."""
+    if name == "containerd":
+        return "Server" in _run(["ctr", "--address", str(node.containerd_socket), "version"])
+    port = yaml.safe_load((node.workdir / "kubelet" / "config.yaml").read_text())["healthzPort"]
+    return ControlPlane._http_ok(f"http://127.0.0.1:{port}/healthz")
+
+
+def restart_node(node: RealNode, name: str) -> float:
+    """SIGKILL the real node's `containerd` or `kubelet` and start it again; the seconds until it serves."""
+    return _restart(node, (name,), lambda n: node_serving(node, n))
+
+
+def _restart(owner: ControlPlane | RealNode, names: tuple[str, ...], ready: Callable[[str], bool],
+             timeout: float = 120.0) -> float:
+    t0 = time.monotonic()
+    for name in names:
+        owner.restart(name)
+    waiting = set(names)
+    while waiting:
+        owner.check_alive()
+        waiting = {n for n in waiting if not ready(n)}
+        if waiting and time.monotonic() - t0 > timeout:
+            tails = "\n".join(f"--- {c.name}\n{c.tail()}" for c in owner.components if c.name in waiting)
+            raise ControlPlaneError(f"{sorted(waiting)} not serving {timeout}s after their restart:\n{tails}")
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+# ------------------------------------------------------------------------------- the gangrun controller
+
+
+def lease_holder(kube: Kube) -> str:
+    return ((kube.get("Lease", LEASE[1], LEASE[0]).get("spec") or {}).get("holderIdentity")) or ""
+
+
+def kill_controller(rc: RealCluster) -> str:
+    """SIGKILL the in-cluster controller's process from the host (a crash: no shutdown code runs, the Lease is
+    not released) and wait until it is dead; returns the Lease holder it leaves behind."""
+    holder = lease_holder(rc.kube)
+    (pod,) = rc.kube.running_pods(incluster.NAMESPACE, CONTROLLER_PODS)
+    pids = [pid for pid, argv in pod_processes(pod["metadata"]["uid"]).items() if "controller" in argv]
+    assert pids, f"no controller process in {pod['metadata']['name']}"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    rc.kube.wait_for("the controller process gone", lambda: not any(Path(f"/proc/{p}").exists() for p in pids),
+                     timeout=10, interval=0.02)
+    return holder
+
+
+def wait_new_leader(rc: RealCluster, old: str) -> str:
+    """Wait until a controller other than `old` holds the Lease (the restarted container, after the crashed
+    one's Lease expired) and is Ready; returns its identity."""
+    kube = rc.kube
+    holder = kube.wait_for("a new controller leading", lambda: (h := lease_holder(kube)) not in ("", old) and h,
+                           timeout=TIMEOUT, interval=0.1)
+    kube.wait_for("the controller Ready", lambda: any(
+        has_condition(p, "Ready") for p in kube.running_pods(incluster.NAMESPACE, CONTROLLER_PODS)), timeout=TIMEOUT)
+    return str(holder)
+
+
+# ------------------------------------------------------------------------------- the workers, seen from the host
+
+
+class HostLogs:
+    """The worker output of the pods of JobSet `jobset`, by pod uid, read from the kubelet's pod log files on this
+    host (``<podLogsDir>/<namespace>_<pod>_<uid>/worker/*.log``) on a thread. Each file is held open from the
+    moment it appears, so that its last lines are read even when the kubelet removes it as the container ends."""
+
+    def __init__(self, rc: RealCluster, jobset: str) -> None:
+        self.texts: dict[str, str] = {}
+        self._pattern = f"{rc.ns}_{jobset}-*/worker/*.log"
+        self._dir, self._kube = rc.node.workdir / "pod-logs", rc.kube
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True, name=f"host-logs-{jobset}").start()
+
+    def _run(self) -> None:
+        files: dict[Path, TextIO] = {}
+        try:
+            while not self._stop.wait(0.05):
+                for path in self._dir.glob(self._pattern):
+                    if path not in files:
+                        with contextlib.suppress(OSError):
+                            files[path] = open(path, errors="replace")  # noqa: SIM115 (held open on purpose)
+                for path, fh in files.items():
+                    if chunk := fh.read():
+                        uid = path.parts[-3].rsplit("_", 1)[1]
+                        self.texts[uid] = self.texts.get(uid, "") + chunk
+        finally:
+            for fh in files.values():
+                fh.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait(self, uid: str, pattern: str, timeout: float = TIMEOUT) -> re.Match:
+        try:
+            return self._kube.wait_for(f"{pattern!r} in the log of pod {uid}", lambda: re.search(
+                pattern, self.texts.get(uid, "")), timeout=timeout, interval=0.1)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}; its log ends:\n{self.texts.get(uid, '')[-2000:]}") from None
+
+    def starts(self, exclude: set[str], count: int = 2, timeout: float = TIMEOUT) -> dict[int, re.Match]:
+        """The `starting at step` line of `count` workers whose pods are not in `exclude`, by rank."""
+        def found() -> dict[int, re.Match] | None:
+            lines = {int(m["rank"]): m for uid, text in list(self.texts.items())
+                     if uid not in exclude and (m := re.search(STARTING, text))}
+            return lines if len(lines) == count else None
+        return self._kube.wait_for(f"{count} workers started", found, timeout=timeout, interval=0.1)
+
+
+def uninterrupted(steps: int) -> list[float]:
+    """The example's weights after `steps` steps without a stop (gangrun.examples.train computes each step from
+    the step number alone, and its checkpoints keep the weights exactly)."""
+    from gangrun.examples.train import FEATURES, dataset, sgd_step
+
+    xs, ys, _ = dataset()
+    w = [0.0] * FEATURES
+    for step in range(steps):
+        w = sgd_step(w, xs, ys, step)
+    return w
+
+
+def newest_checkpoint(data: Path, task: str, attempt: int) -> dict:
+    """The payload of the newest committed checkpoint of the task's attempt in the hostPath folder."""
+    manifests = sorted(data.glob(f"{task}/*/attempt-{attempt}/ckpt-*/manifest.json"), key=lambda m: m.parent.name)
+    assert manifests, f"no committed checkpoint of {task} attempt {attempt}"
+    return dict(json.loads((manifests[-1].parent / "data" / "payload").read_bytes()))
