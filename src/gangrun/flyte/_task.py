@@ -114,13 +114,13 @@ async def run_rank(execute: Callable[..., Any], *args: Any, **kwargs: Any) -> An
 async def run_local_gang(task: GangTask, inputs: dict[str, Any]) -> Any:
     """One call as a gang on the local backend. Cancelling this coroutine cancels the gang and returns once
     it has ended; so does the end of the process while the call is still waiting (Ctrl+C in a script)."""
+    _leave_stop_signals_to_the_main_thread()
     folder = Path(tempfile.mkdtemp(prefix="gangrun-flyte-"))
     try:
         _call.write_call(folder, task.func, inputs)
         manifest = task.manifest([sys.executable, *WORKER[1:], "call", str(folder)],
                                  working_dir=os.getcwd())
-        run = await asyncio.to_thread(gangrun.submit, manifest, "local")
-        _LIVE[run.name] = (run, folder)
+        run = await asyncio.to_thread(_submit, manifest, folder)
         follow = _in_daemon_thread(follow_run, run, rank=None, stream=sys.stdout)
         try:
             final = await asyncio.shield(follow)
@@ -133,6 +133,14 @@ async def run_local_gang(task: GangTask, inputs: dict[str, Any]) -> Any:
         return _outcome(run.name, final, folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _submit(manifest: Any, folder: Path) -> TaskRun:
+    """Submit and note the gang as waiting in one step, on the submitting thread: noted later, by the event
+    loop once it resumes, a busy machine could let the gang run before a Ctrl+C could find it to cancel."""
+    run = gangrun.submit(manifest, "local")
+    _LIVE[run.name] = (run, folder)
+    return run
 
 
 # The gangs of calls still waiting, cancelled if the process ends first: a script interrupted by Ctrl+C
@@ -173,6 +181,15 @@ def _end_like_ctrl_c(signum: int, frame: FrameType | None) -> None:
     os.kill(os.getpid(), signum)
 
 
+def _leave_stop_signals_to_the_main_thread() -> None:
+    """Block Ctrl+C, SIGTERM and SIGHUP on this thread and so on every thread it starts (the follow thread,
+    the executor's, the log readers). CPython runs handlers on the main thread only, and a main thread
+    blocked on a lock (Flyte's sync wrapper waits on a future) wakes only when the kernel delivers the signal
+    to it: delivered to another thread, the signal was noted and the script waited on, its gang running."""
+    if threading.current_thread() is not threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOP_SIGNALS})
+
+
 def install_stop_signals() -> None:
     """Make SIGTERM and SIGHUP (a `kill`, a closed terminal) cancel the gangs of the calls still waiting, as Ctrl+C
     does; without it the process ends at once and its gangs run on with nobody to collect their results. Only a
@@ -195,6 +212,7 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyn
             future.set_result(value) if ok else future.set_exception(value)
 
     def target() -> None:
+        _leave_stop_signals_to_the_main_thread()
         try:
             result = fn(*args, **kwargs)
         except BaseException as e:
