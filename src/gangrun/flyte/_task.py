@@ -212,7 +212,6 @@ def _in_daemon_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> asyn
             future.set_result(value) if ok else future.set_exception(value)
 
     def target() -> None:
-        _leave_stop_signals_to_the_main_thread()
         try:
             result = fn(*args, **kwargs)
         except BaseException as e:
