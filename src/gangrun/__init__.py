@@ -13,11 +13,11 @@ Inside a worker: `gangrun.context()` (rank, world size, attempt) and its `checkp
 import typing as _typing
 
 from gangrun._errors import BackendError, GangrunError, SpecError, UsageError, WaitTimeout
-from gangrun._worker.context import Context, context
-from gangrun.checkpoint import Checkpoint
 
 if _typing.TYPE_CHECKING:
     from gangrun._api import ClusteredTask, TaskRun, attach, purge_checkpoints, submit
+    from gangrun._worker.context import Context, context
+    from gangrun.checkpoint import Checkpoint
 
 __all__ = [
     "BackendError",
@@ -35,20 +35,26 @@ __all__ = [
     "submit",
 ]
 
-# The launching API is imported on first use: a worker process only needs `context()`, and every
-# worker of every gang imports gangrun at start.
-_LAZY = {"ClusteredTask", "TaskRun", "attach", "purge_checkpoints", "submit"}
+# Everything but the errors is imported on first use. A worker process only needs `context()` (never
+# the launching API), and every process that starts from inside the package pays `import gangrun`
+# first: every pod's launcher (`python -m gangrun.launch`), which needs neither. Import budget: `import
+# gangrun` loads no gangrun module but the errors (tests/test_import_budget.py).
+_LAZY = {"ClusteredTask": "gangrun._api", "TaskRun": "gangrun._api", "attach": "gangrun._api",
+         "purge_checkpoints": "gangrun._api", "submit": "gangrun._api", "Context": "gangrun._worker.context",
+         "context": "gangrun._worker.context", "Checkpoint": "gangrun.checkpoint"}
 
 
 def __getattr__(name: str) -> _typing.Any:
-    if name in _LAZY:
-        import gangrun._api
+    import importlib
 
-        value = getattr(gangrun._api, name)
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name == "checkpoint":  # `import gangrun; gangrun.checkpoint.X`, as when `import gangrun` loaded it
+        return importlib.import_module("gangrun.checkpoint")
     raise AttributeError(f"module 'gangrun' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _LAZY)
+    return sorted(set(globals()) | set(_LAZY))

@@ -188,6 +188,22 @@ def test_b3_stop_notice_is_read_from_the_stop_file(tmp_path, content, want_cause
     assert (got.cause, got.deadline) == (want_cause, want_deadline)
 
 
+def test_b3_a_cause_written_after_the_signal_is_the_notices_cause_once_written(tmp_path) -> None:
+    """On Kubernetes Kueue's SIGTERM can reach a pod a moment before the controller's notice: the
+    worker that asks for the notice after that sees its cause, and a cause once known stays."""
+    path = tmp_path / "stop.json"
+    state = notice._StopState()
+    state.env = {notice.STOP_FILE_ENV: str(path), notice.GRACE_ENV: "7"}
+    state.notice = notice.read_notice(state.env, now=1000.0)
+    assert state.told() is not None and state.told().cause is None
+    path.write_text('{"cause": "Preempted", "message": "preempted by ml/urgent", "deadline": 1020.5}')
+    late = state.told()
+    assert (late.cause, late.message, late.deadline, late.received_at) == ("Preempted", "preempted by ml/urgent",
+                                                                           1020.5, 1000.0)
+    path.write_text('{"cause": "Aborted"}')
+    assert state.told() is late
+
+
 @pytest.mark.parametrize("raw", ["soon", "-1", "nan"])
 def test_b3_malformed_grace_period_names_the_variable(raw) -> None:
     with pytest.raises(WorkerEnvError, match="GANGRUN_GRACE_PERIOD"):

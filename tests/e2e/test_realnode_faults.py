@@ -14,6 +14,10 @@ counted, the first run's workers saving at their stop, the next run's every rank
 committed one) and the final checkpoint's weights equal, bit for bit, to an uninterrupted run's. Each test prints
 its recovery figures (`pytest -s`); docs/kubernetes.md ("What gangrun survives") quotes them.
 
+A last test fills the checkpoint volume during a save (a tmpfs over the task's hostPath checkpoint folder): the save
+fails without leaving a file, the gang restarts as its failure policy says, and every rank resumes from the last
+complete checkpoint.
+
 Root and the real-node packages are needed, as for test_realnode_e2e.py; without them these tests skip.
 """
 
@@ -43,6 +47,7 @@ from tests.harness.faults import (
     uninterrupted,
     wait_new_leader,
 )
+from tests.harness.full_volume import fill, leftovers, small_tmpfs
 from tests.harness.realnode_tasks import (
     TIMEOUT,
     RealCluster,
@@ -286,6 +291,56 @@ def test_the_kubelet_restarted_as_the_gang_is_stopped_to_save(real_cluster: Real
         return {"kubelet SIGKILLed -> serving": restart_node(rc.node, "kubelet")}
 
     assert_survived(rc, run_through(rc, "kubelet", steps=LONG, in_preemption=restart))
+
+
+def test_the_checkpoint_volume_full_during_a_save_restarts_the_gang_from_the_last_complete_checkpoint(
+        real_cluster: RealCluster) -> None:
+    """The task's checkpoint folder on the hostPath volume is a 4 MiB tmpfs (mounted before the task starts, so
+    the containers see it); once the gang trained 10 steps the test fills it. Rank 0's next save hits ENOSPC: it
+    fails naming the folder, leaves no temporary file, the worker exits with the error and the gang restarts
+    (failurePolicy.maxRestarts 1: charged to it, as a worker failure is). The space is given back as the failure
+    shows; every rank of the restarted gang resumes from the last complete checkpoint (none of the failed save is
+    loaded) and the final weights equal, bit for bit, an uninterrupted run's."""
+    rc, name = real_cluster, "full"
+    kube, selector, jobset = rc.kube, f"{TASK_LABEL}={name}", f"{name}-1"
+    logs = HostLogs(rc, jobset)
+    figures: dict[str, float] = {}
+    with small_tmpfs(rc.data / name, "4m") as volume:
+        try:
+            submit(rc, train_task(rc, name, steps=STEPS, step_seconds=STEP_SECONDS, max_restarts=1))
+            uid = kube.request("GET", task_path(rc.ns, name))["metadata"]["uid"]
+            first = kube.wait_running_pods(rc.ns, selector, 2, timeout=TIMEOUT)
+            first_uids = {p["metadata"]["uid"] for p in first}
+            rank0 = next(p["metadata"]["uid"] for p in first if rank_of(p) == 0)
+            logs.wait(rank0, r"step 10: loss")
+            t0 = time.monotonic()
+            filler = fill(volume)
+            folder = f"{rc.data}/{name}/{uid}/attempt-1"
+            failed = logs.wait(rank0, r"CommitFailed: .*").group(0)
+            figures["volume full -> the save failed"] = time.monotonic() - t0
+            kube.wait_for("rank 0's worker gone", lambda: training_process(rank0) is None, timeout=TIMEOUT,
+                          interval=0.05)
+            committed = committed_steps(rc, name, 1)  # frozen: rank 0, the only writer, has exited
+            left = leftovers(volume)
+            filler.unlink()  # the space is back
+            starts = logs.starts(first_uids)
+            figures["volume full -> every rank resumed"] = time.monotonic() - t0
+            status = wait_phase(rc, name, "Succeeded")
+            final = newest_checkpoint(rc.data, name, 1)  # on the tmpfs: read before it goes
+        finally:
+            logs.stop()
+            cleanup_task(rc, name)
+    assert folder in failed and "No space left on device" in failed, failed
+    assert left == [], f"the failed save left {left}"
+    s = status
+    assert (s["attempt"], len(s["attempts"]), s["userRetriesUsed"], s["systemRetriesUsed"],
+            s.get("restartAttempt", 0)) == (1, 1, 0, 0, 1), s
+    assert {(m["attempt"], m["restart"]) for m in starts.values()} == {("1", "1")}, starts
+    assert_resumed_from(starts, {0: committed[max(committed)]}, "own")
+    assert final == {"step": STEPS, "w": uninterrupted(STEPS)}
+    for k, v in figures.items():
+        print(f"{name}: {k}: {v:.1f} s")
+        FIGURES[f"{name}: {k}"] = v
 
 
 def test_zz_report_the_fault_figures(real_cluster: RealCluster) -> None:

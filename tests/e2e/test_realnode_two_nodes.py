@@ -15,6 +15,7 @@ Root and the real-node packages are needed, as for test_realnode_e2e.py; without
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import time
 from collections.abc import Iterator
@@ -22,22 +23,38 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.conftest import real_node_images
+from tests.e2e.test_controller_e2e import list_tasks
+from tests.e2e.test_realnode_e2e import assert_resumed_from
 from tests.harness import realnode, realnodes
 from tests.harness.client import has_condition
 from tests.harness.cluster import one_worker_per_node
 from tests.harness.controlplane import ControlPlane
+from tests.harness.faults import (
+    HostLogs,
+    newest_checkpoint,
+    node_lifecycle,
+    power_off,
+    power_on,
+    taint_out_of_service,
+    uninterrupted,
+)
 from tests.harness.realnode_tasks import (
     TIMEOUT,
     LogFollower,
     RealCluster,
     cleanup_task,
+    committed_steps,
     ddp_task,
+    new_running_pods,
     rank_of,
     real_cluster,
+    starts_by_rank,
     submit,
+    train_task,
+    training_process,
     wait_phase,
 )
-from tests.harness.tasks import TASK_LABEL
+from tests.harness.tasks import TASK_LABEL, task_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
@@ -101,6 +118,124 @@ def test_a_two_worker_gloo_ddp_gang_trains_with_one_worker_on_each_node(real_clu
         print(f"ddp across nodes: placed {placed}")
     finally:
         cleanup_task(rc, "ddp-across")
+
+
+def test_b9_a_cordoned_node_moves_the_gang_and_every_rank_resumes_from_the_save_at_the_notice(
+        real_cluster: RealCluster) -> None:
+    """`kubectl cordon` of rank 1's node while the shipped example trains: every worker is told
+    NodeMaintenance, rank 0 saves at its SIGTERM, the controller evicts the workers on the cordoned node,
+    and JobSet restarts the gang in attempt 1, charged to nothing, off that node; every rank of the new
+    run loads the step saved at the notice."""
+    rc = real_cluster
+    name = "cordoned"
+    node = ""
+    try:
+        submit(rc, train_task(rc, name, steps=60, step_seconds=0.1))
+        first = rc.kube.wait_running_pods(rc.ns, f"{TASK_LABEL}={name}", 2, timeout=TIMEOUT)
+        by_rank = {rank_of(p): p for p in first}
+        log = LogFollower(rc, by_rank[0]["metadata"]["name"])
+        log.wait(r"step 10: loss")
+        node = by_rank[1]["spec"]["nodeName"]
+        t0 = time.monotonic()
+        rc.kube.patch("Node", node, None, {"spec": {"unschedulable": True}})
+        saved = int(log.wait(r"stop requested \(NodeMaintenance\): saved step (\d+)").group(1))
+        again = new_running_pods(rc, name, 1, {p["metadata"]["uid"] for p in first})
+        starts = starts_by_rank(rc, again)
+        TIMINGS["cordon -> every rank resumed"] = time.monotonic() - t0
+        s = wait_phase(rc, name, "Succeeded")
+    finally:
+        if node:
+            rc.kube.patch("Node", node, None, {"spec": {"unschedulable": False}})
+        cleanup_task(rc, name)
+    assert node not in {p["spec"]["nodeName"] for p in again}, [p["spec"]["nodeName"] for p in again]
+    lines = {r: m.group(0) for r, m in starts.items()}
+    assert set(starts) == {0, 1}, lines
+    for rank in (0, 1):  # every rank loads the save made at the notice, of its own attempt
+        assert (int(starts[rank]["step"]), starts[rank]["restart"], starts[rank]["source"]) == (saved, "1", "own"), (
+            lines, saved)
+    assert (s["attempt"], s["userRetriesUsed"], s["systemRetriesUsed"], s["restartAttempt"]) == (1, 0, 0, 1), s
+    print(f"cordon of {node} -> every rank resumed from step {saved}: {TIMINGS['cordon -> every rank resumed']:.1f} s")
+def test_a_node_killed_outright_restarts_a_rigid_gang_as_a_node_disruption_once_it_is_back(
+        real_cluster: RealCluster) -> None:
+    """A power loss: the second node's kubelet, containerd and containers are SIGKILLed while a 2-worker gang
+    (one worker per node by anti-affinity, resumeAfterPreemption, no retry, no restart allowed) trains. The node
+    lifecycle controller marks the node NotReady; the operator, knowing it is off, taints it out-of-service, so
+    PodGC fails its pod as a disruption (DisruptionTarget) and force-deletes it; JobSet restarts the gang without
+    charging maxRestarts; the worker on the healthy node saves at its stop; the restarted gang waits (its second
+    worker cannot go anywhere else) until the node is powered on and the taint removed, and then every rank
+    resumes from the newest committed checkpoint: one task, one JobSet, attempt 1, one disruption and no budget
+    spent, and the final weights equal, bit for bit, to an uninterrupted run's."""
+    rc, name, steps = real_cluster, "lost", 800
+    jobset, victim = f"{name}-1", rc.others[0]
+    kube, selector = rc.kube, f"{TASK_LABEL}={name}"
+    body = train_task(rc, name, steps=steps, step_seconds=0.15)
+    body["spec"]["podTemplate"]["spec"]["affinity"] = one_worker_per_node(name)
+    figures: dict[str, float] = {}
+    logs = HostLogs(rc, jobset)
+    try:
+        with node_lifecycle(rc.cp):
+            submit(rc, body)
+            uid = kube.request("GET", task_path(rc.ns, name))["metadata"]["uid"]
+            first = kube.wait_running_pods(rc.ns, selector, 2, timeout=TIMEOUT)
+            first_uids = {p["metadata"]["uid"] for p in first}
+            rank0 = next(p["metadata"]["uid"] for p in first if rank_of(p) == 0)
+            lost = next(p for p in first if p["spec"]["nodeName"] == victim.net.name)
+            logs.wait(rank0, r"step 10: loss")
+
+            t0 = time.monotonic()
+            power_off(victim)
+            kube.wait_for(f"{victim.net.name} NotReady", lambda: not has_condition(
+                kube.get("Node", victim.net.name), "Ready"), timeout=TIMEOUT, interval=0.2)
+            figures["node killed -> NotReady"] = time.monotonic() - t0
+            taint_out_of_service(kube, victim.net.name, True)  # the operator: the machine is off
+            kube.wait_for("the lost worker's pod gone", lambda: lost["metadata"]["uid"] not in {
+                p["metadata"]["uid"] for p in kube.list("Pod", rc.ns, label_selector=selector)},
+                timeout=TIMEOUT, interval=0.2)
+            figures["node killed -> its pod deleted"] = time.monotonic() - t0
+            kube.wait_for("the healthy node's worker gone", lambda: all(
+                training_process(u) is None for u in first_uids), timeout=TIMEOUT, interval=0.2)
+            figures["node killed -> the gang stopped"] = time.monotonic() - t0
+            committed = committed_steps(rc, name, 1)
+            newest = committed[max(committed)]
+            waiting = kube.wait_for("the restarted gang waiting for the node", lambda: [
+                p for p in kube.list("Pod", rc.ns, label_selector=selector)
+                if p["metadata"]["uid"] not in first_uids and p["status"].get("phase") == "Pending"
+                and not p["spec"].get("nodeName")], timeout=TIMEOUT, interval=0.2)
+            assert len(waiting) == 1, waiting
+
+            t1 = time.monotonic()
+            figures["node powered on -> kubelet serving"] = power_on(victim)
+            kube.wait_for(f"{victim.net.name} Ready", lambda: has_condition(
+                kube.get("Node", victim.net.name), "Ready"), timeout=TIMEOUT, interval=0.2)
+            taint_out_of_service(kube, victim.net.name, False)  # the operator: it is back
+            starts = logs.starts(first_uids)
+            figures["node powered on -> every rank resumed"] = time.monotonic() - t1
+            figures["node killed -> every rank resumed"] = time.monotonic() - t0
+            status = wait_phase(rc, name, "Succeeded", timeout=2 * TIMEOUT)
+        tasks = [t["metadata"]["uid"] for t in list_tasks(kube, rc.ns) if t["metadata"]["name"] == name]
+        assert tasks == [uid], tasks
+        assert [j["metadata"]["name"] for j in kube.list("JobSet", rc.ns, label_selector=selector)] == [jobset]
+        s = status
+        assert (s["attempt"], len(s["attempts"]), s["userRetriesUsed"], s["systemRetriesUsed"],
+                s.get("restartAttempt", 0)) == (1, 1, 0, 0, 1), s
+        assert [d["worker"] for d in s.get("disruptions") or []] == [f"pod {lost['metadata']['name']}"], s
+        js = kube.get("JobSet", jobset, rc.ns)["status"]
+        assert (js["restarts"], js.get("restartsCountTowardsMax", 0)) == (1, 0), js
+        assert {(m["attempt"], m["restart"]) for m in starts.values()} == {("1", "1")}, starts
+        assert_resumed_from(starts, {0: newest}, "own")
+        assert newest_checkpoint(rc.data, name, 1) == {"step": steps, "w": uninterrupted(steps)}
+        print(f"node killed: disruption {s['disruptions']}")
+        for k, v in figures.items():
+            print(f"node killed: {k}: {v:.1f} s")
+            TIMINGS[f"node killed: {k}"] = v
+    finally:
+        logs.stop()
+        with contextlib.suppress(Exception):
+            taint_out_of_service(kube, victim.net.name, False)
+        if not victim.components or not all(c.alive() for c in victim.components):
+            with contextlib.suppress(Exception):
+                power_on(victim)
+        cleanup_task(rc, name)
 
 
 def test_zz_report_the_two_node_timings(real_cluster: RealCluster) -> None:

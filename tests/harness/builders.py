@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from gangrun._core import jobset, kueue
 from gangrun._core.conditions import Condition
-from gangrun._core.observation import Disruption, Gang, Workload
+from gangrun._core.observation import Disruption, Gang, Maintenance, Workload
 from gangrun._core.phases import Phase, PhaseInfo
 from gangrun._core.state import TaskState
 
@@ -102,6 +102,12 @@ class GangBuilder:
         r = self._g.restarts if restart_attempt is None else restart_attempt
         self._g = replace(self._g, disruption=Disruption(reason=reason, message=message, worker=worker,
                                                          restart_attempt=r))
+        return self
+
+    def node_going(self, node: str = "node-1",
+                   why: str = "cordoned: taint node.kubernetes.io/unschedulable:NoSchedule") -> GangBuilder:
+        """A node of the current round's workers is about to go (B9)."""
+        self._g = replace(self._g, maintenance=Maintenance(node=node, why=why, worker="pod train-1-workers-0-1-abcde"))
         return self
 
     def restarting_for_disruption(self) -> GangBuilder:

@@ -17,13 +17,13 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
 import yaml
 
-from tests.harness import incluster
+from tests.harness import incluster, realnode
 from tests.harness.client import Kube, has_condition
 from tests.harness.controlplane import ControlPlane
 from tests.harness.processes import ControlPlaneError
@@ -85,6 +85,84 @@ def _restart(owner: ControlPlane | RealNode, names: tuple[str, ...], ready: Call
     return time.monotonic() - t0
 
 
+# ------------------------------------------------------------------------------- a node lost outright
+
+OUT_OF_SERVICE = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+KCM = "kube-controller-manager"
+
+
+def _swap_kcm(cp: ControlPlane, argv: list[str]) -> None:
+    """Stop kube-controller-manager and start it with `argv` in its place."""
+    i, old = next((i, c) for i, c in enumerate(cp.components) if c.name == KCM)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(old.proc.pid, signal.SIGKILL)
+    old.proc.wait(timeout=10)
+    cp.components.remove(old)
+    new = cp._spawn(KCM, argv)
+    cp.components.remove(new)
+    cp.components.insert(i, new)
+    new.core = old.core
+    time.sleep(2)
+    cp.check_alive()
+
+
+@contextlib.contextmanager
+def node_lifecycle(cp: ControlPlane, grace_seconds: int = 10) -> Iterator[None]:
+    """kube-controller-manager with its node lifecycle and taint eviction controllers on, as every production
+    cluster has them (tier B turns them off for kwok's nodes): a node that has not reported for `grace_seconds`
+    (the kubelets report every 5 s) is NotReady and tainted ``node.kubernetes.io/unreachable``, and its pods are
+    deleted once their toleration of that taint runs out. The usual command line again on exit."""
+    (old,) = [c for c in cp.components if c.name == KCM]
+    usual = [str(a) for a in old.proc.args]
+    _swap_kcm(cp, [a for a in usual if not a.startswith("--controllers=")] + [
+        "--controllers=*", f"--node-monitor-grace-period={grace_seconds}s", "--node-monitor-period=1s"])
+    try:
+        yield
+    finally:
+        _swap_kcm(cp, usual)
+
+
+def power_off(node: RealNode) -> set[int]:
+    """Kill the node as a power loss does: its kubelet, its containerd, the containers' shims and every process
+    in its pods SIGKILLed at once (nothing of it runs a line of shutdown code). Only for a node joined beside the
+    first (realnodes.JoinedNode): its processes are told apart by its own folder and cgroup. Returns the pids."""
+    assert node.net.cgroup_root != "/", "power_off is for a joined node, whose cgroup and folder are its own"
+    pids = realnode._processes_of(node.workdir, node.net.cgroups)
+    for c in node.components:  # the kubelet and containerd first: nobody restarts what dies next
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(c.proc.pid, signal.SIGKILL)
+    realnode._kill_pids(pids | realnode._processes_of(node.workdir, node.net.cgroups))
+    for c in node.components:
+        c.proc.wait(timeout=10)
+    return pids
+
+
+def power_on(node: RealNode) -> float:
+    """Start the node's containerd and kubelet again on the same folders (the machine booted); the seconds until
+    both serve."""
+    t0 = time.monotonic()
+    for name in ("containerd", "kubelet"):
+        node.restart(name)
+        deadline = time.monotonic() + 120
+        while not node_serving(node, name):
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"{name} of {node.net.name} not serving 120 s after its start")
+            time.sleep(0.1)
+    node.check_alive()
+    return time.monotonic() - t0
+
+
+def taint_out_of_service(kube: Kube, node: str, on: bool) -> None:
+    """Add (or remove) ``node.kubernetes.io/out-of-service``: what an operator does once they know a NotReady
+    node is shut down (Kubernetes' non-graceful node shutdown), so that its pods, stuck Terminating for a
+    kubelet that will not answer, are force-deleted by PodGC; removed again once the node is back."""
+    body = kube.get("Node", node)
+    taints = [t for t in body["spec"].get("taints") or [] if t["key"] != OUT_OF_SERVICE["key"]]
+    kube.request("PATCH", f"/api/v1/nodes/{node}", body={"spec": {"taints": [*taints, *([OUT_OF_SERVICE] if on
+                                                                                       else [])]}},
+                 content_type="application/merge-patch+json")
+
+
 # ------------------------------------------------------------------------------- the gangrun controller
 
 
@@ -121,14 +199,14 @@ def wait_new_leader(rc: RealCluster, old: str) -> str:
 
 
 class HostLogs:
-    """The worker output of the pods of JobSet `jobset`, by pod uid, read from the kubelet's pod log files on this
-    host (``<podLogsDir>/<namespace>_<pod>_<uid>/worker/*.log``) on a thread. Each file is held open from the
+    """The worker output of the pods of JobSet `jobset`, by pod uid, read from the kubelets' pod log files on this
+    host (every node's, also of a node that is down) (``<podLogsDir>/<namespace>_<pod>_<uid>/worker/*.log``) on a thread. Each file is held open from the
     moment it appears, so that its last lines are read even when the kubelet removes it as the container ends."""
 
     def __init__(self, rc: RealCluster, jobset: str) -> None:
         self.texts: dict[str, str] = {}
         self._pattern = f"{rc.ns}_{jobset}-*/worker/*.log"
-        self._dir, self._kube = rc.node.workdir / "pod-logs", rc.kube
+        self._dirs, self._kube = [n.workdir / "pod-logs" for n in (rc.node, *rc.others)], rc.kube
         self._stop = threading.Event()
         threading.Thread(target=self._run, daemon=True, name=f"host-logs-{jobset}").start()
 
@@ -136,7 +214,7 @@ class HostLogs:
         files: dict[Path, TextIO] = {}
         try:
             while not self._stop.wait(0.05):
-                for path in self._dir.glob(self._pattern):
+                for path in (p for d in self._dirs for p in d.glob(self._pattern)):
                     if path not in files:
                         with contextlib.suppress(OSError):
                             files[path] = open(path, errors="replace")  # noqa: SIM115 (held open on purpose)

@@ -175,6 +175,23 @@ class FakeApi:
             raise error_for(404, f'{res.plural} "{name}" not found')
         self.remove(res, namespace or "", name)
 
+    def evict(self, namespace: str, pod: str) -> None:
+        """The Eviction API: the pod gets DisruptionTarget (EvictionByEvictionAPI) and is being deleted; a
+        kubelet would stop it (tests finish that with `remove` or a Failed status)."""
+        pods = Resource("", "v1", "pods", "Pod")
+        self._check("evict", pods, pod)
+        old = self.objects.get(("pods", namespace, pod))
+        if old is None:
+            raise error_for(404, f'pods "{pod}" not found')
+        new = copy.deepcopy(old)
+        conds = [c for c in (new.setdefault("status", {}).get("conditions") or []) if c.get("type") != "DisruptionTarget"]
+        conds.append({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                      "message": "Eviction API: evicting", "lastTransitionTime": "2026-01-01T00:00:01Z"})
+        new["status"]["conditions"] = conds
+        new["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:01Z"
+        new["metadata"].pop("resourceVersion", None)
+        self.put(pods, new)
+
     def watch(self, res: Resource, namespace: str | None, *, resource_version: str, label_selector: str = "",
               timeout_seconds: int = 300) -> Iterator[dict[str, Any]]:
         self._check("watch", res)

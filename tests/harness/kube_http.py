@@ -19,7 +19,8 @@ from gangrun._errors import ApiError
 from tests.harness.kube_fake import FakeApi
 
 RESOURCES = {r.plural: r for r in (client.TASKS, client.JOBSETS, client.WORKLOADS, client.LOCAL_QUEUES,
-                                   client.CLUSTER_QUEUES, client.PODS, client.EVENTS, client.LEASES)}
+                                   client.CLUSTER_QUEUES, client.PODS, client.EVENTS, client.LEASES,
+                                   client.NODES)}
 TOKEN = "test-token"
 
 
@@ -65,6 +66,9 @@ def serve(api: FakeApi) -> ThreadingHTTPServer:
                 if method == "GET":
                     doc = api.get(res, ns, name) if name else api.list(
                         res, ns, label_selector=q.get("labelSelector", ""), field_selector=q.get("fieldSelector", ""))
+                elif method == "POST" and sub == client.EVICTION and name:
+                    api.evict(ns or "", name)
+                    doc = {"kind": "Status", "status": "Success"}
                 elif method == "POST":
                     doc = api.create(res, ns, self._body(), dry_run=q.get("dryRun") == "All")
                 elif method == "PUT":

@@ -186,11 +186,24 @@ def _kill_pids(pids: set[int]) -> None:
         time.sleep(0.1)
 
 
-def _state(pid: int) -> str:
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (which may hold spaces and brackets): the
+    state first, then the parent; [] when the process is gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return "Z"
+        return []
+
+
+def _state(pid: int) -> str:
+    fields = _stat(pid)
+    return fields[0] if fields else "Z"
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of `pid` (0 when it is gone)."""
+    fields = _stat(pid)
+    return int(fields[1]) if len(fields) > 1 else 0
 
 
 def _processes_of(workdir: Path, cgroups: tuple[str, ...] = CGROUP_NAMES) -> set[int]:

@@ -184,9 +184,12 @@ def pod_processes(pod_uid: str) -> dict[int, list[str]]:
 
 
 def training_process(pod_uid: str) -> int | None:
-    """The pid of the pod's training process (the example under the launcher), or None."""
-    for pid, argv in pod_processes(pod_uid).items():
-        if "gangrun.examples.train" in argv and "gangrun.launch" not in argv:
+    """The pid of the pod's training process (the example under the launcher), or None. A Python worker
+    runs in a fork of the launcher, so it shows the launcher's command line: it is the process whose
+    parent is the launcher (a worker the launcher started as a new program shows its own)."""
+    found = {pid: argv for pid, argv in pod_processes(pod_uid).items() if "gangrun.examples.train" in argv}
+    for pid, argv in found.items():
+        if "gangrun.launch" not in argv or realnode.parent_pid(pid) in found:
             return pid
     return None
 

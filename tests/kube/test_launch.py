@@ -3,6 +3,7 @@ nproc > 1, and in a pod the termination message and the exit code of a stopped w
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -174,6 +175,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _get_while_it_starts(url: str) -> str:
+    # The report server starts just after the worker does: the worker's first line may come first.
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return str(r.read().decode())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_in_a_pod_the_launcher_serves_the_newest_commit_while_the_worker_runs(tmp_path: Path) -> None:
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "gangrun.launch", "--", sys.executable, "-c", LIVE_WORKER],
@@ -182,8 +196,7 @@ def test_in_a_pod_the_launcher_serves_the_newest_commit_while_the_worker_runs(tm
     try:
         assert proc.stdout is not None and proc.stdin is not None
         assert proc.stdout.readline().strip() == "ready"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
-            served = r.read().decode()
+        served = _get_while_it_starts(f"http://127.0.0.1:{port}/")
         commit = _checkpoint_report.read(served)
         assert commit is not None and (commit.step, commit.uri) == (7, "s3://b/step-7")
         proc.stdin.write("\n")
@@ -331,3 +344,50 @@ def test_a_pod_whose_rank_was_stopped_only_by_a_peer_exits_stopped_not_completed
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+# -- the waits end within one look of the name's publication, without hammering the cluster DNS --
+
+class _FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+@pytest.mark.parametrize("published", [0.0, 0.04, 0.3, 2.7, 45.0])
+def test_the_dns_wait_ends_within_200ms_of_the_name_s_publication_at_most_20_lookups_a_second(
+        published: float) -> None:
+    t = _FakeTime()
+    looks: list[float] = []
+
+    def resolve(host: str) -> object:
+        looks.append(t.now)
+        if t.now < published:
+            raise OSError("Name or service not known")
+        return "10.0.0.1"
+
+    launch.wait_for_dns("h", timeout=300, resolve=resolve, sleep=t.sleep, clock=t.clock)
+    assert published <= t.now <= published + launch.POLL_CAP
+    assert all(b - a >= launch.FIRST_POLL for a, b in itertools.pairwise(looks))
+    assert max(t.sleeps, default=0) <= launch.POLL_CAP and len(looks) <= 1 + published / launch.POLL_CAP + 6
+
+
+def test_the_start_id_ask_ends_within_200ms_of_the_first_node_s_answer() -> None:
+    t = _FakeTime()
+    answer = json.dumps({"start": "abc", "gang": "t-1", "restart": 0}).encode()
+
+    def get(url: str) -> bytes:
+        if t.now < 3.0:
+            raise OSError("connection refused")
+        return answer
+
+    assert launch.fetch_start({"GANGRUN_GANG": "t-1"}, host="h", port=1, timeout=300, get=get, sleep=t.sleep,
+                              clock=t.clock) == "abc"
+    assert 3.0 <= t.now <= 3.0 + launch.POLL_CAP and min(t.sleeps) == launch.FIRST_POLL

@@ -25,6 +25,7 @@ from gangrun._backends.kube.client import (
     EVENTS,
     JOBSETS,
     LOCAL_QUEUES,
+    NODES,
     PODS,
     TASKS,
     WORKLOADS,
@@ -39,6 +40,7 @@ from gangrun._backends.kube.permissions import (
     Scoped,
     UndeclaredCall,
 )
+from gangrun._backends.kube.reconcile import SETTLE
 from gangrun._core import kueue
 from gangrun._core.priority_boost import BoostPolicy
 from tests.kube.test_controller import Cluster
@@ -100,7 +102,8 @@ def _eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
 
 def controller_uses() -> set[Permission]:
     """Every permission the controller asks for in a task's life with `--priority-boost`: admission, a
-    boost, a stale cache, a preemption seen before its Workload, readmission, a cancel; then its
+    boost, a stale cache, a preemption seen before its Workload, readmission, a node cordoned under the
+    gang, a cancel; then its
     informers' watches, from its own run loop."""
     c = Cluster()
     c.ctl.boost = BoostPolicy()
@@ -117,6 +120,10 @@ def controller_uses() -> set[Permission]:
     c.ctl.process_one(timeout=0)
     c.readmit()
     c.settle()
+    c.api.put(NODES, {"metadata": {"name": "node-1"}, "spec": {"unschedulable": True}})  # cordoned (B9)
+    c.settle()
+    c.clock.advance(SETTLE.total_seconds())
+    c.settle()  # the NodeMaintenance notices are on: the workers on node-1 are evicted
     c.backend.cancel("train")  # stop notices on the pods, then the JobSet deleted
     c.settle()
     for i in range(2):  # the kubelet stops the cancelled gang: each pod's output is kept as it goes

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # FakeApi's verbs → the RBAC (resource suffix, verb) they need.
 VERBS = {"get": ("", "get"), "list": ("", "list"), "watch": ("", "watch"), "create": ("", "create"),
          "replace": ("", "update"), "patch": ("", "patch"), "delete": ("", "delete"),
-         "patch-status": ("/status", "patch"), "log": ("/log", "get")}
+         "patch-status": ("/status", "patch"), "log": ("/log", "get"), "evict": ("/eviction", "create")}
 
 
 def _grants(kind: str, name: str) -> set[tuple[str, str]]:

@@ -19,6 +19,8 @@ from gangrun._backends.kube.reconcile import (
     event_type,
     reconcile,
 )
+from gangrun._backends.kube.render import CONTAINER
+from gangrun._core.pod_template import REPORT_PORT_NAME
 from gangrun._core.timeline import EventType
 from tests.harness.kube_builders import (
     PREEMPTION_MESSAGE,
@@ -336,14 +338,35 @@ def test_a_kueue_eviction_seen_on_the_workload_is_announced_to_the_workers_befor
         assert notices(task.step(js, PREEMPTED, [pod], t=31)[1]) == []
 
 
-def test_pods_already_being_deleted_get_no_notice() -> None:
+def with_report_port(pod: dict, ip: str) -> dict:
+    pod = json.loads(json.dumps(pod))
+    pod["status"]["podIP"] = ip
+    pod["spec"]["containers"] = [{"name": CONTAINER, "ports": [{"name": REPORT_PORT_NAME, "containerPort": 29510}]}]
+    return pod
+
+
+def test_the_stop_notice_is_pushed_to_each_running_workers_launcher_as_well() -> None:
+    """The annotation reaches a worker when the kubelet projects it; the push, in milliseconds."""
+    task = Task(failurePolicy={"resumeAfterPreemption": True})
+    js = running(task)
+    pods = [with_report_port(PODS[0], "10.0.0.7"), with_report_port(PODS[1], "fd00::8"), pod_obj("train-1", 2, phase="Pending")]
+    (a,) = notices(task.step(js, PREEMPTED, pods, t=30)[1])
+    assert len(a.names) == 3  # the pending one is told by its annotation, which it reads when it starts
+    assert a.urls == ("http://10.0.0.7:29510/stop-notice", "http://[fd00::8]:29510/stop-notice")
+
+
+def test_pods_already_being_deleted_are_told_too_and_their_launchers_pushed() -> None:
+    """Kueue's eviction may delete the pods before the controller's notice: the kubelet projects nothing
+    then, but the launcher still takes the push, and the worker reads the cause when it asks for it."""
     task = Task()
     js = running(task)
-    going = json.loads(json.dumps(PODS))
+    going = [with_report_port(p, f"10.0.0.{i}") for i, p in enumerate(PODS)]
     for p in going:
         p["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:30Z"
     task.obj["metadata"]["annotations"] = {crd.CANCEL_ANNOTATION: "now"}
-    assert notices(task.step(js, pods=going, t=30)[1]) == []
+    (a,) = notices(task.step(js, pods=going, t=30)[1])
+    assert json.loads(a.notice)["cause"] == "Aborted"
+    assert a.urls == ("http://10.0.0.0:29510/stop-notice", "http://10.0.0.1:29510/stop-notice")
 
 
 def test_a_worker_lost_to_a_drain_restarts_the_gang_in_the_attempt_and_its_peers_are_told_why() -> None:

@@ -232,8 +232,9 @@ def test_a_pod_template_reaches_every_worker_pod_merged_with_gangrun_s_own_field
     assert pod["metadata"]["labels"]["team"] == "ml" and pod["metadata"]["labels"][crd.TASK_LABEL] == "train"
     assert pod["metadata"]["annotations"] == {"owner": "ada"}
     spec = pod["spec"]
-    for key in ("tolerations", "nodeSelector", "serviceAccountName", "imagePullSecrets"):
+    for key in ("nodeSelector", "serviceAccountName", "imagePullSecrets"):
         assert spec[key] == REAL_TEMPLATE["spec"][key], key
+    assert spec["tolerations"][:1] == REAL_TEMPLATE["spec"]["tolerations"]  # then the lost-node ones (below)
     assert [v["name"] for v in spec["volumes"]] == ["ckpt", "gangrun-notice", "gangrun-run", "gangrun-tmp",
                                                     "gangrun-checkpoints"]  # the last two: a read-only root
     worker, sidecar = spec["containers"]
@@ -278,13 +279,16 @@ def test_without_restart_on_disruption_the_jobset_counts_every_failure() -> None
     assert "podFailurePolicy" not in _job(js) and "rules" not in js["spec"]["failurePolicy"]
 
 
-def test_the_stop_notice_is_a_downward_api_file_of_the_pod_annotation() -> None:
+def test_the_stop_notice_is_a_downward_api_file_of_the_pod_annotation_which_the_launcher_merges() -> None:
+    """The annotation's file is the launcher's to read; the worker reads the file the launcher keeps in
+    the writable run folder, with the controller's pushes (`gangrun._worker.pod_notice`)."""
     pod = _pod(render_jobset(task_spec()))["spec"]
     (notice,) = [v for v in pod["volumes"] if v["name"] == "gangrun-notice"]
     assert notice["downwardAPI"]["items"] == [{"path": "stop-notice.json", "fieldRef": {
         "fieldPath": f"metadata.annotations['{crd.STOP_NOTICE_ANNOTATION}']"}}]
     env = _env(render_jobset(task_spec()))
-    assert env["GANGRUN_STOP_FILE"]["value"] == "/etc/gangrun/stop-notice.json"
+    assert env["GANGRUN_STOP_ANNOTATION_FILE"]["value"] == "/etc/gangrun/stop-notice.json"
+    assert env["GANGRUN_STOP_FILE"]["value"] == "/var/run/gangrun/stop-notice.json"
     assert env["GANGRUN_EVENTS_FILE"]["value"] == "/var/run/gangrun/events.jsonl"
     worker = pod["containers"][0]
     assert worker["terminationMessagePath"] == env["GANGRUN_TERMINATION_LOG"]["value"] == "/dev/termination-log"
@@ -316,7 +320,28 @@ def test_a_pod_sees_the_same_contract_as_a_local_worker(nproc: int) -> None:
     want = wenv.worker_env(spec, attempt=3, gang=name, node_rank=2, local_rank=0, restart_attempt=1,
                            master_addr=f"{name}-workers-0-0.{name}", master_port=29500,
                            checkpoint_path="s3://b/c/train/u1/attempt-3", prev_checkpoint_path="s3://b/c/train/u1/attempt-2",
-                           stop_file="/etc/gangrun/stop-notice.json", events_file="/var/run/gangrun/events.jsonl")
+                           stop_file="/var/run/gangrun/stop-notice.json", events_file="/var/run/gangrun/events.jsonl")
     if nproc > 1:  # torchrun sets the per-process two, by the same rule
         want = {k: v for k, v in want.items() if k not in ("RANK", "LOCAL_RANK")}
     assert {k: seen[k] for k in want} == want
+
+
+# -- a lost node -------------------------------------------------------------------------------------
+
+LOST = [{"key": k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+        for k in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
+
+
+def test_workers_tolerate_a_lost_node_for_30_seconds_not_the_api_server_s_300() -> None:
+    """A worker on a node that stopped answering is marked for deletion (DisruptionTarget) 30 s after the
+    node is declared lost, so the gang restarts as for a node disruption instead of waiting five minutes."""
+    assert _pod(render_jobset(task_spec()))["spec"]["tolerations"] == LOST
+    pod = _pod(render_jobset(task_spec(podTemplate=REAL_TEMPLATE)))
+    assert pod["spec"]["tolerations"] == [*REAL_TEMPLATE["spec"]["tolerations"], *LOST]
+
+
+def test_a_pod_template_that_tolerates_a_lost_node_itself_keeps_its_own_toleration() -> None:
+    mine = [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 600}]
+    pod = _pod(render_jobset(task_spec(podTemplate={"spec": {"tolerations": mine}})))
+    assert pod["spec"]["tolerations"] == [*mine, LOST[0]]

@@ -86,3 +86,24 @@ def test_a_task_whose_reconcile_fails_does_not_stall_the_others(daemon: Daemon, 
     daemon.ctl.tick(daemon.clock())
     assert daemon.ctl.tasks["good"].state.phase.value not in ("Queued", "WaitingForResources")
     assert daemon.ctl.tasks["bad"].state.phase.value == "Queued"
+
+
+def test_a_workers_exit_reaches_its_gang_before_the_sweep_for_leftovers(daemon: Daemon, tmp_path: Path,
+                                                                        monkeypatch) -> None:
+    """A worker's exit is the gang's news first (its peers are stopped for a restart at once); the walk of
+    /proc for what the worker left behind comes after, and still comes when handling the exit fails."""
+    calls: list[str] = []
+
+    def on_exit(*args: object) -> None:
+        calls.append("gang")
+        raise RuntimeError("a bug in handling the exit")
+
+    monkeypatch.setattr(operations, "on_exit", on_exit)
+    monkeypatch.setattr(daemon.orphans, "sweep", lambda **_: calls.append("sweep") or 0)
+    g = GangTwin(task="train", attempt=1, nodes=1, nproc=1)
+    launch = Launch(argv=["true"], cwd=str(tmp_path), env=dict(os.environ), logs=daemon.paths.logs("train", "", 1))
+    daemon.start(g, g.workers[0], launch, dict(os.environ))
+    (key, _), = daemon.sel.select(timeout=30)
+    with pytest.raises(RuntimeError, match="a bug in handling the exit"):
+        daemon._exited(*key.data[1:])
+    assert calls == ["gang", "sweep"]

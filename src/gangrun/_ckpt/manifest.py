@@ -25,15 +25,21 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TypeVar, cast
 
-import crc32c as _crc32c
-
 from gangrun._errors import CheckpointError
 
 FORMAT = 1
 #: The checksum new saves use.
 CHECKSUM = "crc32c"
 #: Every checksum a reader can verify: name -> (data, running value) -> new value.
-CHECKSUMS: dict[str, Callable[[bytes | memoryview, int], int]] = {"crc32": zlib.crc32, "crc32c": _crc32c.crc32c}
+def _crc32c(data: bytes | memoryview, value: int) -> int:
+    # Imported on first use: the crc32c package reads its own version through importlib.metadata, tens
+    # of milliseconds that every worker would pay at `import gangrun` before it checksums anything.
+    import crc32c
+
+    return crc32c.crc32c(data, value)
+
+
+CHECKSUMS: dict[str, Callable[[bytes | memoryview, int], int]] = {"crc32": zlib.crc32, "crc32c": _crc32c}
 #: Manifests written before the field existed.
 _LEGACY_CHECKSUM = "crc32"
 Kind = Literal["bytes", "file", "dir"]

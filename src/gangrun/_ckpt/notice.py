@@ -134,6 +134,17 @@ class _StopState:
             if first:
                 threading.Thread(target=self._stop_thread, name="gangrun-stop", daemon=True).start()
 
+    def told(self) -> StopNotice | None:
+        """The notice; when it came without a cause, with the cause the backend has written since, if
+        any (on Kubernetes the SIGTERM of Kueue's eviction may reach a pod before the controller's
+        notice does)."""
+        n = self.notice
+        if n is not None and n.cause is None:
+            late = read_notice(self.env, now=n.received_at)
+            if late.cause is not None:
+                self.notice = n = late
+        return n
+
     # --- stop thread: hooks, flush, end ---
     def _stop_thread(self) -> None:
         notice = self.notice
@@ -255,7 +266,7 @@ def stopping() -> bool:
 def peer_lost_at() -> float | None:
     """When a stop notice said that a peer of this process is gone (its cause is one of
     `stop_causes.PEER_LOST`), or None."""
-    n = STATE.notice
+    n = STATE.told()
     return n.received_at if n is not None and n.cause in stop_causes.PEER_LOST else None
 
 

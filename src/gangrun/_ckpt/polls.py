@@ -47,5 +47,5 @@ def peer_lost() -> str | None:
     at = notice.peer_lost_at()
     if at is None or time.time() - at < PEER_LOST_WAIT:
         return None
-    n = notice.STATE.notice
+    n = notice.STATE.told()
     return (n.message if n is not None else None) or "a peer is gone"

@@ -21,16 +21,15 @@ import os
 import shutil
 import threading
 from collections.abc import Callable
-from typing import Any
-
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-from fsspec.registry import known_implementations
+from typing import TYPE_CHECKING, Any
 
 from gangrun._ckpt import local_files, pool
 from gangrun._ckpt.layout import join
 from gangrun._ckpt.local_files import CHUNK, copy_local, file_checksum, makedirs_private, open_private
 from gangrun._ckpt.manifest import CHECKSUM, Crc
+
+if TYPE_CHECKING:
+    import fsspec
 
 _buffers = threading.local()
 
@@ -288,8 +287,24 @@ class FsspecStorage(Storage):
         self.remove(src)
 
 
+def local_path(uri: str) -> str | None:
+    """The path of an absolute local `uri` (``/p`` or ``file:///p``), spelled as fsspec's local filesystem
+    spells it; None for anything else (relative, ``~``, chained, another protocol): fsspec says."""
+    path = uri.removeprefix("file://")
+    if not path.startswith("/") or "::" in path:
+        return None
+    return path.rstrip("/") or "/"
+
+
 def open_storage(uri: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, str]:
-    """The storage for `uri` and `uri` as that storage spells paths (no scheme for local paths)."""
+    """The storage for `uri` and `uri` as that storage spells paths (no scheme for local paths).
+    An absolute local path needs no fsspec (a worker whose checkpoints are on a mounted volume never
+    imports it: most of what `import gangrun` used to cost)."""
+    path = local_path(uri)
+    if path is not None and not storage_options:
+        return LocalStorage(), path
+    from fsspec.implementations.local import LocalFileSystem
+
     fs, path = filesystem(uri, storage_options)
     if isinstance(fs, LocalFileSystem):
         return LocalStorage(), path
@@ -301,6 +316,9 @@ def filesystem(uri: str, storage_options: dict[str, Any] | None = None) -> tuple
     fsspec's own implementation of it (s3fs for s3), even when another library registered a different
     one in its place: the Flyte SDK does, for s3 with obstore, whose options differ, and a worker that
     imports it would otherwise fail to save."""
+    import fsspec
+    from fsspec.registry import known_implementations
+
     protocol = fsspec.core.split_protocol(uri)[0]
     known = known_implementations.get(protocol or "")
     if known is None:

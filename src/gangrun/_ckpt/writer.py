@@ -153,6 +153,11 @@ def flush_at_exit() -> None:
 # any of them, while daemon threads still run; concurrent.futures keeps its workers alive the same
 # way. They run before non-daemon threads are joined, though, so atexit flushes again for the saves
 # such a thread started after the main thread returned (a no-op when nothing is in flight).
+# `import gangrun` does not import this module: a thread that outlived the main thread may be the first
+# to, after threading's exit hooks ran; then the atexit flush alone waits for its saves.
 if hasattr(threading, "_register_atexit"):
-    threading._register_atexit(flush_at_exit)
+    try:
+        threading._register_atexit(flush_at_exit)
+    except RuntimeError:  # "can't register atexit after shutdown"
+        pass
 atexit.register(flush_at_exit)

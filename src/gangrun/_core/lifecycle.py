@@ -11,7 +11,8 @@ lives here once:
 * a cancel instead of a decision when the user asked for one;
 * the timeline events of each transition (`transition_events`);
 * the stop notice's cause, message and deadline for every stop gangrun makes (`stop_notice`): an
-  attempt that ends, a cancel, a Kueue eviction, a worker lost with its node, a worker that failed;
+  attempt that ends, a cancel, a Kueue eviction, a node about to go, a worker lost with its node, a
+  worker that failed;
 * the accounting fold, with its grace-period warning (`fold`);
 * which existing gangs are garbage (`garbage`): the rule is asked of attempt numbers, and each backend
   maps its own objects (a process group, owned JobSets) to them and back.
@@ -133,7 +134,9 @@ def stop_notice(spec: TaskSpec, d: Decision, gang: Gang | None, *, now: datetime
 
     The causes (gangrun._core.stop_causes): Aborted for a cancel; Kueue's Evicted reason when an
     eviction ends the attempt or takes the gang back; the code of the error that ends the attempt;
-    NodeDisruption for the peers of a worker lost with its node; Restart or WorkerFailed for the
+    NodeMaintenance for every worker when a node of the gang is about to go (with restartOnDisruption:
+    the restart that follows is a disruption's, charged to nothing); NodeDisruption for the peers of a
+    worker lost with its node; Restart or WorkerFailed for the
     peers of a worker that failed, as the failure policy restarts the gang or stops it.
     """
     deadline = now + spec.termination_grace
@@ -151,6 +154,10 @@ def stop_notice(spec: TaskSpec, d: Decision, gang: Gang | None, *, now: datetime
     ev = d.state.eviction
     if ev is not None:  # Kueue takes the gang back; the workers go once it suspends the gang
         return Notice(ev.reason or ev.kind.value, ev.message, ev.at + spec.termination_grace)
+    if gang is not None and gang.maintenance is not None and spec.failure_policy.restart_on_disruption \
+            and not gang.completed and gang.failed is None and not gang.suspended:
+        # A node of the gang is about to go: every worker saves now, and the gang restarts elsewhere.
+        return Notice(*stop_causes.node_maintenance(gang.maintenance.node, gang.maintenance.why), deadline)
     if gang is not None and gang.disruption is not None and gang.disruption_pending \
             and spec.failure_policy.restart_on_disruption:
         return Notice(*stop_causes.node_lost(gang.disruption.reason, gang.disruption.message), deadline)

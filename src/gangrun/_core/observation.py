@@ -33,6 +33,16 @@ class Disruption:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Maintenance:
+    """A node of the gang's current round is about to go (cordoned, tainted for maintenance or reclaim:
+    `gangrun._core.maintenance`): its workers must save and the gang restart elsewhere, charged to nothing."""
+
+    node: str  # the node's name
+    why: str  # what says so, naming the taint, e.g. "cordoned: taint node.kubernetes.io/unschedulable:NoSchedule"
+    worker: str = ""  # one worker on it, for people: a pod name
+
+
+@dataclass(frozen=True, kw_only=True)
 class Gang:
     """The JobSet (or its local twin) of the current attempt.
 
@@ -59,6 +69,9 @@ class Gang:
     # The newest worker of this attempt lost to a node disruption. A restart for it increments
     # `restarts` but not `restarts_count_towards_max`, as JobSet's RestartJobSetAndIgnoreMaxRestarts does.
     disruption: Disruption | None = None
+    # A node running a worker of the current round is about to go (the first such worker's): the gang
+    # saves and restarts elsewhere, as for a disruption, but told before its node goes.
+    maintenance: Maintenance | None = None
 
     @property
     def completed(self) -> bool:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from gangrun._core import stop_causes
 from gangrun._core.eviction import retry_sentence
 from gangrun._core.phases import Phase
 from gangrun._core.state import Outcome, TaskState
@@ -27,7 +28,7 @@ QUEUE_NOT_FOUND = "KueueLocalQueueNotFound"
 DELETED_EXTERNALLY = "ResourceDeletedExternally"
 CONTROL_PLANE_STOPPED = "ControlPlaneStopped"  # the gang ended with the control plane that ran it (local)
 UNEXPECTED_DELETION = "UnexpectedObjectDeletion"
-WORKER_FAILED = "WorkerFailed"
+WORKER_FAILED = stop_causes.WORKER_FAILED  # one name for the stop cause and the condition reason
 WORKER_CANNOT_START = "WorkerCannotStart"
 WORKER_DISRUPTED = "WorkerLostToNodeDisruption"
 

@@ -77,6 +77,10 @@ CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"  # local only: Kubernetes' device 
 POD_NAMESPACE = "POD_NAMESPACE"  # Kubernetes only, from the downward API
 TERMINATION_LOG = "GANGRUN_TERMINATION_LOG"  # Kubernetes only: where the launcher leaves the newest checkpoint
 REPORT_PORT = "GANGRUN_REPORT_PORT"  # Kubernetes only: where the launcher serves it while the worker runs
+# Kubernetes only: the pod's stop-notice annotation as a file, which the launcher merges into STOP_FILE
+# with the notices the controller POSTs to NOTICE_PATH on REPORT_PORT
+STOP_ANNOTATION_FILE = "GANGRUN_STOP_ANNOTATION_FILE"
+NOTICE_PATH = "/stop-notice"
 
 GANG_VARS = (GANGRUN_TASK, GANGRUN_ATTEMPT, GANGRUN_GANG, NNODES, NPROC_PER_NODE, LOCAL_WORLD_SIZE, WORLD_SIZE,
              MASTER_ADDR, MASTER_PORT, CHECKPOINT_PATH, PREV_CHECKPOINT_PATH, RESUME_FROM, STOP_FILE, EVENTS_FILE,
@@ -84,7 +88,7 @@ GANG_VARS = (GANGRUN_TASK, GANGRUN_ATTEMPT, GANGRUN_GANG, NNODES, NPROC_PER_NODE
 PROCESS_VARS = (NODE_RANK, GROUP_RANK, RANK, LOCAL_RANK, RESTART_ATTEMPT, RUN_ID, GANGRUN_START)
 # Names no manifest may set: gangrun gives them to every worker. CUDA_VISIBLE_DEVICES is not among
 # them: a gang without GPUs keeps whatever the user sets.
-RESERVED = frozenset(GANG_VARS + PROCESS_VARS + (POD_NAMESPACE, TERMINATION_LOG, REPORT_PORT))
+RESERVED = frozenset(GANG_VARS + PROCESS_VARS + (POD_NAMESPACE, TERMINATION_LOG, REPORT_PORT, STOP_ANNOTATION_FILE))
 
 DEFAULT_MASTER_PORT = 29500
 

@@ -121,8 +121,9 @@ class Context:
 
     @property
     def stop_notice(self) -> StopNotice | None:
-        """Cause, message and deadline of the stop, once requested (cause None if the backend did not say)."""
-        return notice.STATE.notice
+        """Cause, message and deadline of the stop, once requested (cause None while the backend has not
+        said; a cause it writes after the signal shows here once written)."""
+        return notice.STATE.told()
 
     def on_stop(self, fn: Callable[[StopNotice], object]) -> None:
         """Call `fn(notice)` once when a stop is requested, from the ``gangrun-stop`` thread (not from

@@ -7,7 +7,8 @@ Every worker pod of a gang runs it (the JobSet's container command, see `render.
    TORCHELASTIC_RUN_ID, and RANK/LOCAL_RANK for one process per node;
 2. waits until the rank-0 DNS name (`MASTER_ADDR`) resolves: the headless Service publishes pods as
    they are created, so early workers would otherwise fail their first connect. The wait is bounded
-   (`GANGRUN_DNS_TIMEOUT`, default 300s) and fails with a message naming the host;
+   (`GANGRUN_DNS_TIMEOUT`, default 300s) and fails with a message naming the host; it looks every
+   50 ms at first, then at least every 200 ms (`FIRST_POLL`, `POLL_CAP`; the start id's ask likewise);
    then gives every worker of this start the same GANGRUN_START: the first node's launcher mints it
    and serves it on GANGRUN_REPORT_PORT (`GET /start`), the others ask it there (within the same
    bound). A readmission recreates every pod with the same environment, so only a live process of
@@ -16,9 +17,18 @@ Every worker pod of a gang runs it (the JobSet's container command, see `render.
    rendezvous whose id is TORCHELASTIC_RUN_ID (`<jobset>-<restart attempt>`), so a whole-gang
    restart never joins the previous round's rendezvous;
 4. stays the command's parent when it cannot exec (torchrun; PID 1, which ignores SIGTERM without a
-   handler; or a pod, where it has two more jobs) and forwards SIGTERM/SIGINT to it;
+   handler; or a pod, where it has two more jobs) and forwards SIGTERM/SIGINT to it. When the command
+   is this interpreter running a script or a module (`fork_plan`), the child is a fork of the
+   launcher that runs it with runpy (`gangrun._worker.forked_python`): one interpreter start per
+   worker, not two. The fork is taken first, while the launcher has one thread, and waits for the
+   environment (the start id) before it runs anything; `GANGRUN_LAUNCH_FORK=0` turns it off. Every
+   other command (torchrun, a python option, another interpreter or program) is a subprocess;
 5. in a pod (GANGRUN_TERMINATION_LOG set) while the command runs: serves the newest committed
-   checkpoint on GANGRUN_REPORT_PORT for the controller to poll (`gangrun._worker.live_report`);
+   checkpoint on GANGRUN_REPORT_PORT for the controller to poll (`gangrun._worker.live_report`),
+   from just after the command starts (the first node of a multi-node gang: from before its DNS
+   wait, as it serves the start id too), and takes the stop notices the controller pushes there;
+   it keeps GANGRUN_STOP_FILE as the newest of those and the pod annotation's, and puts it in place
+   before it forwards a SIGTERM (`gangrun._worker.pod_notice`);
 6. in a pod when the command ends: writes the same report into the termination message
    (`gangrun._checkpoint_report`), and turns an exit 0 after a SIGTERM into 143, because a worker
    that was stopped has not finished the task: a drained pod that exits 0 would read as a completed
@@ -35,15 +45,22 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from gangrun._core import worker_env as wenv
 from gangrun._core.exit_status import exit_status
+from gangrun._worker.forked_python import PythonCommand, Waiting, python_command
 from gangrun._worker.live_report import START_PATH, EventsTail, serve
+from gangrun._worker.pod_notice import PodNotice
 
 DEFAULT_DNS_TIMEOUT = 300.0
+#: How often `wait_for_dns` and `fetch_start` look: a new pod's name resolves (and its launcher answers) a
+#: fraction of a second after the pod starts, and a resume waits on it, so every look after the first
+#: 50 ms comes at most 200 ms after the previous one: the wait ends within 200 ms of the name's publication,
+#: at about five lookups a second (one cheap query to the cluster DNS) while it lasts.
+FIRST_POLL = 0.05
+POLL_CAP = 0.2
 EXIT_DNS = 3
 EXIT_USAGE = 2
 EXIT_STOPPED = 128 + signal.SIGTERM
@@ -122,8 +139,11 @@ def fetch_start(env: Mapping[str, str], *, host: str, port: int, timeout: float,
     """This start's id, asked of the first node's launcher; TimeoutError naming it after `timeout`."""
     url = f"http://{host}:{port}{START_PATH}?node={_node_rank(env)}"
     want = (_gang(env), _whole(env, wenv.RESTART_ATTEMPT, 0))
+    if get is None:
+        import urllib.request  # only the other nodes' launchers ask: the first one never loads it
+
     fetch = get or (lambda u: urllib.request.urlopen(u, timeout=2).read())
-    deadline, delay, why = clock() + timeout, 0.05, "no answer"
+    deadline, delay, why = clock() + timeout, FIRST_POLL, "no answer"
     while True:
         try:
             doc = json.loads(fetch(url))
@@ -136,7 +156,7 @@ def fetch_start(env: Mapping[str, str], *, host: str, port: int, timeout: float,
             raise TimeoutError(f"the first node's launcher at {url} did not say this start's id within "
                                f"{timeout:.0f}s ({why}); can pods of the gang reach each other on port {port}?")
         sleep(delay)
-        delay = min(delay * 1.5, 1.0)
+        delay = min(delay * 1.5, POLL_CAP)
 
 
 def torchrun_argv(env: Mapping[str, str], command: Sequence[str]) -> list[str]:
@@ -151,9 +171,7 @@ def wait_for_dns(host: str, *, timeout: float, resolve: Callable[[str], object] 
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
     """Return once `host` resolves; raise TimeoutError naming it after `timeout` seconds."""
     deadline = clock() + timeout
-    # A new pod's name resolves a fraction of a second after its address is known: look often at first
-    # (a resume waits on this), less often the longer it takes.
-    delay = 0.05
+    delay = FIRST_POLL
     while True:
         try:
             resolve(host)
@@ -163,22 +181,47 @@ def wait_for_dns(host: str, *, timeout: float, resolve: Callable[[str], object] 
                 raise TimeoutError(f"rank-0 host {host} did not resolve within {timeout:.0f}s ({e}); "
                                    f"is the JobSet's headless Service there (network.enableDNSHostnames)?") from None
         sleep(delay)
-        delay = min(delay * 1.5, 2.0)
+        delay = min(delay * 1.5, POLL_CAP)
 
 
-def _run_forwarding(argv: list[str], env: dict[str, str]) -> tuple[int, bool]:
+class _Child(Protocol):
+    def send_signal(self, signum: int) -> None: ...
+
+    def wait(self) -> int: ...
+
+
+def _run_forwarding(argv: list[str], env: dict[str, str], *, started: Callable[[], object] = lambda: None,
+                    stopping: Callable[[], object] = lambda: None) -> tuple[int, bool]:
     """Run `argv` as a child, forwarding SIGTERM/SIGINT. Returns (exit code, whether a stop came)."""
-    child = subprocess.Popen(argv, env=env)
+    return _forwarding(lambda: subprocess.Popen(argv, env=env), started=started, stopping=stopping)
+
+
+def _forwarding(start: Callable[[], _Child], *, started: Callable[[], object] = lambda: None,
+                stopping: Callable[[], object] = lambda: None) -> tuple[int, bool]:
+    """Start a child (a subprocess, or the forked copy told to go), forwarding SIGTERM/SIGINT to it;
+    `started` runs once it is started, `stopping` before a signal is forwarded (the stop notice is then
+    in place). The handlers come first: a stop that comes while the child starts reaches it once it
+    has, and never leaves it running without its parent."""
+    child: _Child | None = None
+    early: list[int] = []
     stopped = False
 
     def forward(signum: int, _frame: object) -> None:
         nonlocal stopped
         stopped = True
         STOPPING.set()
-        child.send_signal(signum)
+        stopping()
+        if child is None:
+            early.append(signum)
+        else:
+            child.send_signal(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
+    child = start()
+    for signum in early:
+        child.send_signal(signum)
+    started()
     return exit_status(child.wait()), stopped
 
 
@@ -201,6 +244,25 @@ def exit_code(code: int, *, stopped: bool) -> int:
     return EXIT_STOPPED if stopped and code == 0 else code
 
 
+def fork_plan(args: Sequence[str], env: Mapping[str, str], *, executable: str = sys.executable,
+              launcher_env: Mapping[str, str] | None = None) -> PythonCommand | None:
+    """Whether the launcher, which stays the command's parent, runs it in a fork of itself (the command
+    is this interpreter running a script or a module, one process per node) rather than as a subprocess.
+    `env`: the launcher's environment; the worker's differs only in the contract's variables, none of
+    which python reads as it starts."""
+    if _whole(env, wenv.NPROC_PER_NODE, 1) > 1:  # torchrun starts the processes
+        return None
+    return python_command(args, env, executable=executable,
+                         launcher_env=os.environ if launcher_env is None else launcher_env)
+
+
+def _fork_for(args: Sequence[str], env: Mapping[str, str]) -> Waiting | None:
+    command = fork_plan(args, env)
+    if command is None or threading.active_count() > 1 or env.get("GANGRUN_LAUNCH_FORK") == "0":
+        return None
+    return Waiting.fork(command)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--" in args:
@@ -218,11 +280,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = base.get(wenv.GANGRUN_START, "")
     if not start and (first or not multi):
         start = wenv.new_start()  # this launcher starts the whole gang's start, or the first node's
+    stays = in_pod or os.getpid() == 1 or _whole(base, wenv.NPROC_PER_NODE, 1) > 1  # the command's parent
+    forked = _fork_for(args, base) if stays else None  # first: the launcher has one thread yet
     events = base.get(wenv.EVENTS_FILE)
     tail = EventsTail(events) if in_pod and events else None
     starts = StartServer(base, start) if first and multi and port else None
-    if port and (tail is not None or starts is not None):
-        serve(port, tail, starts)
+    stop_file, annotation = base.get(wenv.STOP_FILE), base.get(wenv.STOP_ANNOTATION_FILE)
+    notice = PodNotice(stop_file, annotation) if in_pod and stop_file and annotation else None
+
+    def report() -> None:
+        if port and (tail is not None or starts is not None or notice is not None):
+            serve(port, tail, starts, notice)
+
+    if starts is not None:  # the other nodes ask for the start id as soon as they can
+        report()
     if master and multi:
         try:
             wait_for_dns(master, timeout=timeout)
@@ -230,12 +301,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 start = fetch_start(base, host=master, port=port, timeout=timeout)
         except TimeoutError as e:
             print(f"gangrun.launch: {e}", file=sys.stderr)
+            if forked is not None:
+                forked.abort()
             return EXIT_DNS
     env = worker_environment(base, start=start)
-    if in_pod or os.getpid() == 1 or _whole(env, wenv.NPROC_PER_NODE, 1) > 1:
+    if stays:
         argv_ = torchrun_argv(env, args) if _whole(env, wenv.NPROC_PER_NODE, 1) > 1 else args
         try:
-            code, stopped = _run_forwarding(argv_, env)
+            # The live report for the controller's poll starts once the worker has (a poll comes every
+            # few seconds; the worker is the one waited for).
+            later = (lambda: None) if starts is not None else report
+            stopping = notice.at_stop if notice is not None else (lambda: None)
+            code, stopped = (_forwarding(lambda: forked.go(env), started=later, stopping=stopping) if forked is not None
+                             else _run_forwarding(argv_, env, started=later, stopping=stopping))
         except OSError as e:
             print(f"gangrun.launch: cannot run {argv_[0]}: {e.strerror}", file=sys.stderr)
             return 127

@@ -6,19 +6,25 @@ message would say if the worker exited now (`gangrun._checkpoint_report`). The c
 without reading the checkpoint store and without the workers needing any access to the API.
 
     EventsTail(path).text()  → the report of the events file, reading only lines new since last time
-    serve(port, tail, start) → a daemon HTTP server answering GET /start with `start.answer(query)` (the
+    serve(port, tail, start, notice)
+                             → a daemon HTTP server answering GET /start with `start.answer(query)` (the
                                first node's launcher: this start's id, for the other nodes' launchers),
-                               then telling `start.answered(query)`, and every other GET with tail.text()
+                               then telling `start.answered(query)`, and every other GET with tail.text();
+                               a POST /stop-notice (the controller's push of the stop notice, ahead of the
+                               pod annotation's file) goes to `notice.pushed(body)` (`pod_notice.py`)
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gangrun._checkpoint_report import Summary
+from gangrun._core import worker_env as wenv
+
+if TYPE_CHECKING:
+    from http.server import ThreadingHTTPServer
 
 
 class EventsTail:
@@ -47,6 +53,13 @@ class EventsTail:
 
 
 START_PATH = "/start"
+NOTICE_LIMIT = 64 * 1024  # a notice is a cause, a message and a deadline
+
+
+class NoticeTaker(Protocol):
+    def pushed(self, body: bytes) -> bool:
+        """A stop notice the controller pushed; False: the body is not one (400)."""
+        ...
 
 
 class StartAnswer(Protocol):
@@ -59,11 +72,30 @@ class StartAnswer(Protocol):
         ...
 
 
-def serve(port: int, tail: EventsTail | None, start: StartAnswer | None = None) -> ThreadingHTTPServer | None:
+def serve(port: int, tail: EventsTail | None, start: StartAnswer | None = None,
+          notice: NoticeTaker | None = None) -> ThreadingHTTPServer | None:
     """Answer GET on `port` with the report (and GET /start?QUERY with `start`'s answer, 503 while it is
-    None); None (and a line on stderr) when the port is taken."""
+    None), POST /stop-notice with `notice`; None (and a line on stderr) when the port is taken.
+    http.server is imported here, not by the launcher's start: a worker that has no first node's start
+    id to serve starts before it."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            try:
+                size = int(self.headers.get("Content-Length") or -1)
+            except ValueError:
+                size = -1
+            if self.path != wenv.NOTICE_PATH or notice is None:
+                status = 404
+            elif not 0 <= size <= NOTICE_LIMIT:
+                status = 411 if size < 0 else 413
+            else:
+                status = 204 if notice.pushed(self.rfile.read(size)) else 400
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
         def do_GET(self) -> None:
             path, _, query = self.path.partition("?")
             text: str | None = None

@@ -13,7 +13,6 @@ with a log line and tries the next. In a gang start, every rank takes the one ra
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 from collections.abc import Iterator
@@ -278,5 +277,7 @@ class Loading(Places):
 
     async def aload(self) -> Path | None:
         """`load()` without blocking the event loop."""
+        import asyncio  # loaded already: an event loop runs this (a worker that never awaits skips 30 ms)
+
         return await asyncio.to_thread(self.load)
 

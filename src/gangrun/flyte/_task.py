@@ -137,19 +137,41 @@ async def run_local_gang(task: GangTask, inputs: dict[str, Any]) -> Any:
 
 def _submit(manifest: Any, folder: Path) -> TaskRun:
     """Submit and note the gang as waiting in one step, on the submitting thread: noted later, by the event
-    loop once it resumes, a busy machine could let the gang run before a Ctrl+C could find it to cancel."""
-    run = gangrun.submit(manifest, "local")
-    _LIVE[run.name] = (run, folder)
-    return run
+    loop once it resumes, a busy machine could let the gang run before a Ctrl+C could find it to cancel.
+    Refused once the process has begun to end: a call that submits after the exit's cancel has run would
+    leave its gang running with nobody to cancel it."""
+    global _SUBMITTING
+    with _NOTED:
+        if _ENDING:
+            raise asyncio.CancelledError("the process is ending")
+        _SUBMITTING += 1
+    try:
+        run = gangrun.submit(manifest, "local")
+        _LIVE[run.name] = (run, folder)
+        return run
+    finally:
+        with _NOTED:
+            _SUBMITTING -= 1
+            _NOTED.notify_all()
 
 
 # The gangs of calls still waiting, cancelled if the process ends first: a script interrupted by Ctrl+C
 # leaves Flyte's runner thread waiting on the call, and the gang would otherwise run on without a caller.
+# A stop that comes while a submit is on its way waits for it (the submitting thread leaves stop signals to
+# the main thread and runs on), so a gang already running but not yet noted is cancelled too.
 _LIVE: dict[str, tuple[TaskRun, Path]] = {}
+_NOTED = threading.Condition()
+_SUBMITTING = 0
+_ENDING = False
+SUBMIT_WAIT = 30.0  # seconds the exit waits for a submit on its way
 
 
 @atexit.register
 def _cancel_waiting_gangs() -> None:
+    global _ENDING
+    with _NOTED:
+        _ENDING = True
+        _NOTED.wait_for(lambda: _SUBMITTING == 0, timeout=SUBMIT_WAIT)
     for name, (run, folder) in list(_LIVE.items()):
         try:
             if run.cancel():

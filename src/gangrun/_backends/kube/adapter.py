@@ -7,16 +7,17 @@ malformed or non-list `status.conditions` counts as not found).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from gangrun._backends.kube import crd
 from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB
-from gangrun._core import jobset, kueue
+from gangrun._core import jobset, kueue, maintenance
 from gangrun._core.conditions import Condition, find_condition
-from gangrun._core.observation import Disruption, Gang, Observation, Workload, WorkloadRead
+from gangrun._core.maintenance import Taint, Toleration
+from gangrun._core.observation import Disruption, Gang, Maintenance, Observation, Workload, WorkloadRead
 
 # Waiting reasons that no amount of waiting fixes (a bad image name, a broken pod config).
 FATAL_WAITING_REASONS = frozenset({"InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull",
@@ -233,10 +234,77 @@ def _restart_of(pod: Any) -> int:
     return _int(labels(pod).get(jobset.RESTART_ATTEMPT_KEY), 0)
 
 
-def disruption(obj: Any, pods: Iterable[Any]) -> Disruption | None:
+# -- nodes about to go (B9) ----------------------------------------------------------------------------
+
+Nodes = Mapping[str, Any]  # node name -> Node object (as the controller's node informer keeps it)
+
+
+def node_name(pod: Any) -> str:
+    return _str(_get(pod, "spec", "nodeName"))
+
+
+def taints(node: Any) -> list[Taint]:
+    return [Taint(key=_str(t.get("key")), value=_str(t.get("value")), effect=_str(t.get("effect")))
+            for t in _list(_get(node, "spec", "taints")) if isinstance(t, dict) and _str(t.get("key"))]
+
+
+def tolerations(pod: Any) -> list[Toleration]:
+    return [Toleration(key=_str(t.get("key")), operator=_str(t.get("operator")) or "Equal",
+                       value=_str(t.get("value")), effect=_str(t.get("effect")))
+            for t in _list(_get(pod, "spec", "tolerations")) if isinstance(t, dict)]
+
+
+def node_kept(node: dict[str, Any]) -> dict[str, Any]:
+    """What the controller caches of a Node: its name and version, its cordon and its taints (not its
+    images, addresses and conditions, most of a Node object)."""
+    md, spec = _get(node, "metadata"), _get(node, "spec")
+    md, spec = md if isinstance(md, dict) else {}, spec if isinstance(spec, dict) else {}
+    return {"kind": node.get("kind") or "Node",
+            "metadata": {k: md[k] for k in ("name", "uid", "resourceVersion") if k in md},
+            "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec}}
+
+
+def node_about_to_go(node: Any) -> bool:
+    """Whether a node says it is about to go to a pod that tolerates nothing (which pods to look at again)."""
+    return bool(maintenance.about_to_go(taints(node), unschedulable=_get(node, "spec", "unschedulable") is True))
+
+
+def about_to_go(pod: Any, nodes: Nodes) -> str:
+    """Why the node of `pod` is about to go for it ("" when it is not, or is unknown): `_core.maintenance`."""
+    node = nodes.get(node_name(pod)) if node_name(pod) else None
+    if not isinstance(node, dict):
+        return ""
+    return maintenance.about_to_go(taints(node), unschedulable=_get(node, "spec", "unschedulable") is True,
+                                   tolerations=tolerations(pod))
+
+
+def _on_a_node(pod: Any) -> bool:
+    return _get(pod, "status", "phase") in ("Pending", "Running") and bool(node_name(pod))
+
+
+def maintenance_of(obj: Any, pods: Iterable[Any], nodes: Nodes) -> Maintenance | None:
+    """The first worker of the JobSet's current round (by pod name) whose node is about to go, going or not."""
+    restarts = max(_int(_get(obj, "status", "restarts")), 0)
+    for pod in sorted(current_round(pods, restarts), key=lambda p: _str(_get(p, "metadata", "name"))):
+        why = about_to_go(pod, nodes) if _on_a_node(pod) else ""
+        if why:
+            return Maintenance(node=node_name(pod), why=why, worker=f"pod {_str(_get(pod, 'metadata', 'name'))}")
+    return None
+
+
+def to_move(obj: Any, pods: Iterable[Any], nodes: Nodes) -> list[dict[str, Any]]:
+    """The live workers of the JobSet's current round on nodes about to go, not being deleted yet: those
+    the controller evicts once every worker has its NodeMaintenance notice."""
+    restarts = max(_int(_get(obj, "status", "restarts")), 0)
+    return [p for p in current_round(pods, restarts)
+            if _on_a_node(p) and not _get(p, "metadata", "deletionTimestamp") and about_to_go(p, nodes)]
+
+
+def disruption(obj: Any, pods: Iterable[Any], nodes: Nodes | None = None) -> Disruption | None:
     """The newest worker of the attempt lost to a node disruption: a pod whose DisruptionTarget
     condition is True (pods of earlier rounds too: JobSet deletes them as it restarts), or else the
-    JobSet restarting by gangrun's disruption rule, when the pod was gone before it was seen."""
+    JobSet restarting by gangrun's disruption rule, when the pod was gone before it was seen. A pod on
+    a node about to go says so after the condition's message, as the local backend's drain does."""
     best: tuple[int, datetime, Disruption] | None = None
     for pod in pods:
         if not isinstance(pod, dict):
@@ -244,7 +312,9 @@ def disruption(obj: Any, pods: Iterable[Any]) -> Disruption | None:
         cond = find_condition(conditions(pod), jobset.DISRUPTION_TARGET)
         if cond is None or not cond.is_true:
             continue
-        found = Disruption(reason=cond.reason or jobset.DISRUPTION_TARGET, message=cond.message,
+        why = about_to_go(pod, nodes) if nodes else ""
+        message = f"{cond.message} ({node_name(pod)}: {why})" if why else cond.message
+        found = Disruption(reason=cond.reason or jobset.DISRUPTION_TARGET, message=message,
                            worker=f"pod {_str(_get(pod, 'metadata', 'name'))}", restart_attempt=_restart_of(pod))
         key = (found.restart_attempt, cond.last_transition or datetime.min.replace(tzinfo=UTC))
         if best is None or key >= best[:2]:
@@ -301,8 +371,9 @@ def is_suspended(obj: Any) -> bool:
     return any(c.type == jobset.SUSPENDED and c.is_true for c in conditions(obj))
 
 
-def to_gang(obj: Any, pods: Iterable[Any] = ()) -> Gang | None:
-    """The Gang of a JobSet object and its pods; None when `obj` is not a mapping."""
+def to_gang(obj: Any, pods: Iterable[Any] = (), nodes: Nodes | None = None) -> Gang | None:
+    """The Gang of a JobSet object and its pods, on `nodes` (those of its pods the controller knows);
+    None when `obj` is not a mapping."""
     if not isinstance(obj, dict):
         return None
     pods = list(pods)
@@ -345,13 +416,15 @@ def to_gang(obj: Any, pods: Iterable[Any] = ()) -> Gang | None:
         first_failure_at=failures[0][0] if failures else None,
         pending_failure=pending_failure,
         deleting=bool(_get(obj, "metadata", "deletionTimestamp")),
-        disruption=disruption(obj, pods),
+        disruption=disruption(obj, pods, nodes),
+        maintenance=maintenance_of(obj, pods, nodes) if nodes else None,
     )
 
 
-def observe(jobset_obj: Any, lookup: WorkloadLookup, pods: Iterable[Any] = ()) -> Observation:
+def observe(jobset_obj: Any, lookup: WorkloadLookup, pods: Iterable[Any] = (),
+            nodes: Nodes | None = None) -> Observation:
     """The engine's observation of one attempt. A missing JobSet is `Observation()` (no gang)."""
-    gang = to_gang(jobset_obj, pods)
+    gang = to_gang(jobset_obj, pods, nodes)
     if gang is None:
         return Observation()
     if lookup.read is WorkloadRead.UNREADABLE:

@@ -56,6 +56,8 @@ EVENTS = Resource("", "v1", "events", "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+EVICTION = "eviction"  # the pods' subresource `kubectl drain` posts to
 
 
 def error_for(status: int, message: str) -> ApiError:
@@ -76,6 +78,7 @@ class KubeApi(Protocol):
     def patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any], *,
               subresource: str | None = None) -> dict[str, Any]: ...
     def delete(self, res: Resource, namespace: str | None, name: str) -> None: ...
+    def evict(self, namespace: str, pod: str) -> None: ...
     def watch(self, res: Resource, namespace: str | None, *, resource_version: str, label_selector: str = "",
               timeout_seconds: int = 300) -> Iterator[dict[str, Any]]: ...
     def log_lines(self, namespace: str, pod: str, *, container: str | None = None,
@@ -144,6 +147,12 @@ class Api:
 
     def delete(self, res: Resource, namespace: str | None, name: str) -> None:
         self._request("DELETE", res.path(namespace, name), body={"propagationPolicy": "Background"})
+
+    def evict(self, namespace: str, pod: str) -> None:
+        """Evict `pod` as `kubectl drain` does (the API server adds its DisruptionTarget condition and
+        deletes it with its grace period); 429 (TooManyRequests) while a PodDisruptionBudget refuses."""
+        self._request("POST", PODS.path(namespace, pod, EVICTION), body={
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}})
 
     def watch(self, res: Resource, namespace: str | None, *, resource_version: str, label_selector: str = "",
               timeout_seconds: int = 300) -> Iterator[dict[str, Any]]:

@@ -4,7 +4,8 @@ the pure `reconcile`.
     ClusteredTask ─┐
     JobSet (ours) ─┼─► key (namespace, task) ─► WorkQueue ─► sync(key):
     Pod (ours)    ─┤                                           read task, JobSet, Workloads, pods
-    Workload      ─┘ (via the JobSet UID it names)             reconcile(...)  (pure)
+    Workload      ─┤ (via the JobSet UID it names)             reconcile(...)  (pure)
+    Node          ─┘ (about to go: via the pods on it)
                                                                write status once (resourceVersion)
                                                                then create/delete JobSets, record Events
 
@@ -24,6 +25,8 @@ all at once and alongside the status write, and are done before the deletes the 
 Running workers' checkpoints are polled live (`live_reports.py`; off with `report_period=None`): a new
 commit queues its task, reaching its timeline while the gang runs. With `--priority-boost` each sync
 ends by keeping the Workload's priority-boost annotation equal to the task's boost (`boost.py`).
+A node about to go (cordoned, tainted: `_core/maintenance.py`) queues the tasks of the pods on it; the
+workers a sync evicts from it (`EvictPods`, after their NodeMaintenance notices) are evicted last.
 
 Reads come from the informer caches, except where a stale cache could cost an attempt:
 * a JobSet missing from the cache after it was seen is read from the API server before the engine
@@ -55,7 +58,7 @@ from gangrun._backends.kube import (
 )
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.boost import Booster
-from gangrun._backends.kube.client import EVENTS, JOBSETS, PODS, TASKS, WORKLOADS, KubeApi
+from gangrun._backends.kube.client import EVENTS, JOBSETS, NODES, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
 from gangrun._backends.kube.metrics import Metrics
 from gangrun._backends.kube.permissions import CONTROLLER, PRIORITY_BOOST, Scoped
@@ -64,6 +67,7 @@ from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.reconcile import (
     CreateJobSet,
     DeleteJobSet,
+    EvictPods,
     event_type,
     reconcile,
 )
@@ -79,7 +83,7 @@ from gangrun._errors import ApiError, Conflict, NotFound
 
 log = logging.getLogger(__name__)
 REJECTED_EVENT = "the API server rejected the event"
-SPARE_CONNECTIONS = 8  # the four watches, leader election, a live read or two
+SPARE_CONNECTIONS = 8  # the five watches, leader election, a live read or two
 # Reconciles wait on the API server, not the CPU (a sync's own work is about a millisecond; its status
 # PATCH takes hundreds while Kueue readmits a thousand gangs): a worker is a status write in flight, and
 # there must be enough of them that a burst of readmissions never queues behind the writes before it
@@ -118,12 +122,14 @@ class Controller:
                              on_change=self._pod_changed, indexers=indexes.POD_INDEXERS)
         self.workloads = Informer(self.api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
                                   indexers=indexes.WORKLOAD_INDEXERS)
+        # Nodes are cluster-wide (only their cordons and taints are kept): one about to go moves its workers.
+        self.nodes = Informer(self.api, NODES, namespace=None, on_change=self._node_changed, keep=adapter.node_kept)
         self._booster = Booster(self.api, self.workloads, self.queue)
         self.queues = Queues(self.api, namespace=namespace, on_change=self._queue_changed)
         # Commits reach the timeline (and the boost follows them) as they happen, not at the gang's next stop.
         self.live = (live_reports.LiveReports(self.pods, self._owned_changed, period=report_period)
                      if report_period is not None else None)
-        self.informers = (self.tasks, self.jobsets, self.pods, self.workloads, *self.queues.informers)
+        self.informers = (self.tasks, self.jobsets, self.pods, self.workloads, self.nodes, *self.queues.informers)
         self._hinted = False
         self._notices = stop_notices.StopNotices(self.api)
         self._tombstones = Tombstones()
@@ -147,6 +153,12 @@ class Controller:
         if task and self.pods.get(key_of(obj)) is None:
             self._tombstones.keep((key_of(obj)[0], task), obj)
         self._owned_changed(obj)
+
+    def _node_changed(self, obj: dict[str, Any]) -> None:
+        """A node about to go concerns the tasks of the pods on it (a heartbeat of any other node, nothing)."""
+        if adapter.node_about_to_go(self.nodes.get(key_of(obj)) or obj):
+            for pod in self.pods.by_index(indexes.BY_NODE, key_of(obj)[1]):
+                self._owned_changed(pod)
 
     def _task_uid(self, namespace: str, name: str) -> str:
         task = self.tasks.get((namespace, name))
@@ -190,8 +202,10 @@ class Controller:
         lookup = self._workloads_for(js)
         spec = spec_or_none(task)
         capacity = self._capacity(task, spec.queue, owned, lookup) if spec is not None and spec.elastic else None
+        nodes = {n: node for n in {adapter.node_name(p) for p in pods} - {""}
+                 if (node := self.nodes.get(("", n))) is not None}
         new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity,
-                                        live=self.live.of(pods) if self.live is not None else None)
+                                        live=self.live.of(pods) if self.live is not None else None, nodes=nodes)
         actions = preemptor.name_in(actions, lookup.items,
                                     jobsets_by_uid=partial(self.jobsets.by_index, indexes.BY_UID),
                                     workloads_by_job_uid=partial(self.workloads.by_index, indexes.BY_JOB_UID))
@@ -207,7 +221,7 @@ class Controller:
             for action in actions:  # counted once the status holds what they describe
                 if isinstance(action, RecordEvent):
                     self.metrics.count(action.event)
-        stop_notices.settle(notices, before_delete=any(isinstance(a, DeleteJobSet) for a in actions))
+        stop_notices.settle(notices, before_delete=any(isinstance(a, DeleteJobSet | EvictPods) for a in actions))
         self._tombstones.forget(key, task)
         index = 0
         for action in actions:
@@ -215,6 +229,8 @@ class Controller:
                 self._create_jobset(namespace, action.body)
             elif isinstance(action, DeleteJobSet):
                 self._delete_jobset(namespace, action.name)
+            elif isinstance(action, EvictPods):
+                self._evict(namespace, action.names)
             elif isinstance(action, RecordEvent):
                 self._record(task, action, index)
                 index += 1
@@ -289,6 +305,15 @@ class Controller:
             log.info("deleted JobSet %s/%s", namespace, name)
         except NotFound:
             pass
+
+    def _evict(self, namespace: str, names: tuple[str, ...]) -> None:
+        """Evict workers whose node is about to go; a 429 (a PodDisruptionBudget refusing) retries the sync."""
+        for name in names:
+            try:
+                self.api.evict(namespace, name)
+                log.info("evicted pod %s/%s: its node is about to go", namespace, name)
+            except NotFound:
+                pass
 
     def _record(self, task: dict[str, Any], action: RecordEvent, index: int) -> None:
         ev = action.event

@@ -3,6 +3,8 @@
     BY_TASK     JobSets, pods       (namespace, task label)  -> the task's JobSets / pods
     BY_UID      JobSets             metadata.uid             -> the JobSet a Workload names
     BY_JOB_UID  Workloads           Kueue's job-uid label    -> the Workloads of one JobSet
+    BY_NODE     pods                spec.nodeName            -> the workers on a node, whose tasks a
+                                                                node about to go concerns
     ELASTIC     ClusteredTasks      True                     -> the tasks with elastic gangs, which a
                                                                 change of quota may resize
 
@@ -23,6 +25,7 @@ BY_TASK = "task"
 BY_UID = "uid"
 BY_JOB_UID = "job-uid"
 ELASTIC = "elastic"
+BY_NODE = "node"
 
 
 def task_of(obj: dict[str, Any]) -> list[Hashable]:
@@ -40,6 +43,11 @@ def job_uid_of(obj: dict[str, Any]) -> list[Hashable]:
     return [uid] if uid else []
 
 
+def node_of(pod: dict[str, Any]) -> list[Hashable]:
+    node = adapter.node_name(pod)
+    return [node] if node else []
+
+
 def elastic(task: dict[str, Any]) -> list[Hashable]:
     """Filed under True when its spec asks for an elastic gang (minNodes below nodes): parsed once as
     the task changes, not for every task at every change of quota."""
@@ -49,5 +57,5 @@ def elastic(task: dict[str, Any]) -> list[Hashable]:
 
 TASK_INDEXERS: dict[str, IndexFunc] = {ELASTIC: elastic}
 JOBSET_INDEXERS: dict[str, IndexFunc] = {BY_TASK: task_of, BY_UID: uid_of}
-POD_INDEXERS: dict[str, IndexFunc] = {BY_TASK: task_of}
+POD_INDEXERS: dict[str, IndexFunc] = {BY_TASK: task_of, BY_NODE: node_of}
 WORKLOAD_INDEXERS: dict[str, IndexFunc] = {BY_JOB_UID: job_uid_of}

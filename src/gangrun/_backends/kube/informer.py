@@ -8,6 +8,7 @@ we were not watching are reported as deleted, so nothing is missed.
 
 Cached objects carry no `metadata.managedFields` (controller-runtime's default transform): nothing
 here reads them, and in a pod they are a large part of the object, kept for every pod of every task.
+An informer given `keep` caches only what it returns (the nodes: their names, cordons and taints).
 
 `forbidden` records a 403 on list or watch, until one succeeds: the controller reads that as "the
 Workload is unreadable" (S4). A 404 (the resource's CRD is not installed) counts as synced and empty.
@@ -52,9 +53,11 @@ class Informer:
     def __init__(self, api: KubeApi, res: Resource, *, namespace: str | None, label_selector: str = "",
                  on_change: Callable[[dict[str, Any]], None] = lambda obj: None,
                  indexers: Mapping[str, IndexFunc] | None = None,
+                 keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                  watch_timeout: int = 300, max_backoff: float = 30.0) -> None:
         self.api, self.res, self.namespace, self.label_selector = api, res, namespace, label_selector
         self.on_change = on_change
+        self._keep = keep  # what of each object the cache keeps (all of it but managedFields by default)
         self.watch_timeout, self.max_backoff = watch_timeout, max_backoff
         self._lock = threading.Lock()
         self._cache: dict[Key, dict[str, Any]] = {}
@@ -100,13 +103,16 @@ class Informer:
             for value in fn(obj):
                 index.setdefault(value, set()).add(key)
 
+    def _kept(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._keep(obj) if self._keep is not None else _trimmed(obj)
+
     def upsert(self, obj: dict[str, Any]) -> bool:
         """Store `obj` unless the cache already holds a newer version of it. Returns whether stored.
 
         Our own writes update the cache from the response; a watch event that lags behind must not
         roll it back (resourceVersions are etcd revisions; when they are not numbers, the latest wins).
         """
-        obj = _trimmed(obj)
+        obj = self._kept(obj)
         key = key_of(obj)
         with self._lock:
             old = self._cache.get(key)
@@ -131,9 +137,8 @@ class Informer:
     def relist(self) -> str:
         """Replace the cache with a fresh list; returns the list's resourceVersion."""
         doc = self.api.list(self.res, self.namespace, label_selector=self.label_selector)
-        items = [i for i in doc.get("items") or [] if isinstance(i, dict)]
+        items = [self._kept(i) for i in doc.get("items") or [] if isinstance(i, dict)]
         for i in items:  # list items carry no apiVersion/kind
-            _trimmed(i)
             i.setdefault("kind", self.res.kind)
         fresh = {key_of(i): i for i in items}
         with self._lock:

@@ -26,9 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gangrun._backends.kube.informer import Informer
-from gangrun._backends.kube.render import CONTAINER
+from gangrun._backends.kube.render import report_url
 from gangrun._checkpoint_report import LIMIT
-from gangrun._core import jobset, pod_template
+from gangrun._core import jobset
 
 log = logging.getLogger(__name__)
 PERIOD = 5.0  # seconds between rounds: a boost steps at tens of node-seconds, a commit matters within a few
@@ -45,24 +45,11 @@ def http_get(url: str, timeout: float) -> str:
 
 def target(pod: dict[str, Any]) -> str | None:
     """The live report's URL of a running worker of a gang's first node, whose rank 0 takes part in
-    every commit; None for any other pod, and for a pod on the host's network, whose port another
-    gang's worker on the same node may hold."""
-    status = pod.get("status") or {}
-    ip = status.get("podIP")
-    if status.get("phase") != "Running" or not isinstance(ip, str) or not ip:
-        return None
-    if (pod.get("spec") or {}).get("hostNetwork") is True:
-        return None
+    every commit; None for any other pod (`render.report_url`)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if annotations.get(jobset.JOB_COMPLETION_INDEX_KEY) != "0":
         return None
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        if isinstance(c, dict) and c.get("name") == CONTAINER:
-            for port in c.get("ports") or []:
-                if isinstance(port, dict) and port.get("name") == pod_template.REPORT_PORT_NAME:
-                    host = f"[{ip}]" if ":" in ip else ip
-                    return f"http://{host}:{port.get('containerPort')}/"
-    return None
+    return report_url(pod)
 
 
 def _uid(pod: dict[str, Any]) -> str:

@@ -22,9 +22,11 @@ from gangrun._backends.kube.client import (
     CLUSTER_QUEUES,
     CONFIGMAPS,
     EVENTS,
+    EVICTION,
     JOBSETS,
     LEASES,
     LOCAL_QUEUES,
+    NODES,
     PODS,
     TASKS,
     WORKLOADS,
@@ -53,6 +55,8 @@ CONTROLLER: frozenset[Permission] = (
     | _on(LOCAL_QUEUES, "list", "watch") | _on(CLUSTER_QUEUES, "list", "watch")  # elastic gangs' free quota
     | _on(PODS, "list", "watch")  # readiness, failures, disruptions, checkpoints (termination messages)
     | _on(PODS, "patch")  # the stop notice annotation, before a gang is stopped
+    | _on(NODES, "list", "watch")  # which nodes are about to go (cordoned, tainted): NodeMaintenance
+    | _on(PODS, "create", sub=EVICTION)  # ... and their workers moved off them, as kubectl drain does
     | _on(EVENTS, "create")  # the task's timeline
     | _on(PODS, "get", sub="log")  # each ended worker pod's output, read once to be kept (logkeep.py)
     | _on(CONFIGMAPS, "get", "create", "patch")  # ... into its task's <task>.gangrun-output (kept_output.py)
@@ -111,6 +115,10 @@ class Scoped:
     def delete(self, res: Resource, namespace: str | None, name: str) -> None:
         self._ask(res, "delete")
         self.inner.delete(res, namespace, name)
+
+    def evict(self, namespace: str, pod: str) -> None:
+        self._ask(PODS, "create", EVICTION)
+        self.inner.evict(namespace, pod)
 
     def watch(self, res: Resource, namespace: str | None, *, resource_version: str, label_selector: str = "",
               timeout_seconds: int = 300) -> Iterator[dict[str, Any]]:

@@ -21,7 +21,12 @@ and what the workers are told. This module turns that into Kubernetes actions:
 * the accounting (B5), folded by the lifecycle step and stored in `status.accounting`, fed by the
   checkpoints workers report (their termination messages and live reports, each new commit also a
   CheckpointCommitted event: `seen_events.py`);
-* garbage: the owned JobSets `lifecycle.garbage` says must go, and an elastic gang's replaced ones.
+* garbage: the owned JobSets `lifecycle.garbage` says must go, and an elastic gang's replaced ones;
+* a node about to go (B9, `_core/maintenance.py`): the step tells every worker `NodeMaintenance`; once
+  every live worker carries that notice, written at least `SETTLE` ago (the kubelet's time to refresh
+  the notice file), `EvictPods` evicts the workers on that node as `kubectl drain` does. Each gets
+  DisruptionTarget, and JobSet restarts the gang for it, charged to nothing, as for any node
+  disruption; the new pods are not scheduled on the cordoned or tainted node.
 
 The status returned is built by `status.py`.
 """
@@ -31,18 +36,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gangrun._backends.kube import adapter, crd, elastic, reports, seen_events
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.elastic import Sizing
 from gangrun._backends.kube.quota import Capacity
-from gangrun._backends.kube.render import jobset_name
+from gangrun._backends.kube.render import jobset_name, report_url
 from gangrun._backends.kube.status import status_patch
 from gangrun._backends.kube.stored import load_accounting, load_state, persisted, task_spec
 from gangrun._core import elastic as sizes
-from gangrun._core import lifecycle
+from gangrun._core import lifecycle, stop_causes
+from gangrun._core import worker_env as wenv
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.engine import ActionKind
 from gangrun._core.observation import Observation, WorkloadRead
@@ -55,6 +61,7 @@ INVALID_SPEC = "InvalidSpec"
 WARNING_EVENTS = frozenset({EventType.PREEMPTED, EventType.EVICTED, EventType.ATTEMPT_ENDED, EventType.FAILED,
                             EventType.DISRUPTED, EventType.GRACE_TOO_SHORT, EventType.RESUME_FOUND_NOTHING})
 LIVE_PHASES = ("Pending", "Running")
+SETTLE = timedelta(seconds=1)  # from a NodeMaintenance notice on every worker to the evictions it announces
 
 
 @dataclass(frozen=True)
@@ -78,26 +85,38 @@ def event_type(event: Event) -> str:
 
 @dataclass(frozen=True)
 class AnnotatePods:
-    """Write the stop notice on these worker pods (a merge patch of one annotation)."""
+    """Write the stop notice on these worker pods (a merge patch of one annotation), and push it to
+    their launchers at `urls` (it lands there first: the kubelet projects the annotation later, and
+    never once the pod is being deleted)."""
 
     names: tuple[str, ...]
     notice: str  # the JSON the SDK reads from GANGRUN_STOP_FILE
+    urls: tuple[str, ...] = ()
 
     @property
     def annotations(self) -> dict[str, str]:
         return {crd.STOP_NOTICE_ANNOTATION: self.notice}
 
 
-Action = CreateJobSet | DeleteJobSet | RecordEvent | RequeueAt | AnnotatePods
+@dataclass(frozen=True)
+class EvictPods:
+    """Evict these worker pods through the Eviction API: their node is about to go (after the notices)."""
+
+    names: tuple[str, ...]
+
+
+Action = CreateJobSet | DeleteJobSet | RecordEvent | RequeueAt | AnnotatePods | EvictPods
 
 
 def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: WorkloadLookup,
               pods: Iterable[dict[str, Any]] = (), *, now: datetime, owned_jobsets: Sequence[dict[str, Any]] = (),
               capacity: Capacity | None = None,
-              live: Mapping[str, str] | None = None) -> tuple[dict[str, Any] | None, list[Action]]:
+              live: Mapping[str, str] | None = None,
+              nodes: adapter.Nodes | None = None) -> tuple[dict[str, Any] | None, list[Action]]:
     """Decide one step for `task`. `jobset` is the current JobSet of the current attempt if it exists
     (`elastic.current_jobset`); `capacity`: its ClusterQueue's free quota, which sizes an elastic gang;
-    `live`: the reports running workers served (pod uid -> text, `live_reports.py`).
+    `live`: the reports running workers served (pod uid -> text, `live_reports.py`); `nodes`: the Nodes
+    its pods run on (by name), which say whether one is about to go.
 
     Returns the new `.status` (None when nothing changed) and the actions to take after writing it.
     """
@@ -128,7 +147,7 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
         sz = replace(sz, created=True)
     own = adapter.of_jobset(pods, jobset)  # the current JobSet's pods (an elastic gang's earlier JobSets' are going)
     if not cancelled:
-        obs = elastic.observed(adapter.observe(jobset, workloads, own), sz)
+        obs = elastic.observed(adapter.observe(jobset, workloads, own, nodes), sz)
         if sz.growing and obs.gang is not None and not obs.gang.restarting:
             sz = replace(sz, growing="")  # Kueue admitted the larger JobSet
     s = lifecycle.step(spec, before, obs, now=now, cancelled=cancelled)
@@ -154,6 +173,8 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
         decided += [RecordEvent(e) for e in part.events]
         if i == 0 and s.notice is not None:
             decided += _notice(s.notice, own)
+            if s.notice.cause == stop_causes.NODE_MAINTENANCE and part.gang is None:
+                decided += _move(own, jobset, nodes or {}, spec.termination_grace, now=now)
         if isinstance(part.gang, lifecycle.CreateGang):
             if not (sz.attempt == part.gang.attempt and sz.nodes):
                 sz = Sizing(attempt=part.gang.attempt, nodes=elastic.start_size(spec, capacity))  # sized once
@@ -189,24 +210,53 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
 
 
 def _notice(n: lifecycle.Notice, pods: Sequence[dict[str, Any]]) -> list[Action]:
-    """The notice of a stop on each live worker pod that does not carry its cause yet."""
+    """The notice of a stop on each live worker pod that does not carry its cause yet. A pod already
+    being deleted is told too: the kubelet projects no annotation of it any more, but its launcher takes
+    the push, and the worker reads the cause it missed at SIGTERM when it asks (`ctx.stop_notice`)."""
     cause = n.cause
     notice = json.dumps({"cause": cause, "message": n.message, "deadline": round(n.deadline.timestamp(), 3)},
                         sort_keys=True)
-    names = []
+    names, urls = [], []
     for pod in pods:
         md = pod.get("metadata") or {}
-        if (pod.get("status") or {}).get("phase") not in LIVE_PHASES or not md.get("name") \
-                or md.get("deletionTimestamp"):
-            continue  # a pod already going gets SIGTERM now: the kubelet refreshes no files of it
+        if (pod.get("status") or {}).get("phase") not in LIVE_PHASES or not md.get("name"):
+            continue
         try:
             old = json.loads((md.get("annotations") or {}).get(crd.STOP_NOTICE_ANNOTATION) or "{}")
         except ValueError:
             old = {}
-        if isinstance(old, dict) and old.get("cause") == cause:
-            continue  # told already; a new deadline for the same stop would only move it later
+        if not stop_causes.replaces(old.get("cause") if isinstance(old, dict) else None, cause):
+            continue  # told already (a new deadline for the same stop would only move it later)
         names.append(md["name"])
-    return [AnnotatePods(names=tuple(sorted(names)), notice=notice)] if names else []
+        if (url := report_url(pod, wenv.NOTICE_PATH)) is not None:
+            urls.append(url)
+    return [AnnotatePods(names=tuple(sorted(names)), notice=notice, urls=tuple(sorted(urls)))] if names else []
+
+
+def _move(pods: Sequence[dict[str, Any]], js: dict[str, Any] | None, nodes: adapter.Nodes, grace: timedelta, *,
+          now: datetime) -> list[Action]:
+    """Evict the workers on nodes about to go once every live worker carries its NodeMaintenance notice,
+    `SETTLE` after the last was written (its deadline less the grace period); until then, look again then."""
+    movers = adapter.to_move(js, pods, nodes)
+    if not movers:
+        return []
+    written: list[datetime] = []
+    for pod in pods:
+        md = pod.get("metadata") or {}
+        if (pod.get("status") or {}).get("phase") not in LIVE_PHASES or md.get("deletionTimestamp"):
+            continue
+        try:
+            told = json.loads((md.get("annotations") or {}).get(crd.STOP_NOTICE_ANNOTATION) or "{}")
+        except ValueError:
+            told = {}
+        if not isinstance(told, dict) or told.get("cause") != stop_causes.NODE_MAINTENANCE \
+                or not isinstance(deadline := told.get("deadline"), int | float):
+            return []  # not told yet: its notice is being written, and that change brings the task back
+        written.append(datetime.fromtimestamp(deadline, now.tzinfo) - grace)
+    ready = max(written, default=now) + SETTLE
+    if now < ready:
+        return [RequeueAt(ready)]
+    return [EvictPods(names=tuple(sorted(str(p["metadata"]["name"]) for p in movers)))]
 
 
 def _resize(spec: TaskSpec, sz: Sizing, state: TaskState, obs: Observation, js: dict[str, Any] | None,

@@ -18,7 +18,9 @@ controller creates. Rules that shape it:
 * `spec.podTemplate` is merged into the pod template (`gangrun._core.pod_merge`), gangrun's own
   fields winning; gangrun adds the stop-notice file (a downward-API projection of the pod annotation
   the controller writes before it stops a gang), a writable run directory and, for `spec.shmSize`,
-  a memory-backed /dev/shm.
+  a memory-backed /dev/shm;
+* workers tolerate a lost node (`node.kubernetes.io/unreachable`, `not-ready`) for 30 s, not the
+  API server's default 300 s, unless the podTemplate tolerates those keys itself (`lost_node.py`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import hashlib
 from decimal import Decimal
 from typing import Any
 
-from gangrun._backends.kube import crd, hardening
+from gangrun._backends.kube import crd, hardening, lost_node
 from gangrun._core import checkpoint_root as ckroot
 from gangrun._core import jobset, kueue, pod_merge, pod_template
 from gangrun._core import worker_env as wenv
@@ -135,6 +137,7 @@ def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = N
                                                worker=_container(spec, name, attempt, owner_uid),
                                                volumes=_volumes(spec))
     template = hardening.harden(template, writable=_writable(spec))
+    template["spec"]["tolerations"] = lost_node.with_lost_node_tolerations(template["spec"].get("tolerations"))
     job: dict[str, Any] = {
         "parallelism": spec.nodes,
         "completions": spec.nodes,
@@ -235,7 +238,7 @@ def worker_env(spec: TaskSpec, name: str, attempt: int, uid: str | None = None) 
     gang = wenv.gang_env(spec, attempt=attempt, gang=name, master_addr=rank0_host(name), master_port=MASTER_PORT,
                          checkpoint_path=checkpoint_path(spec, attempt, uid),
                          prev_checkpoint_path=checkpoint_path(spec, attempt - 1, uid),
-                         stop_file=f"{pod_template.NOTICE_DIR}/{STOP_NOTICE_FILE}",
+                         stop_file=f"{pod_template.RUN_DIR}/{STOP_NOTICE_FILE}",
                          events_file=f"{pod_template.RUN_DIR}/{EVENTS_FILE}",
                          resume_from=resume_uri(spec))
     env = [value(k, v) for k, v in gang.items()]
@@ -247,6 +250,7 @@ def worker_env(spec: TaskSpec, name: str, attempt: int, uid: str | None = None) 
         field(wenv.POD_NAMESPACE, "metadata.namespace"),
         value(wenv.TERMINATION_LOG, TERMINATION_LOG),
         value(wenv.REPORT_PORT, REPORT_PORT),
+        value(wenv.STOP_ANNOTATION_FILE, f"{pod_template.NOTICE_DIR}/{STOP_NOTICE_FILE}"),
     ]
     env += [value(k, v) for k, v in sorted(spec.env.items())]
     return env
@@ -274,3 +278,22 @@ def _quantity(v: Decimal) -> str:
     if v == v.to_integral_value():
         return str(int(v))
     return f"{int((v * 1000).to_integral_value())}m"
+
+
+def report_url(pod: dict[str, Any], path: str = "/") -> str | None:
+    """`path` on the port where a running worker pod's `gangrun.launch` serves its live report and takes
+    stop notices (`gangrun._worker.live_report`); None when the pod is not running, has no IP yet, or
+    is on the host's network, whose port another gang's worker on the same node may hold."""
+    status = pod.get("status") or {}
+    ip = status.get("podIP")
+    if status.get("phase") != "Running" or not isinstance(ip, str) or not ip:
+        return None
+    if (pod.get("spec") or {}).get("hostNetwork") is True:
+        return None
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        if isinstance(c, dict) and c.get("name") == CONTAINER:
+            for port in c.get("ports") or []:
+                if isinstance(port, dict) and port.get("name") == pod_template.REPORT_PORT_NAME:
+                    host = f"[{ip}]" if ":" in ip else ip
+                    return f"http://{host}:{port.get('containerPort')}{path}"
+    return None

@@ -1,6 +1,9 @@
 """Writing the stop notices a sync asks for (`AnnotatePods`) onto the worker pods: one-annotation patches,
 every pod at once, alongside the status write (a notice is no part of the task's state, and for a stop
-Kueue starts every millisecond counts against its suspend).
+Kueue starts every millisecond counts against its suspend). Each notice is also pushed to the pod's
+launcher (POST on its report port), where it lands in milliseconds, well before the kubelet projects
+the annotation (`gangrun._worker.pod_notice`); a push that fails (a NetworkPolicy, a launcher not
+serving yet) leaves the annotation to tell the worker.
 
 When the same sync deletes a JobSet, every notice is on its pod before the delete; when Kueue stops
 the gang instead, nothing is ordered after the notices and the sync moves on, a failed one logged.
@@ -8,7 +11,9 @@ the gang instead, nothing is ordered after the notices and the sync moves on, a 
 
 from __future__ import annotations
 
+import http.client
 import logging
+import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -19,27 +24,44 @@ from gangrun._errors import NotFound
 
 log = logging.getLogger(__name__)
 FANOUT = 16  # pod patches of stop notices in flight at once
+# Pushes wait on the pods, not the API server: more at once, each cut short (a launcher on the cluster
+# network answers in milliseconds; an address nobody answers must not hold the next gang's pushes).
+PUSH_FANOUT, PUSH_TIMEOUT = 64, 0.5
 
 
 class StopNotices:
     def __init__(self, api: KubeApi) -> None:
         self.api = api
         self._pool = ThreadPoolExecutor(max_workers=FANOUT, thread_name_prefix="stop-notice")
+        self._pushes = ThreadPoolExecutor(max_workers=PUSH_FANOUT, thread_name_prefix="stop-notice-push")
 
     def write(self, namespace: str, actions: Sequence[Any]) -> list[Future[None]]:
-        """Start writing the notices of `actions`, every pod at once. A pod already gone needs none; any
-        other error surfaces from its future."""
+        """Start writing the notices of `actions`, every pod at once, the pushes first. A pod already gone
+        needs none; any other error of a patch surfaces from its future (a push's is only logged)."""
         def one(name: str, annotations: dict[str, str]) -> None:
             try:
                 self.api.patch(PODS, namespace, name, {"metadata": {"annotations": annotations}})
             except NotFound:
                 pass
 
-        return [self._pool.submit(one, name, a.annotations)
-                for a in actions if isinstance(a, AnnotatePods) for name in a.names]
+        notices = [a for a in actions if isinstance(a, AnnotatePods)]
+        for a in notices:  # first, and never waited for: a push lands in milliseconds or not at all
+            for url in a.urls:
+                self._pushes.submit(self.push, url, a.notice.encode())
+        return [self._pool.submit(one, name, a.annotations) for a in notices for name in a.names]
+
+    @staticmethod
+    def push(url: str, body: bytes) -> None:
+        request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=PUSH_TIMEOUT):
+                pass
+        except (OSError, ValueError, http.client.HTTPException) as e:  # urllib's own errors are OSErrors
+            log.debug("stop notice not pushed to %s: %s", url, e)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
+        self._pushes.shutdown(wait=False)
 
 
 def settle(notices: Sequence[Future[None]], *, before_delete: bool) -> None:

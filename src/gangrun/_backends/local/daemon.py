@@ -108,8 +108,10 @@ class Daemon:
         self.sel.unregister(fd)
         os.close(fd)
         self.orphans.exited(p.pid)
-        self.orphans.sweep()  # what it started in other sessions: its orphans are the daemon's now
-        operations.on_exit(self.ctl, task, attempt, rank, code, self.clock())
+        try:  # the gang first: its peers' stop (a restart) must not wait for a walk of /proc
+            operations.on_exit(self.ctl, task, attempt, rank, code, self.clock())
+        finally:
+            self.orphans.sweep()  # what it started in other sessions: its orphans are the daemon's now
 
     # -- the loop ------------------------------------------------------------------------------------
 
