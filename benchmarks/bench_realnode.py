@@ -113,13 +113,16 @@ class Processes:
         except OSError:
             return
         if m:
-            self.procs[pid] = {"uid": m.group(1), "argv": _argv(pid), "seen": now, "start": _start(pid), "exit": None}
+            self.procs[pid] = {"uid": m.group(1), "argv": _argv(pid), "seen": now, "start": _start(pid), "exit": None,
+                               "parent": realnode.parent_pid(pid)}
 
     def of(self, uid: str, role: str) -> dict[str, Any]:
-        """The pod's launcher or script process."""
-        for p in list(self.procs.values()):
-            launcher = "gangrun.launch" in p["argv"]
-            if p["uid"] == uid and "python" in " ".join(p["argv"]) and launcher == (role == "launcher"):
+        """The pod's launcher or script process. A Python script runs in a fork of the launcher, with the
+        launcher's command line: the script is the pod's Python process whose parent is the launcher."""
+        mine = {pid: p for pid, p in list(self.procs.items()) if p["uid"] == uid and "python" in " ".join(p["argv"])}
+        for p in mine.values():
+            launcher = "gangrun.launch" in p["argv"] and p["parent"] not in mine
+            if launcher == (role == "launcher"):
                 return p
         raise LookupError(f"no {role} process seen for pod {uid}")
 
