@@ -133,3 +133,25 @@ def test_b9_the_controller_keeps_only_a_node_s_cordon_and_taints() -> None:
     kept = c.ctl.nodes.get(("", "node-1"))
     assert kept is not None and "status" not in kept and kept["spec"]["unschedulable"] is True
 
+
+def test_b9_a_cordon_lifted_before_the_cache_saw_it_moves_no_worker() -> None:
+    """The node and pod watches are not ordered: a worker bound to a node just uncordoned can reach the
+    controller before the uncordon does. The node is read again before anyone is told or moved."""
+    c = Cluster()
+    for i in range(2):
+        c.api.put(NODES, node(f"node-{i}", cordoned=i == 1))
+    c.submit()
+    c.settle()
+    c.admit()
+    c.settle()
+    c.api.put(NODES, node("node-1"))  # uncordoned; the scheduler binds rank 1 there at once
+    for i in range(2):
+        c.api.put(PODS, pod_obj("train-1", i, node=f"node-{i}"))
+    c.ctl.pods.relist()  # only the pods' news has arrived
+    c.ctl.queue.add(("ml", "train"))
+    c.clock.advance(5)
+    while c.ctl.process_one(timeout=0):
+        pass
+    assert notice(c, 0) is None and notice(c, 1) is None and evictions(c) == []
+    kept = c.ctl.nodes.get(("", "node-1"))
+    assert kept is not None and not kept["spec"]["unschedulable"], kept

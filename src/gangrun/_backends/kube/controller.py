@@ -32,7 +32,8 @@ Reads come from the informer caches, except where a stale cache could cost an at
 * a JobSet missing from the cache after it was seen is read from the API server before the engine
   may call it deleted;
 * when the JobSet is suspended the Workload is listed from the API server (the JobSet and Workload
-  streams are not ordered, reference §3.3 race 2).
+  streams are not ordered);
+* a node the cache says is about to go for a worker is read again before the worker is told or moved.
 """
 
 from __future__ import annotations
@@ -202,8 +203,7 @@ class Controller:
         lookup = self._workloads_for(js)
         spec = spec_or_none(task)
         capacity = self._capacity(task, spec.queue, owned, lookup) if spec is not None and spec.elastic else None
-        nodes = {n: node for n in {adapter.node_name(p) for p in pods} - {""}
-                 if (node := self.nodes.get(("", n))) is not None}
+        nodes = self._nodes_of(pods)
         new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity,
                                         live=self.live.of(pods) if self.live is not None else None, nodes=nodes)
         actions = preemptor.name_in(actions, lookup.items,
@@ -255,6 +255,25 @@ class Controller:
             return None
         self.jobsets.upsert(obj)
         return obj
+
+    def _nodes_of(self, pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The Nodes the pods are on, by name. A node the cache says is about to go for one of them is read
+        again from the API server: the node and pod streams are not ordered, and a cordon or taint lifted
+        just before a pod was bound there, not yet seen, would move a gang that has just started."""
+        nodes: dict[str, dict[str, Any]] = {}
+        for pod in pods:
+            name = adapter.node_name(pod)
+            if not name or name in nodes or (node := self.nodes.get(("", name))) is None:
+                continue
+            if adapter.about_to_go(pod, {name: node}):
+                try:
+                    fresh = self.api.get(NODES, None, name)
+                except NotFound:
+                    continue
+                self.nodes.upsert(fresh)
+                node = adapter.node_kept(fresh)
+            nodes[name] = node
+        return nodes
 
     def _workloads_for(self, js: dict[str, Any] | None) -> WorkloadLookup:
         uid = adapter.uid(js) if js is not None else ""

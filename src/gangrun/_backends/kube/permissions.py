@@ -55,7 +55,7 @@ CONTROLLER: frozenset[Permission] = (
     | _on(LOCAL_QUEUES, "list", "watch") | _on(CLUSTER_QUEUES, "list", "watch")  # elastic gangs' free quota
     | _on(PODS, "list", "watch")  # readiness, failures, disruptions, checkpoints (termination messages)
     | _on(PODS, "patch")  # the stop notice annotation, before a gang is stopped
-    | _on(NODES, "list", "watch")  # which nodes are about to go (cordoned, tainted): NodeMaintenance
+    | _on(NODES, "list", "watch", "get")  # which nodes are about to go (cordoned, tainted): NodeMaintenance
     | _on(PODS, "create", sub=EVICTION)  # ... and their workers moved off them, as kubectl drain does
     | _on(EVENTS, "create")  # the task's timeline
     | _on(PODS, "get", sub="log")  # each ended worker pod's output, read once to be kept (logkeep.py)
