@@ -182,3 +182,18 @@ def test_b4_worker_failures_inside_the_eviction_window_do_not_end_the_attempt():
     d = decide(RESUME, evicting, observed(make_gang().ready().worker_failed().obj(), make_workload().preemption().obj()),
                now=at(11))
     assert d.action.kind is ActionKind.NONE
+
+
+def test_b5_a_gang_preempted_before_it_was_up_counts_its_eviction_once_when_the_workload_lags():
+    """Kueue readmits the Workload, then unsuspends the JobSet; the controller's two streams are not
+    ordered, so the JobSet running again can arrive while the Workload still reads Preempted. That is
+    the same eviction, not a new one: it closes when the Workload says readmitted, and counts once."""
+    s = state_in(Phase.INITIALIZING, "workers starting")
+    preempted_wl = make_workload().preemption().obj()
+    evicted = decide(RESUME, s, observed(make_gang().suspended().obj(), preempted_wl), now=at(10)).state
+    assert len(evicted.evictions) == 1 and evicted.eviction is not None
+    lagging = decide(RESUME, evicted, observed(make_gang().obj(), preempted_wl), now=at(40)).state
+    again = decide(RESUME, lagging, observed(make_gang().obj(), preempted_wl), now=at(41)).state
+    back = decide(RESUME, again, observed(make_gang().obj(), make_workload().readmitted().obj()), now=at(42)).state
+    assert len(back.evictions) == 1, back.evictions
+    assert back.eviction is None and back.evictions[0].readmitted_at == at(42)

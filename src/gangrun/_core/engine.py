@@ -117,7 +117,7 @@ def decide(policy: Policy, state: TaskState, obs: Observation, *, now: datetime)
     if state.started or gang.has_run:
         decision = _after_start(policy, state, gang, ev, now)
     else:
-        decision = _before_start(policy, state, obs, gang, now)
+        decision = _before_start(policy, state, obs, gang, ev, now)
     return _with_deadline(policy, decision)
 
 
@@ -275,7 +275,8 @@ def _taken_back(policy: Policy, state: TaskState, gang: Gang, ev: Eviction, now:
     return _end_by_eviction(policy, state, ev, kind=kind, message=message, now=now)
 
 
-def _before_start(policy: Policy, state: TaskState, obs: Observation, gang: Gang, now: datetime) -> Decision:
+def _before_start(policy: Policy, state: TaskState, obs: Observation, gang: Gang, ev: Eviction,
+                  now: datetime) -> Decision:
     held_phase = Phase.INITIALIZING if state.phase is Phase.INITIALIZING else Phase.WAITING_FOR_RESOURCES
     if gang.suspended:  # S3: a hold, not a failure
         queue = local_queue_missing(obs.workload)
@@ -288,7 +289,9 @@ def _before_start(policy: Policy, state: TaskState, obs: Observation, gang: Gang
         if why:
             reason += f": {_cap(why)}"
         return _report(state, held_phase, reason)
-    if state.eviction is not None:
+    if state.eviction is not None and ev.kind in NO_EVICTION:
+        # Readmitted once the Workload says so: a JobSet seen unsuspended before the Workload's news
+        # is the same eviction, and closing it then would count it twice (B5).
         state = state.with_readmitted(at=now)
     fatal = _fatal(policy, state, gang, now)
     if fatal is not None:
