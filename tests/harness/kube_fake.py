@@ -60,6 +60,7 @@ class FakeApi:
         self.compacted = 0
         self.calls: list[tuple[str, str, str]] = []  # (verb, plural, name)
         self.logs: dict[tuple[str, str], list[str]] = {}
+        self.followed: list[str] = []  # pods whose log was read with follow (to their container's end)
         self.dry_runs: list[tuple[str, dict[str, Any]]] = []
 
     # -- test controls ------------------------------------------------------------------------------
@@ -209,4 +210,6 @@ class FakeApi:
     def log_lines(self, namespace: str, pod: str, *, container: str | None = None,
                   follow: bool = False) -> Iterator[str]:
         self.calls.append(("log", "pods", pod))
+        if follow:
+            self.followed.append(pod)
         yield from self.logs.get((namespace, pod), [])

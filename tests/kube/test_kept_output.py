@@ -189,3 +189,42 @@ def test_a_write_that_conflicts_is_retried_from_the_newest_configmap_and_each_po
     data = c.api.obj(CONFIGMAPS, "ml", "train.gangrun-output")["data"]
     assert [(p.rank, t) for p, t in read(data, attempt=1)] == [(0, "rank 0 out"), (1, "rank 1 out")]
     assert sum(1 for v, _, _ in c.api.calls if v == "log") == 2
+
+
+def test_a_pod_being_deleted_is_followed_from_then_to_its_last_line_and_read_once() -> None:
+    """Its worker prints its last lines in the grace period; the kubelet removes the log file moments after
+    the pod is gone, so a read that waited for the container's end could find nothing."""
+    c = Cluster()
+    c.submit(failurePolicy={"resumeAfterPreemption": True})
+    c.settle()
+    c.admit()
+    running_gang(c, created=ts(T0))
+    c.api.logs[("ml", "train-1-workers-0-0-abcde")] = ["step 10", "stop requested: saved step 10"]
+    pod = c.api.obj(PODS, "ml", "train-1-workers-0-0-abcde")
+    pod["metadata"]["deletionTimestamp"] = ts(T0 + timedelta(seconds=30))
+    c.api.put(PODS, pod)
+    c.settle()
+    assert c.ctl.keeper is not None
+    c.ctl.keeper.wait()
+    assert c.api.followed == ["train-1-workers-0-0-abcde"]
+    c.api.put(PODS, ended(c.api.obj(PODS, "ml", "train-1-workers-0-0-abcde")))
+    c.api.remove(PODS, "ml", "train-1-workers-0-0-abcde")
+    c.settle()
+    c.ctl.keeper.wait()
+    assert sum(1 for v, _, _ in c.api.calls if v == "log") == 1
+    assert logs(c, rank=0, round=0) == ["step 10", "stop requested: saved step 10"]
+
+
+def test_the_kubelet_s_words_for_a_removed_log_are_not_kept_as_the_worker_s_output() -> None:
+    c = Cluster()
+    c.submit()
+    c.settle()
+    c.admit()
+    c.api.logs[("ml", "train-1-workers-0-0-abcde")] = [
+        'failed to try resolving symlinks in path "/var/log/pods/ml_train-1-workers-0-0-abcde_u/worker/0.log": '
+        "lstat /var/log/pods/ml_train-1-workers-0-0-abcde_u: no such file or directory"]
+    c.api.put(PODS, ended(pod_obj("train-1", 0), code=0))
+    c.settle()
+    assert c.ctl.keeper is not None
+    c.ctl.keeper.wait()
+    assert c.api.obj(CONFIGMAPS, "ml", "train.gangrun-output") is None

@@ -1,11 +1,13 @@
 """The controller's side of kept output: read each ended worker pod's log once, into `kept_output`.
 
 The pod informer hands every pod change to `Keeper.saw(pod)`. A pod whose worker container has
-terminated is read then: its whole output is there, and the pod still is. A pod deleted before its
-container was seen to end (a DELETED event first) is read at once too, while the kubelet may still
-serve it; its log may be gone already, which is then logged and let be. A pod being deleted whose
-container still runs (a preemption's grace period, in which a worker may print its last lines) is
-left until its container ends.
+terminated is read then: its whole output is there, and the pod still is. A pod being deleted whose
+worker still runs (a preemption's grace period, in which it prints its last lines) is followed from
+then on: the stream ends as the container does, and being open it outlasts the kubelet's removal of the
+log file, which comes moments after the pod is gone (a read that starts after it finds nothing). A pod
+deleted before either was seen (a DELETED event first) is read at once, while the kubelet may still
+serve it; its log may be gone already, which is then logged and let be: the kubelet's words for that
+("failed to try resolving symlinks in path ...") are never kept as the worker's output.
 
 Reads go to a pool of POOL threads (a log is a streamed GET that can take a while; the informer must
 not wait on it) and each pod is read once, by UID; writes to one task's ConfigMap are one at a time
@@ -31,6 +33,8 @@ from gangrun._errors import ApiError, Conflict, NotFound
 log = logging.getLogger(__name__)
 POOL = 16  # pods' logs read at once
 WRITE_TRIES = 5
+# How the kubelet answers for a container whose log file it has removed: as the log's text, not an error.
+LOG_GONE = ("failed to try resolving symlinks in path", "unable to retrieve container logs for")
 SEEN_MAX = 100_000  # UIDs remembered as kept or being kept; past it the ConfigMap's index says
 
 
@@ -49,7 +53,8 @@ class Keeper:
         md = pod.get("metadata") or {}
         uid = str(md.get("uid") or "")
         task = adapter.labels(pod).get(crd.TASK_LABEL)
-        if not uid or not task or not (deleted or _worker_ended(pod)):
+        ended, going = _worker_ended(pod), bool(md.get("deletionTimestamp"))
+        if not uid or not task or not (deleted or ended or going):
             return
         with self._lock:
             if uid in self._seen:
@@ -57,7 +62,7 @@ class Keeper:
             if len(self._seen) >= SEEN_MAX:
                 self._seen.clear()
             self._seen.add(uid)
-        future = self._pool.submit(self._keep_logged, pod)
+        future = self._pool.submit(self._keep_logged, pod, follow=going and not (deleted or ended))
         with self._lock:
             self._pending.add(future)
         future.add_done_callback(self._done)
@@ -75,16 +80,17 @@ class Keeper:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _keep_logged(self, pod: dict[str, Any]) -> None:
+    def _keep_logged(self, pod: dict[str, Any], *, follow: bool) -> None:
         try:
-            self.keep(pod)
+            self.keep(pod, follow=follow)
         except ApiError as e:
             log.info("output of pod %s not kept: %s", (pod.get("metadata") or {}).get("name"), e)
         except Exception:  # a thread of the pool: nothing above it would see the error
             log.exception("output of pod %s not kept", (pod.get("metadata") or {}).get("name"))
 
-    def keep(self, pod: dict[str, Any]) -> bool:
-        """Read the pod's log and add its tail to its task's ConfigMap; False if it was there already."""
+    def keep(self, pod: dict[str, Any], *, follow: bool = False) -> bool:
+        """Read the pod's log (`follow`: until its container ends) and add its tail to its task's ConfigMap;
+        False if it was there already, or the log is gone."""
         md = pod.get("metadata") or {}
         namespace, name, uid = str(md.get("namespace") or ""), str(md.get("name") or ""), str(md.get("uid") or "")
         labels = adapter.labels(pod)
@@ -96,7 +102,11 @@ class Keeper:
         if cm is not None and (not adapter.belongs_to(cm, task_uid) or kept_output.kept(cm.get("data"), uid)):
             return False  # kept already; or an earlier task's of the name, which the collector is deleting
         # Read outside the task's lock: a long log must not hold up the other pods of the gang.
-        text, cut = kept_output.tail(self.api.log_lines(namespace, name, container=pod_template.WORKER))
+        text, cut = kept_output.tail(self.api.log_lines(namespace, name, container=pod_template.WORKER,
+                                                        follow=follow))
+        if text.startswith(LOG_GONE):
+            log.info("output of pod %s not kept: the kubelet has removed it (%s)", name, text.splitlines()[0])
+            return False
         with self._lock:
             task_lock = self._task_locks.setdefault((namespace, task), threading.Lock())
         with task_lock:
