@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from gangrun._backends.kube.controller import REJECTED_EVENT
+from gangrun._backends.kube.leader import LEASE_DURATION, LEASE_NAME
 from tests.harness.addons import LOCAL_QUEUE, NODE_CPU
 from tests.harness.client import ApiError, Kube, Watch, condition, has_condition
 from tests.harness.controlplane import ControlPlane
@@ -75,18 +76,21 @@ def _try(fn):
 class ControllerProcess:
     """`gangrun controller` for one namespace; SIGKILL and restart at will."""
 
-    def __init__(self, cp: ControlPlane, ns: str, kubeconfig: Path | None = None, args: tuple[str, ...] = ()) -> None:
+    def __init__(self, cp: ControlPlane, ns: str, kubeconfig: Path | None = None, args: tuple[str, ...] = (),
+                 *, identity: str = "") -> None:
         self.cp, self.ns = cp, ns
         self.kubeconfig = kubeconfig or cp.kubeconfig
         self.args = args  # more `gangrun controller` flags
+        self.identity = identity  # given one, it leads only while it holds the Lease in the test's namespace
         self.runs: list[Component] = []
         self.current: Component | None = None
 
     def start(self) -> ControllerProcess:
         assert self.current is None
         argv = [sys.executable, "-m", "gangrun", "controller", "--kubeconfig", str(self.kubeconfig),
-                "--namespace", self.ns, "--no-leader-election", "--metrics-port", "0", "--health-port", "0",
-                *self.args]
+                "--namespace", self.ns, "--metrics-port", "0", "--health-port", "0", *self.args,
+                *(["--lease-namespace", self.ns, "--identity", self.identity] if self.identity
+                  else ["--no-leader-election"])]
         env = {"KUBECONFIG": str(self.kubeconfig), "PYTHONPATH": str(REPO / "src"),
                "PYTHONUNBUFFERED": "1"}
         self.current = self.cp.spawn(f"gangrun-controller-{self.ns}-{len(self.runs)}", argv, env=env)
@@ -482,3 +486,72 @@ def test_the_preempted_event_names_the_preemptor(env) -> None:
 
     [event] = kube.wait_for("the Preempted event", preempted, timeout=TIMEOUT, interval=0.2)
     assert event["message"].startswith("preempted by Job urgent; " + PREEMPTED_PREFIX), event["message"]
+
+
+class Replicas:
+    """Two `gangrun controller` processes electing a leader through one Lease."""
+
+    def __init__(self, env) -> None:
+        cp, ns, _rec, controllers = env
+        self.kube, self.ns = cp.kube, ns
+        self.by_identity = {i: ControllerProcess(cp, ns, identity=i).start() for i in ("replica-a", "replica-b")}
+        controllers.extend(self.by_identity.values())
+
+    def check(self) -> None:
+        for c in self.by_identity.values():
+            c.check()
+
+    def holder(self) -> str:
+        try:
+            lease = self.kube.get("Lease", LEASE_NAME, self.ns)
+        except ApiError:
+            return ""
+        return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+    def leader(self) -> str:
+        return str(self.kube.wait_for("a replica leading", lambda: self.holder() in self.by_identity
+                                      and self.holder(), timeout=TIMEOUT, interval=0.1))
+
+    def other(self, identity: str) -> str:
+        return next(i for i in self.by_identity if i != identity)
+
+
+def test_two_replicas_hand_over_when_the_leader_dies_and_when_it_stops(env) -> None:
+    """Two controllers, one Lease. The leader is SIGKILLed as Kueue preempts the gang: the standby leads once
+    the dead one's Lease has expired and finds the gang waiting on its attempt. The killed one comes back as
+    the standby; then the new leader is stopped (SIGTERM) as the gang is readmitted: it gives the Lease up,
+    and the other leads within its retry period. One JobSet, one eviction, no retry, attempt 1."""
+    cp, ns, rec, _ = env
+    kube, name = cp.kube, "train"
+    replicas = Replicas(env)
+    first = replicas.leader()
+    create_task(kube, ns, name, resume=True, retries=0)
+    wait_status(kube, ns, name, is_running, "Running", replicas)
+
+    t0 = time.monotonic()
+    replicas.by_identity[first].kill()
+    preempt(kube, ns)
+    s = wait_status(kube, ns, name, is_waiting_for_readmission, "preempted, seen by the standby", replicas)
+    killed_to_waiting = time.monotonic() - t0
+    second = replicas.leader()
+    assert second == replicas.other(first) and s["attempt"] == 1, (second, s)
+    replicas.by_identity[first].start()
+
+    t1 = time.monotonic()
+    replicas.by_identity[second].stop()
+    third = str(kube.wait_for("the standby leading", lambda: replicas.holder() == first and first,
+                              timeout=TIMEOUT, interval=0.05))
+    stopped_to_leading = time.monotonic() - t1
+    finish_preemptor(kube, ns)
+    wait_status(kube, ns, name, lambda s: s.get("reason") == "running (restart attempt 0)"
+                and not s.get("eviction"), "readmitted, seen by the first replica again", replicas)
+    finish_task(kube, ns, name, 1)
+    s = wait_status(kube, ns, name, lambda s: s.get("phase") == "Succeeded", "Succeeded", replicas)
+    assert third == first
+    assert (s["attempt"], s["userRetriesUsed"], s["systemRetriesUsed"]) == (1, 0, 0), s
+    assert [e["kind"] for e in s["evictions"]] == ["Preempted"], s["evictions"]
+    rec.assert_one_per_attempt(1)
+    print(f"\nleader SIGKILLed -> the standby has the preempted gang waiting: {killed_to_waiting:.1f} s; "
+          f"leader stopped -> the standby leads: {stopped_to_leading:.2f} s")
+    # A Lease not given up would hold the standby off for its whole duration after the last renewal.
+    assert stopped_to_leading < LEASE_DURATION, stopped_to_leading

@@ -22,6 +22,7 @@ from gangrun._errors import ApiError, NotFound
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "gangrun-controller"
+LEASE_DURATION = 15.0  # seconds a standby waits after the leader's last renewal, unless it gives the Lease up
 
 
 def _micro(t: datetime) -> str:  # MicroTime
@@ -30,7 +31,7 @@ def _micro(t: datetime) -> str:  # MicroTime
 
 class LeaderElector:
     def __init__(self, api: KubeApi, *, namespace: str, identity: str, name: str = LEASE_NAME,
-                 lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0,
+                 lease_duration: float = LEASE_DURATION, renew_deadline: float = 10.0, retry_period: float = 2.0,
                  clock: Clock = system_clock) -> None:
         self.api: KubeApi = Scoped(api, LEADER_ELECTION)  # the Role in its own namespace, and nothing else
         self.namespace, self.identity, self.name = namespace, identity, name
