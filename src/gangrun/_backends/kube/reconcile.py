@@ -221,16 +221,21 @@ def _notice(n: lifecycle.Notice, pods: Sequence[dict[str, Any]]) -> list[Action]
         md = pod.get("metadata") or {}
         if (pod.get("status") or {}).get("phase") not in LIVE_PHASES or not md.get("name"):
             continue
-        try:
-            old = json.loads((md.get("annotations") or {}).get(crd.STOP_NOTICE_ANNOTATION) or "{}")
-        except ValueError:
-            old = {}
-        if not stop_causes.replaces(old.get("cause") if isinstance(old, dict) else None, cause):
+        if not stop_causes.replaces(_told(md).get("cause"), cause):
             continue  # told already (a new deadline for the same stop would only move it later)
         names.append(md["name"])
         if (url := report_url(pod, wenv.NOTICE_PATH)) is not None:
             urls.append(url)
     return [AnnotatePods(names=tuple(sorted(names)), notice=notice, urls=tuple(sorted(urls)))] if names else []
+
+
+def _told(md: dict[str, Any]) -> dict[str, Any]:
+    """The stop notice a pod's metadata carries ({} for none, or one that is not a JSON object)."""
+    try:
+        told = json.loads((md.get("annotations") or {}).get(crd.STOP_NOTICE_ANNOTATION) or "{}")
+    except ValueError:
+        return {}
+    return told if isinstance(told, dict) else {}
 
 
 def _move(pods: Sequence[dict[str, Any]], js: dict[str, Any] | None, nodes: adapter.Nodes, grace: timedelta, *,
@@ -245,12 +250,9 @@ def _move(pods: Sequence[dict[str, Any]], js: dict[str, Any] | None, nodes: adap
         md = pod.get("metadata") or {}
         if (pod.get("status") or {}).get("phase") not in LIVE_PHASES or md.get("deletionTimestamp"):
             continue
-        try:
-            told = json.loads((md.get("annotations") or {}).get(crd.STOP_NOTICE_ANNOTATION) or "{}")
-        except ValueError:
-            told = {}
-        if not isinstance(told, dict) or told.get("cause") != stop_causes.NODE_MAINTENANCE \
-                or not isinstance(deadline := told.get("deadline"), int | float):
+        told = _told(md)
+        deadline = told.get("deadline")
+        if told.get("cause") != stop_causes.NODE_MAINTENANCE or not isinstance(deadline, int | float):
             return []  # not told yet: its notice is being written, and that change brings the task back
         written.append(datetime.fromtimestamp(deadline, now.tzinfo) - grace)
     ready = max(written, default=now) + SETTLE
