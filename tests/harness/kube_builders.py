@@ -201,6 +201,15 @@ def disrupted(pod: dict[str, Any], reason: str = jobset.DISRUPTION_EVICTION_API,
     return pod
 
 
+def restarting_for_disruption(js: dict[str, Any]) -> dict[str, Any]:
+    """A JobSet object (as read from the API) as JobSet leaves it when gangrun's disruption rule restarts the
+    gang: restart 1, not counted toward maxRestarts, RestartingJobSet=True. Changed in place and returned."""
+    js["status"].update(restarts=1, restartsCountTowardsMax=0, conditions=[
+        {"type": "RestartingJobSet", "status": "True", "reason": "FailurePolicy_restartOnDisruption",
+         "message": "applying RestartJobSetAndIgnoreMaxRestarts failure policy action (first failed job: x)"}])
+    return js
+
+
 def terminated(pod: dict[str, Any], *, code: int = 0, message: str = "", t: datetime = T0) -> dict[str, Any]:
     """The pod after its worker container exited, leaving `message` as its termination message."""
     pod = copy.deepcopy(pod)

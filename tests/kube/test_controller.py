@@ -27,6 +27,7 @@ from tests.harness.kube_builders import (
     jobset_obj,
     manifest,
     pod_obj,
+    restarting_for_disruption,
     task_spec,
     terminated,
     workload_obj,
@@ -481,10 +482,7 @@ def test_a_pod_that_is_gone_before_a_sync_saw_it_still_counts_its_checkpoint_and
     c.api.remove(PODS, "ml", "train-1-workers-0-1-abcde")  # ...and the delete, before any sync ran
     c.settle()  # syncs while JobSet has not restarted yet: the disruption is not in the status yet
     assert c.ctl._tombstones and not c.status().get("disruptions")
-    js = c.js()
-    js["status"].update(restarts=1, restartsCountTowardsMax=0, conditions=[
-        {"type": "RestartingJobSet", "status": "True", "reason": "FailurePolicy_restartOnDisruption",
-         "message": "applying RestartJobSetAndIgnoreMaxRestarts failure policy action (first failed job: x)"}])
+    js = restarting_for_disruption(c.js())
     c.api.put(JOBSETS, js)
     c.settle()
     s = c.status()

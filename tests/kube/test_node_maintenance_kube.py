@@ -10,7 +10,7 @@ from gangrun._backends.kube import crd
 from gangrun._backends.kube.client import JOBSETS, NODES, PODS
 from gangrun._backends.kube.reconcile import SETTLE
 from gangrun._core import stop_causes
-from tests.harness.kube_builders import disrupted, pod_obj
+from tests.harness.kube_builders import disrupted, pod_obj, restarting_for_disruption
 from tests.kube.test_controller import Cluster
 
 POD = "train-1-workers-0-{}-abcde"
@@ -66,10 +66,7 @@ def test_b9_a_cordoned_node_tells_every_worker_node_maintenance_then_evicts_its_
     c.api.put(PODS, disrupted(pod_obj("train-1", 1, node="node-1"), message="Eviction API: evicting"))
     c.settle()
     assert notice(c, 0)["cause"] == stop_causes.NODE_MAINTENANCE  # type: ignore[index]  # not NodeDisruption
-    js = c.js()
-    js["status"].update(restarts=1, restartsCountTowardsMax=0, conditions=[
-        {"type": "RestartingJobSet", "status": "True", "reason": "FailurePolicy_restartOnDisruption",
-         "message": "applying RestartJobSetAndIgnoreMaxRestarts failure policy action (first failed job: x)"}])
+    js = restarting_for_disruption(c.js())
     c.api.put(JOBSETS, js)
     c.settle()
     for i in range(2):
