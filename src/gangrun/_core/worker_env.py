@@ -81,6 +81,11 @@ REPORT_PORT = "GANGRUN_REPORT_PORT"  # Kubernetes only: where the launcher serve
 # with the notices the controller POSTs to NOTICE_PATH on REPORT_PORT
 STOP_ANNOTATION_FILE = "GANGRUN_STOP_ANNOTATION_FILE"
 NOTICE_PATH = "/stop-notice"
+# Kubernetes only, with failurePolicy.restartStrategy InPlace: how long (seconds) a failed worker's launcher
+# waits for the controller's order to restart in place (POST RESTART_PATH) before it ends its pod; GET
+# READY_PATH is the pod's readiness probe (503 while it waits), GET ROUND_PATH its round and failure
+IN_PLACE_WAIT = "GANGRUN_IN_PLACE_WAIT"
+READY_PATH, ROUND_PATH, RESTART_PATH = "/ready", "/round", "/restart"
 
 GANG_VARS = (GANGRUN_TASK, GANGRUN_ATTEMPT, GANGRUN_GANG, NNODES, NPROC_PER_NODE, LOCAL_WORLD_SIZE, WORLD_SIZE,
              MASTER_ADDR, MASTER_PORT, CHECKPOINT_PATH, PREV_CHECKPOINT_PATH, RESUME_FROM, STOP_FILE, EVENTS_FILE,
@@ -88,7 +93,8 @@ GANG_VARS = (GANGRUN_TASK, GANGRUN_ATTEMPT, GANGRUN_GANG, NNODES, NPROC_PER_NODE
 PROCESS_VARS = (NODE_RANK, GROUP_RANK, RANK, LOCAL_RANK, RESTART_ATTEMPT, RUN_ID, GANGRUN_START)
 # Names no manifest may set: gangrun gives them to every worker. CUDA_VISIBLE_DEVICES is not among
 # them: a gang without GPUs keeps whatever the user sets.
-RESERVED = frozenset(GANG_VARS + PROCESS_VARS + (POD_NAMESPACE, TERMINATION_LOG, REPORT_PORT, STOP_ANNOTATION_FILE))
+RESERVED = frozenset(GANG_VARS + PROCESS_VARS + (POD_NAMESPACE, TERMINATION_LOG, REPORT_PORT, STOP_ANNOTATION_FILE,
+                                                IN_PLACE_WAIT))
 
 DEFAULT_MASTER_PORT = 29500
 

@@ -32,7 +32,13 @@ Every worker pod of a gang runs it (the JobSet's container command, see `render.
 6. in a pod when the command ends: writes the same report into the termination message
    (`gangrun._checkpoint_report`), and turns an exit 0 after a SIGTERM into 143, because a worker
    that was stopped has not finished the task: a drained pod that exits 0 would read as a completed
-   index to its Job.
+   index to its Job;
+7. with `failurePolicy.restartStrategy: InPlace` (GANGRUN_IN_PLACE_WAIT set): serves from its start on
+   every node, for the pod's readiness probe; a worker that fails leaves the pod running, NotReady, until
+   the controller orders the next round (POST /restart): then, and on a running worker's node after it
+   was stopped for the order, it runs the command again in the same pod with the new round's restart
+   attempt, rendezvous id and start id (`gangrun._worker.in_place`). Told nothing in time, it leaves
+   with the worker's code and JobSet recreates the gang.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from typing import Protocol
 from gangrun._core import worker_env as wenv
 from gangrun._core.exit_status import exit_status
 from gangrun._worker.forked_python import PythonCommand, Waiting, python_command
+from gangrun._worker.in_place import Order, Rounds
 from gangrun._worker.live_report import START_PATH, EventsTail, serve
 from gangrun._worker.pod_notice import PodNotice
 
@@ -112,15 +119,28 @@ LINGER = 30.0
 class StartServer:
     """What the first node serves on GET /start: this start's id with the gang and restart round it
     belongs to, so that another gang's or an older round's launcher is never taken for it. It counts
-    the nodes it answered (`?node=N`), once each answer is sent."""
+    the nodes it answered (`?node=N`), once each answer is sent. An in-place restart gives it the next
+    round's start (`next_round`); while the round changes (`pause`) it answers nothing."""
 
     def __init__(self, env: Mapping[str, str], start: str) -> None:
-        self._text = json.dumps({"start": start, "gang": _gang(env), "restart": _whole(env, wenv.RESTART_ATTEMPT, 0)})
+        self._gang = _gang(env)
+        self._text: str | None = None
         self._asked: set[str] = set()
         self._changed = threading.Condition()
+        self.next_round(_whole(env, wenv.RESTART_ATTEMPT, 0), start)
+
+    def next_round(self, restart: int, start: str) -> None:
+        with self._changed:
+            self._text = json.dumps({"start": start, "gang": self._gang, "restart": restart})
+            self._asked = set()
+
+    def pause(self) -> None:
+        with self._changed:
+            self._text = None
 
     def answer(self, query: str = "") -> str | None:
-        return None if STOPPING.is_set() else self._text
+        with self._changed:
+            return None if STOPPING.is_set() else self._text
 
     def answered(self, query: str) -> None:
         with self._changed:
@@ -191,13 +211,16 @@ class _Child(Protocol):
 
 
 def _run_forwarding(argv: list[str], env: dict[str, str], *, started: Callable[[], object] = lambda: None,
-                    stopping: Callable[[], object] = lambda: None) -> tuple[int, bool]:
+                    stopping: Callable[[], object] = lambda: None,
+                    child_started: Callable[[_Child], object] = lambda _: None) -> tuple[int, bool]:
     """Run `argv` as a child, forwarding SIGTERM/SIGINT. Returns (exit code, whether a stop came)."""
-    return _forwarding(lambda: subprocess.Popen(argv, env=env), started=started, stopping=stopping)
+    return _forwarding(lambda: subprocess.Popen(argv, env=env), started=started, stopping=stopping,
+                       child_started=child_started)
 
 
 def _forwarding(start: Callable[[], _Child], *, started: Callable[[], object] = lambda: None,
-                stopping: Callable[[], object] = lambda: None) -> tuple[int, bool]:
+                stopping: Callable[[], object] = lambda: None,
+                child_started: Callable[[_Child], object] = lambda _: None) -> tuple[int, bool]:
     """Start a child (a subprocess, or the forked copy told to go), forwarding SIGTERM/SIGINT to it;
     `started` runs once it is started, `stopping` before a signal is forwarded (the stop notice is then
     in place). The handlers come first: a stop that comes while the child starts reaches it once it
@@ -222,6 +245,7 @@ def _forwarding(start: Callable[[], _Child], *, started: Callable[[], object] = 
     for signum in early:
         child.send_signal(signum)
     started()
+    child_started(child)
     return exit_status(child.wait()), stopped
 
 
@@ -263,6 +287,41 @@ def _fork_for(args: Sequence[str], env: Mapping[str, str]) -> Waiting | None:
     return Waiting.fork(command)
 
 
+def _stop_for_order(child: _Child, notice: PodNotice | None, starts: StartServer | None,
+                    env: Mapping[str, str]) -> Callable[[Order], None]:
+    """How a running worker is stopped for an in-place restart: its stop notice in place, SIGTERM, and
+    SIGKILL at the notice's deadline (or after the grace period) if it is still there."""
+    def stop(order: Order) -> None:
+        if notice is not None and order.notice is not None:
+            notice.pushed(json.dumps(order.notice).encode())
+        if starts is not None:
+            starts.pause()  # a restarting node must not take this round's start id for the next one's
+        deadline = (order.notice or {}).get("deadline")
+        grace = (deadline - time.time() if isinstance(deadline, int | float)
+                 else float(env.get(wenv.GRACE_PERIOD) or wenv.DEFAULT_GRACE_SECONDS))
+        child.send_signal(signal.SIGTERM)
+        kill = threading.Timer(max(grace, 0.0), child.send_signal, (signal.SIGKILL,))
+        kill.daemon = True  # `send_signal` does nothing once the worker was waited for
+        kill.start()
+
+    return stop
+
+
+def _round_env(base: Mapping[str, str], restart: int, *, starts: StartServer | None, master: str, port: int,
+               timeout: float) -> dict[str, str]:
+    """The worker's environment for in-place round `restart`: a new rendezvous id and a new start id, minted
+    by the first node's launcher (served for the others) and asked of it by the others."""
+    env = {**base, wenv.RESTART_ATTEMPT: str(restart)}
+    env.pop(wenv.GANGRUN_START, None)
+    if _node_rank(base) == 0 or _whole(base, wenv.NNODES, 1) == 1:
+        start = wenv.new_start()
+        if starts is not None:
+            starts.next_round(restart, start)
+    else:
+        start = fetch_start(env, host=master, port=port, timeout=timeout)
+    return worker_environment(env, start=start)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--" in args:
@@ -287,12 +346,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     starts = StartServer(base, start) if first and multi and port else None
     stop_file, annotation = base.get(wenv.STOP_FILE), base.get(wenv.STOP_ANNOTATION_FILE)
     notice = PodNotice(stop_file, annotation) if in_pod and stop_file and annotation else None
+    wait = float(base.get(wenv.IN_PLACE_WAIT) or 0) if in_pod and port else 0.0
+    rounds = Rounds(_whole(base, wenv.RESTART_ATTEMPT, 0), stopping=STOPPING) if wait > 0 else None
 
     def report() -> None:
-        if port and (tail is not None or starts is not None or notice is not None):
-            serve(port, tail, starts, notice)
+        if port and (tail is not None or starts is not None or notice is not None or rounds is not None):
+            serve(port, tail, starts, notice, rounds)
 
-    if starts is not None:  # the other nodes ask for the start id as soon as they can
+    if starts is not None or rounds is not None:  # asked for the start id, or probed for readiness, at once
         report()
     if master and multi:
         try:
@@ -310,13 +371,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             # The live report for the controller's poll starts once the worker has (a poll comes every
             # few seconds; the worker is the one waited for).
-            later = (lambda: None) if starts is not None else report
+            later = (lambda: None) if starts is not None or rounds is not None else report
             stopping = notice.at_stop if notice is not None else (lambda: None)
-            code, stopped = (_forwarding(lambda: forked.go(env), started=later, stopping=stopping) if forked is not None
-                             else _run_forwarding(argv_, env, started=later, stopping=stopping))
+            told = (lambda child: rounds.running(_stop_for_order(child, notice, starts, base))) if rounds else None
+            code, stopped = (_forwarding(lambda: forked.go(env), started=later, stopping=stopping,
+                                         child_started=told or (lambda _: None)) if forked is not None
+                             else _run_forwarding(argv_, env, started=later, stopping=stopping,
+                                                  child_started=told or (lambda _: None)))
+            while rounds is not None and told is not None and not stopped:
+                order = rounds.ended(code, wait=wait)
+                if order is None:
+                    break
+                if notice is not None:
+                    notice.clear()
+                env = _round_env(base, order.restart, starts=starts, master=master, port=port, timeout=timeout)
+                argv_ = torchrun_argv(env, args) if _whole(env, wenv.NPROC_PER_NODE, 1) > 1 else args
+                code, stopped = _run_forwarding(argv_, env, stopping=stopping, child_started=told)
+            stopped = stopped or STOPPING.is_set()  # a stop that came while a failed worker waited
         except OSError as e:
             print(f"gangrun.launch: cannot run {argv_[0]}: {e.strerror}", file=sys.stderr)
             return 127
+        except TimeoutError as e:  # the first node's launcher did not say the next round's start id
+            print(f"gangrun.launch: {e}", file=sys.stderr)
+            return EXIT_DNS
         if starts is not None and not stopped:  # nodes still starting must learn this start's id
             starts.wait_asked(_whole(env, wenv.NNODES, 1) - 1, timeout=LINGER)
         write_report(env, tail)

@@ -11,7 +11,9 @@ without reading the checkpoint store and without the workers needing any access 
                                first node's launcher: this start's id, for the other nodes' launchers),
                                then telling `start.answered(query)`, and every other GET with tail.text();
                                a POST /stop-notice (the controller's push of the stop notice, ahead of the
-                               pod annotation's file) goes to `notice.pushed(body)` (`pod_notice.py`)
+                               pod annotation's file) goes to `notice.pushed(body)` (`pod_notice.py`);
+                               with `rounds` (an in-place restart, `in_place.py`): GET /ready (503 while
+                               a failed worker waits), GET /round and POST /restart
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ class NoticeTaker(Protocol):
         ...
 
 
+class RoundTaker(Protocol):
+    def ready(self) -> bool: ...
+
+    def report(self) -> str: ...
+
+    def ordered(self, body: bytes) -> bool: ...
+
+
 class StartAnswer(Protocol):
     def answer(self, query: str) -> str | None:
         """The body for GET /start?`query`; None: 503 (stopping)."""
@@ -73,7 +83,7 @@ class StartAnswer(Protocol):
 
 
 def serve(port: int, tail: EventsTail | None, start: StartAnswer | None = None,
-          notice: NoticeTaker | None = None) -> ThreadingHTTPServer | None:
+          notice: NoticeTaker | None = None, rounds: RoundTaker | None = None) -> ThreadingHTTPServer | None:
     """Answer GET on `port` with the report (and GET /start?QUERY with `start`'s answer, 503 while it is
     None), POST /stop-notice with `notice`; None (and a line on stderr) when the port is taken.
     http.server is imported here, not by the launcher's start: a worker that has no first node's start
@@ -86,12 +96,14 @@ def serve(port: int, tail: EventsTail | None, start: StartAnswer | None = None,
                 size = int(self.headers.get("Content-Length") or -1)
             except ValueError:
                 size = -1
-            if self.path != wenv.NOTICE_PATH or notice is None:
+            take = {wenv.NOTICE_PATH: notice.pushed if notice is not None else None,
+                    wenv.RESTART_PATH: rounds.ordered if rounds is not None else None}.get(self.path)
+            if take is None:
                 status = 404
             elif not 0 <= size <= NOTICE_LIMIT:
                 status = 411 if size < 0 else 413
             else:
-                status = 204 if notice.pushed(self.rfile.read(size)) else 400
+                status = 204 if take(self.rfile.read(size)) else 400
             self.send_response(status)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -102,6 +114,10 @@ def serve(port: int, tail: EventsTail | None, start: StartAnswer | None = None,
             if path == START_PATH and start is not None:
                 text = start.answer(query)
                 body, status = (text.encode(), 200) if text is not None else (b"stopping", 503)
+            elif path == wenv.READY_PATH and rounds is not None:
+                body, status = (b"ready", 200) if rounds.ready() else (b"worker failed", 503)
+            elif path == wenv.ROUND_PATH and rounds is not None:
+                body, status = rounds.report().encode(), 200
             elif tail is not None:
                 body, status = tail.text().encode(), 200
             else:

@@ -13,6 +13,7 @@ SIGTERM (`gangrun._ckpt.notice`):
     PodNotice(path, annotation)
       .pushed(body) -> bool   a POSTed notice, written (atomically) when it replaces what is there
                               (`stop_causes.replaces`); False for a body that is not a notice
+      .clear()                a new round of an in-place restart: no notice yet (the file goes)
       .at_stop()              at SIGTERM, before it is forwarded: the annotation's notice, unless it is
                               one the controller pushed already (an older one is projected late) or the
                               one there replaces it
@@ -56,6 +57,14 @@ class PodNotice:
             self._pushed.append(notice)
             self._offer(notice)
         return True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._current = None
+            try:
+                os.unlink(self._path)
+            except OSError:
+                pass
 
     def at_stop(self) -> None:
         try:
