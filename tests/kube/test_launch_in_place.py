@@ -98,7 +98,8 @@ def test_a_failed_worker_s_launcher_keeps_its_pod_and_runs_the_next_round_when_t
     first = _line(proc)
     assert first[:3] == ["round", "0", "t-a1-0"]
     _until(lambda: _get(f"{base}/ready")[0] == 503)  # the pod's readiness probe fails: the controller sees it
-    assert json.loads(_get(f"{base}/round")[1]) == {"restart": 0, "failed": 3}
+    report = json.loads(_get(f"{base}/round")[1])
+    assert (report["restart"], report["failed"]) == (0, 3) and abs(report["at"] - time.time()) < 30
     assert _order(base, {"restart": 1, "notice": {"cause": "Restart", "message": "m", "deadline": None}}) == 204
     second = _line(proc)
     assert second[:3] == ["round", "1", "t-a1-1"]  # a new rendezvous id ...
@@ -194,7 +195,7 @@ def test_a_failed_round_waits_for_the_order_and_is_ready_again_once_it_comes() -
     waiter = threading.Thread(target=lambda: got.append(rounds.ended(1, wait=30)))
     waiter.start()
     _until(lambda: not rounds.ready())
-    assert json.loads(rounds.report()) == {"restart": 0, "failed": 1}
+    assert json.loads(rounds.report())["failed"] == 1
     rounds.ordered(b'{"restart": 1}')
     waiter.join(timeout=5)
     assert got == [Order(restart=1)] and rounds.ready() and json.loads(rounds.report())["failed"] is None

@@ -78,11 +78,18 @@ class Resources:
     gpu: int = 0
 
 
+IN_PLACE, RECREATE = "InPlace", "Recreate"
+RESTART_STRATEGIES = (IN_PLACE, RECREATE)
+
+
 @dataclass(frozen=True, kw_only=True)
 class FailurePolicy:
     max_restarts: int = 0
     resume_after_preemption: bool = False
     restart_on_disruption: bool = True  # a worker lost to a node disruption restarts the gang, uncounted
+    # How a whole-gang restart for a failed worker restarts it: InPlace, the surviving workers in their
+    # pods (Kubernetes; the local backend's workers are processes either way), or Recreate, every pod anew
+    restart_strategy: str = IN_PLACE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,7 +169,8 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
                               "priorityClass", "checkpoint", "terminationGracePeriod", "podTemplate", "shmSize",
                               "gpuResource", "minNodes", "resizeCooldown"})
     fp = mapping(spec, "failurePolicy", "spec.failurePolicy", default={})
-    no_unknown(fp, "spec.failurePolicy", {"maxRestarts", "resumeAfterPreemption", "restartOnDisruption"})
+    no_unknown(fp, "spec.failurePolicy", {"maxRestarts", "resumeAfterPreemption", "restartOnDisruption",
+                                          "restartStrategy"})
     ck = mapping(spec, "checkpoint", "spec.checkpoint", default={})
     no_unknown(ck, "spec.checkpoint", {"uri", "resumeFrom"})
     queue = spec.get("queue", "default")
@@ -204,6 +212,7 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
             resume_after_preemption=bool_field(fp, "resumeAfterPreemption", "spec.failurePolicy.resumeAfterPreemption"),
             restart_on_disruption=bool_field(fp, "restartOnDisruption", "spec.failurePolicy.restartOnDisruption",
                                              default=True),
+            restart_strategy=_restart_strategy(fp),
         ),
         queue=queue,
         priority_class=priority,
@@ -221,6 +230,13 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
 
 
 # -- the manifest's own fields: each names the field in its error ----------------------------------
+
+
+def _restart_strategy(fp: dict[str, Any]) -> str:
+    strategy = fp.get("restartStrategy", IN_PLACE)
+    if strategy not in RESTART_STRATEGIES:
+        raise SpecError("spec.failurePolicy.restartStrategy", f"must be InPlace or Recreate, got {clip(strategy)}")
+    return str(strategy)
 
 
 def _min_nodes(spec: dict[str, Any], nodes: int) -> int:

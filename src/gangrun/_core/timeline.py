@@ -32,6 +32,7 @@ class EventType(StrEnum):
     READMITTED = "Readmitted"
     CHECKPOINT = "CheckpointCommitted"
     RESTARTED = "GangRestarted"
+    RESTARTING = "GangRestarting"  # a worker failed and the gang restarts: in place, or by recreating its pods (data)
     RESIZED = "Resized"  # an elastic gang runs at another size from now on (data: from, to, of)
     DISRUPTED = "WorkerDisrupted"  # a worker lost to a node disruption: the gang restarts, charged to no budget
     ATTEMPT_ENDED = "AttemptEnded"

@@ -9,7 +9,7 @@ N (the gang's restart count after this restart) with the stop notice of the rest
       .ready() -> bool         GET /ready: False (503) while a failed worker waits for the order; the
                                pod's readiness probe turns that into Ready=False, which the controller
                                watches
-      .report() -> str         GET /round: {"restart": N, "failed": exit code or null}
+      .report() -> str         GET /round: {"restart": N, "failed": exit code or null, "at": when (epoch s)}
       .ordered(body) -> bool   POST /restart {"restart": N, "notice": {...}, "recreate": false}: an
                                order for a later round. A running worker is stopped for it (`running`'s
                                stop: the notice written, SIGTERM, SIGKILL at its deadline); a failed
@@ -68,6 +68,7 @@ class Rounds:
     def __init__(self, restart: int, *, stopping: threading.Event) -> None:
         self.restart = restart
         self.failed: int | None = None
+        self._failed_at = 0.0
         self._order: Order | None = None
         self._stop: Callable[[Order], object] | None = None
         self._stopping = stopping
@@ -79,7 +80,8 @@ class Rounds:
 
     def report(self) -> str:
         with self._changed:
-            return json.dumps({"restart": self.restart, "failed": self.failed})
+            at = round(self._failed_at, 3) if self.failed is not None else None
+            return json.dumps({"restart": self.restart, "failed": self.failed, "at": at})
 
     def ordered(self, body: bytes) -> bool:
         order = parse(body)
@@ -107,7 +109,7 @@ class Rounds:
         with self._changed:
             self._stop = None
             if self._order is None and code != 0:
-                self.failed = code
+                self.failed, self._failed_at = code, time.time()
                 deadline = now() + wait
                 while self._order is None and not self._stopping.is_set() and now() < deadline:
                     self._changed.wait(timeout=min(LOOK, max(deadline - now(), 0.0)))

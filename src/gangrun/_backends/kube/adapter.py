@@ -186,6 +186,11 @@ def of_jobset(pods: Iterable[Any], js: Any) -> list[dict[str, Any]]:
     return pods if not name else [p for p in pods if labels(p).get(jobset.JOBSET_NAME_KEY, name) == name]
 
 
+def restarts_of(obj: Any) -> int:
+    """A JobSet's own whole-gang restarts (status.restarts); 0 for none or no JobSet."""
+    return max(_int(_get(obj, "status", "restarts")), 0) if isinstance(obj, dict) else 0
+
+
 def current_round(pods: Iterable[Any], restarts: int) -> list[dict[str, Any]]:
     """Pods of the current whole-gang restart round (pods without the label are kept, as Flyte does)."""
     out = []

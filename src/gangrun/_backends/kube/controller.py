@@ -50,6 +50,7 @@ from gangrun._backends.kube import (
     crd,
     elastic,
     events,
+    in_place,
     indexes,
     live_reports,
     logkeep,
@@ -204,8 +205,10 @@ class Controller:
         spec = spec_or_none(task)
         capacity = self._capacity(task, spec.queue, owned, lookup) if spec is not None and spec.elastic else None
         nodes = self._nodes_of(pods)
+        asked = in_place.targets(spec, in_place.InPlace.load(task, state.attempt), pods) if spec is not None else {}
         new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity,
-                                        live=self.live.of(pods) if self.live is not None else None, nodes=nodes)
+                                        live=self.live.of(pods) if self.live is not None else None, nodes=nodes,
+                                        rounds=self._notices.ask(asked) if asked else None)
         actions = preemptor.name_in(actions, lookup.items,
                                     jobsets_by_uid=partial(self.jobsets.by_index, indexes.BY_UID),
                                     workloads_by_job_uid=partial(self.workloads.by_index, indexes.BY_JOB_UID))

@@ -101,7 +101,10 @@ def spec_schema() -> dict[str, Any]:
                                           "description": "a preempted started gang keeps its attempt"},
                 "restartOnDisruption": {"type": "boolean", "description": (
                     "a worker lost to a node disruption (pod condition DisruptionTarget) restarts the gang in the "
-                    "same attempt, charged to no budget (default true)")}}},
+                    "same attempt, charged to no budget (default true)")},
+                "restartStrategy": {"type": "string", "enum": list(core_spec.RESTART_STRATEGIES), "description": (
+                    "how a restart for a failed worker restarts the gang: InPlace (default: the other workers "
+                    "in their pods, only lost pods recreated) or Recreate (every pod anew)")}}},
             "podTemplate": pod_template_schema(),
             "shmSize": _quantity("size of a memory-backed /dev/shm for the workers, like 8Gi"),
             "gpuResource": _str("the extended resource resources.gpu requests (default nvidia.com/gpu)",
@@ -215,6 +218,8 @@ def status_schema() -> dict[str, Any]:
             "runningNodes": {"type": "integer", "description": "the nodes the gang runs on now (0 when it is not up)"},
             "elastic": {**record, "description": "an elastic gang's current JobSet in the attempt: its generation, "
                                                  "size, last resize and the restarts of the JobSets it replaced"},
+            "inPlace": {**record, "description": "the attempt's in-place restarts: how many, the round the newest "
+                                                 "order named, whether every launcher has it, and why"},
             "resumeFromResult": {**record, "description": "what spec.checkpoint.resumeFrom gave the newest load: "
                                                           "found, uri, step and when (found false: nothing there)"},
             "observedGeneration": {"type": "integer"},

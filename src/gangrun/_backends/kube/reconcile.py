@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from gangrun._backends.kube import adapter, crd, elastic, reports, seen_events
+from gangrun._backends.kube import adapter, crd, elastic, in_place, reports, seen_events
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.elastic import Sizing
 from gangrun._backends.kube.quota import Capacity
@@ -105,18 +105,20 @@ class EvictPods:
     names: tuple[str, ...]
 
 
-Action = CreateJobSet | DeleteJobSet | RecordEvent | RequeueAt | AnnotatePods | EvictPods
+Action = CreateJobSet | DeleteJobSet | RecordEvent | RequeueAt | AnnotatePods | EvictPods | in_place.OrderRestart
 
 
 def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: WorkloadLookup,
               pods: Iterable[dict[str, Any]] = (), *, now: datetime, owned_jobsets: Sequence[dict[str, Any]] = (),
               capacity: Capacity | None = None,
               live: Mapping[str, str] | None = None,
-              nodes: adapter.Nodes | None = None) -> tuple[dict[str, Any] | None, list[Action]]:
+              nodes: adapter.Nodes | None = None,
+              rounds: Mapping[str, str] | None = None) -> tuple[dict[str, Any] | None, list[Action]]:
     """Decide one step for `task`. `jobset` is the current JobSet of the current attempt if it exists
     (`elastic.current_jobset`); `capacity`: its ClusterQueue's free quota, which sizes an elastic gang;
     `live`: the reports running workers served (pod uid -> text, `live_reports.py`); `nodes`: the Nodes
-    its pods run on (by name), which say whether one is about to go.
+    its pods run on (by name), which say whether one is about to go; `rounds`: what the launchers
+    `in_place.targets` names said on GET /round (pod name -> text).
 
     Returns the new `.status` (None when nothing changed) and the actions to take after writing it.
     """
@@ -146,10 +148,17 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
             return None, [CreateJobSet(elastic.render(spec, sz, owner_uid=meta.get("uid")))]
         sz = replace(sz, created=True)
     own = adapter.of_jobset(pods, jobset)  # the current JobSet's pods (an elastic gang's earlier JobSets' are going)
+    ip = in_place.InPlace.load(task, before.attempt)
+    restarting: list[Action] = []
     if not cancelled:
         obs = elastic.observed(adapter.observe(jobset, workloads, own, nodes), sz)
         if sz.growing and obs.gang is not None and not obs.gang.restarting:
             sz = replace(sz, growing="")  # Kueue admitted the larger JobSet
+        told = {n: r for n, text in (rounds or {}).items() if (r := in_place.Round.parse(text)) is not None}
+        this_round = adapter.current_round(own, adapter.restarts_of(jobset))
+        running = before.started and before.eviction is None and not before.waiting and not before.phase.terminal
+        d = in_place.decide(spec, ip, obs.gang, this_round, told, running=running, now=now)
+        obs, ip, restarting = replace(obs, gang=d.gang), d.state, list(d.actions)
     s = lifecycle.step(spec, before, obs, now=now, cancelled=cancelled)
 
     # What the backend saw itself (a checkpoint a worker left, the gang admitted) is new by construction;
@@ -162,6 +171,7 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     ledger = load_accounting(task)
     commits = [c for c in reports.checkpoints(pods, live) if reports.reports_for(c.attempt, before.attempt)]
     seen += seen_events.checkpoint_events(ledger, commits, now=now)
+    seen += restarting
     steps = [t for a, t in reports.first_steps(pods, live) if a in (None, before.attempt)]
     seen += seen_events.first_step_events(ledger, steps, attempt=before.attempt, now=now)
     resumed, said = seen_events.resumed(task, reports.resumes(pods, live), attempt=before.attempt, now=now)
@@ -169,10 +179,11 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     seen += seen_events.workers_running(ledger, before, adapter.workers_running_at(jobset, own), now=now)
     seen += seen_events.admitted(ledger, before, obs, now=now, size=(sz.nodes, spec.nodes) if spec.elastic else None)
     decided: list[Action] = []
+    ordered = any(isinstance(a, in_place.OrderRestart) and not a.recreate for a in restarting)
     for i, part in enumerate(s.parts):
         decided += [RecordEvent(e) for e in part.events]
-        if i == 0 and s.notice is not None:
-            decided += _notice(s.notice, own)
+        if i == 0 and s.notice is not None and not (ordered and s.notice.cause == stop_causes.RESTART):
+            decided += _notice(s.notice, own)  # an in-place restart's order carries its notice
             if s.notice.cause == stop_causes.NODE_MAINTENANCE and part.gang is None:
                 decided += _move(own, jobset, nodes or {}, spec.termination_grace, now=now)
         if isinstance(part.gang, lifecycle.CreateGang):
@@ -192,7 +203,7 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
                         current=jobset_name(name, state.attempt, sz.generation if sz.attempt == state.attempt else 0))
     if not cancelled and not sz.growing:
         seen += seen_events.worker_failed(ledger, obs.gang, s.decided.state, attempt=before.attempt, now=now)
-    extra = {**elastic.status(spec, sz, state, obs.gang), seen_events.RESUME_RESULT: resumed}
+    extra = {**elastic.status(spec, sz, state, obs.gang), seen_events.RESUME_RESULT: resumed, **ip.for_storage()}
     if status_patch(task, state, now=now, spec=spec, ledger=ledger, extra=extra) is None:
         decided = [a for a in decided if not isinstance(a, RecordEvent)]
     actions = seen + decided

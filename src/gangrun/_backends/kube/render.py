@@ -26,6 +26,7 @@ controller creates. Rules that shape it:
 from __future__ import annotations
 
 import hashlib
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -33,13 +34,17 @@ from gangrun._backends.kube import crd, hardening, lost_node
 from gangrun._core import checkpoint_root as ckroot
 from gangrun._core import jobset, kueue, pod_merge, pod_template
 from gangrun._core import worker_env as wenv
-from gangrun._core.spec import TaskSpec
+from gangrun._core.spec import IN_PLACE, TaskSpec
 from gangrun._errors import SpecError
 
 NAME_MAX = 41  # 63 - len("-workers-0-99999-abcde"), as Flyte bounds it
 REPLICATED_JOB = "workers"
 CONTAINER = pod_template.WORKER
 MASTER_PORT = wenv.DEFAULT_MASTER_PORT
+# How long a failed worker's launcher waits for the controller's order to restart in place before it ends its
+# pod (and JobSet recreates the gang): well under Kueue's waitForPodsReady recoveryTimeout, which evicts a
+# gang whose pods stay NotReady, and long enough for a controller's restart or a leader's handover.
+IN_PLACE_WAIT = timedelta(seconds=30)
 REPORT_PORT = 29510  # `gangrun.launch` serves the worker's newest checkpoint here (`gangrun._worker.live_report`)
 NOTICE_VOLUME, RUN_VOLUME, SHM_VOLUME = "gangrun-notice", "gangrun-run", "gangrun-shm"
 STOP_NOTICE_FILE = "stop-notice.json"  # the SDK reads GANGRUN_STOP_FILE when SIGTERM comes
@@ -220,6 +225,11 @@ def _container(spec: TaskSpec, name: str, attempt: int, uid: str | None) -> dict
     }
     if spec.working_dir.startswith("/"):  # "." means the image's own working directory
         container["workingDir"] = spec.working_dir
+    if spec.failure_policy.restart_strategy == IN_PLACE:
+        # Ready=False while a failed worker waits for the controller's order to restart the gang in place
+        container["readinessProbe"] = {"httpGet": {"path": wenv.READY_PATH, "port": pod_template.REPORT_PORT_NAME},
+                                       "periodSeconds": 1, "failureThreshold": 1, "successThreshold": 1,
+                                       "timeoutSeconds": 1}
     return container
 
 
@@ -252,6 +262,8 @@ def worker_env(spec: TaskSpec, name: str, attempt: int, uid: str | None = None) 
         value(wenv.REPORT_PORT, REPORT_PORT),
         value(wenv.STOP_ANNOTATION_FILE, f"{pod_template.NOTICE_DIR}/{STOP_NOTICE_FILE}"),
     ]
+    if spec.failure_policy.restart_strategy == IN_PLACE:
+        env.append(value(wenv.IN_PLACE_WAIT, f"{IN_PLACE_WAIT.total_seconds():g}"))
     env += [value(k, v) for k, v in sorted(spec.env.items())]
     return env
 

@@ -7,6 +7,10 @@ serving yet) leaves the annotation to tell the worker.
 
 When the same sync deletes a JobSet, every notice is on its pod before the delete; when Kueue stops
 the gang instead, nothing is ordered after the notices and the sync moves on, a failed one logged.
+
+The launchers take one more kind of push the same way: an in-place restart's order (`OrderRestart`, POST
+/restart; `in_place.py`). `ask` reads what launchers say on GET /round, all at once, each cut short: a
+sync waits for it, at most `PUSH_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -14,11 +18,12 @@ from __future__ import annotations
 import http.client
 import logging
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from gangrun._backends.kube.client import PODS, KubeApi
+from gangrun._backends.kube.in_place import OrderRestart
 from gangrun._backends.kube.reconcile import AnnotatePods
 from gangrun._errors import NotFound
 
@@ -48,6 +53,9 @@ class StopNotices:
         for a in notices:  # first, and never waited for: a push lands in milliseconds or not at all
             for url in a.urls:
                 self._pushes.submit(self.push, url, a.notice.encode())
+        for order in (a for a in actions if isinstance(a, OrderRestart)):
+            for url in order.urls:
+                self._pushes.submit(self.push, url, order.body.encode())
         return [self._pool.submit(one, name, a.annotations) for a in notices for name in a.names]
 
     @staticmethod
@@ -58,6 +66,19 @@ class StopNotices:
                 pass
         except (OSError, ValueError, http.client.HTTPException) as e:  # urllib's own errors are OSErrors
             log.debug("stop notice not pushed to %s: %s", url, e)
+
+    def ask(self, targets: Mapping[str, str]) -> dict[str, str]:
+        """GET each of `targets` (pod name -> url) at once: the answers of those that gave one."""
+        def get(url: str) -> str | None:
+            try:
+                with urllib.request.urlopen(url, timeout=PUSH_TIMEOUT) as r:
+                    return str(r.read(4096).decode())
+            except (OSError, ValueError, http.client.HTTPException) as e:
+                log.debug("no round from %s: %s", url, e)
+                return None
+
+        asked = {name: self._pushes.submit(get, url) for name, url in targets.items()}
+        return {name: text for name, done in asked.items() if (text := done.result()) is not None}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
