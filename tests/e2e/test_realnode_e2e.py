@@ -167,23 +167,28 @@ def test_without_resume_a_preempted_gang_of_real_workers_retries_as_a_new_attemp
 
 
 def fail_and_resume(rc: RealCluster, name: str, end_worker: Callable[[dict, LogFollower], int], *, attempt: int,
-                    **policy: int) -> tuple[int, dict[int, re.Match], dict, PodRecorder]:
+                    in_place: bool = False, **policy: int | str) -> tuple[int, dict[int, re.Match], dict, PodRecorder]:
     """Run `name` (2 real workers, 30 steps), and once rank 0 trained 10 steps end it with
     `end_worker(rank 0's pod, its log)`, which returns the step of the checkpoint the next run must load.
-    Follows the gang to its next run in `attempt` and the task to Succeeded. Returns that step, the
-    next run's `starting at step` lines by rank, the final status and the pods' recorded changes."""
+    Follows the gang to its next run in `attempt` (`in_place`: round 1 in the same pods) and the task to
+    Succeeded. Returns that step, the next run's `starting at step` lines by rank, the final status and the
+    pods' recorded changes."""
     rec = PodRecorder(rc.cp, rc.ns)
     try:
         t0 = time.monotonic()
-        submit(rc, train_task(rc, name, steps=30, step_seconds=0.1, **policy))
+        submit(rc, train_task(rc, name, steps=30, step_seconds=0.1, **policy))  # type: ignore[arg-type]
         first = rc.kube.wait_running_pods(rc.ns, f"{TASK_LABEL}={name}", 2, timeout=TIMEOUT)
         rank0 = next(p for p in first if rank_of(p) == 0)
         log = LogFollower(rc, rank0["metadata"]["name"])
         log.wait(r"step 10: loss")
         t1 = time.monotonic()
         expected = end_worker(rank0, log)
-        starts = starts_by_rank(rc, new_running_pods(rc, name, attempt, {p["metadata"]["uid"] for p in first}))
+        uids = {p["metadata"]["uid"] for p in first}
+        starts = (starts_by_rank(rc, first, restart=1) if in_place
+                  else starts_by_rank(rc, new_running_pods(rc, name, attempt, uids)))
         TIMINGS[f"{name}: worker ended -> the next run loaded its checkpoint"] = time.monotonic() - t1
+        if in_place:
+            assert {p["metadata"]["uid"] for p in running_pods(rc, name, attempt)} == uids, "the same pods"
         s = wait_phase(rc, name, "Succeeded")
         TIMINGS[f"{name}: created -> Succeeded"] = time.monotonic() - t0
         return expected, starts, s, rec
@@ -192,15 +197,18 @@ def fail_and_resume(rc: RealCluster, name: str, end_worker: Callable[[dict, LogF
         cleanup_task(rc, name)
 
 
-@pytest.mark.parametrize(("max_restarts", "retries"), [(1, 0), (0, 1)], ids=["restart", "retry"])
+@pytest.mark.parametrize(("max_restarts", "retries", "strategy"), [(1, 0, "InPlace"), (1, 0, "Recreate"), (0, 1, "")],
+                         ids=["restart-in-place", "restart-recreate", "retry"])
 def test_a_worker_killed_from_the_host_restarts_or_retries_as_the_policy_says_and_resumes_from_its_newest_checkpoint(
-        real_cluster: RealCluster, max_restarts: int, retries: int) -> None:
+        real_cluster: RealCluster, max_restarts: int, retries: int, strategy: str) -> None:
     """Rank 0's training process (the example, under the launcher) is SIGKILLed from the host, as a
-    crash or the OOM killer would end it: its container exits 137. With maxRestarts 1 the gang restarts
-    inside attempt 1 (JobSet restart 1, no retry used) and rank 0 loads its own attempt's newest
-    checkpoint; with maxRestarts 0 and a retry left, attempt 2 loads attempt 1's newest."""
+    crash or the OOM killer would end it. With maxRestarts 1 the gang restarts inside attempt 1 (restart
+    1, no retry used) and every rank loads its own attempt's newest checkpoint: in place (B10, the
+    default), the same two pods run round 1, rank 1 stopped with cause Restart; with Recreate, the killed
+    worker's container exits 137 and JobSet recreates both pods. With maxRestarts 0 and a retry left,
+    attempt 2 loads attempt 1's newest."""
     rc = real_cluster
-    name = f"killed-{max_restarts}{retries}"
+    name = f"killed-{max_restarts}{retries}{strategy[:2].lower()}"
     killed: dict[str, str] = {}
 
     def kill(pod: dict, _log: LogFollower) -> int:
@@ -211,9 +219,15 @@ def test_a_worker_killed_from_the_host_restarts_or_retries_as_the_policy_says_an
         return steps[max(steps)]
 
     attempt = 1 if max_restarts else 2
+    in_place = max_restarts > 0 and strategy == "InPlace"
     newest, starts, s, rec = fail_and_resume(rc, name, kill, attempt=attempt, max_restarts=max_restarts,
-                                             retries=retries)
-    assert worker_exits(rec, {killed["uid"]}).popitem()[1]["exitCode"] == 137
+                                             retries=retries, in_place=in_place, restart_strategy=strategy)
+    exits = worker_exits(rec, {killed["uid"]})
+    if in_place:
+        # its container never ended but at the task's end
+        assert {e["exitCode"] for e in exits.values()} <= {0} and s["inPlace"]["restarts"] == 1, (exits, s)
+    else:
+        assert exits.popitem()[1]["exitCode"] == 137
     assert {(m["rank"], m["attempt"], m["restart"]) for m in starts.values()} == {
         ("0", str(attempt), str(max_restarts)), ("1", str(attempt), str(max_restarts))}
     assert_resumed_from(starts, {0: newest}, "own" if max_restarts else "previous")

@@ -82,8 +82,10 @@ def real_cluster(cp: ControlPlane, images: list[Path], *, cpu: str = "1", memory
 
 
 def train_task(rc: RealCluster, name: str, *, nodes: int = 2, priority: str = "low", steps: int = 60,
-               resume: bool = True, retries: int = 0, max_restarts: int = 0, step_seconds: float = 0.2) -> dict:
-    """The shipped example in real containers, its checkpoints in a hostPath folder through podTemplate."""
+               resume: bool = True, retries: int = 0, max_restarts: int = 0, step_seconds: float = 0.2,
+               restart_strategy: str = "") -> dict:
+    """The shipped example in real containers, its checkpoints in a hostPath folder through podTemplate.
+    `restart_strategy`: failurePolicy.restartStrategy ("": the default, InPlace)."""
     worker = {"name": "worker", "volumeMounts": [{"name": "data", "mountPath": str(rc.data)}]}
     template = {"spec": {"containers": [worker],
                          "volumes": [{"name": "data", "hostPath": {"path": str(rc.data), "type": "Directory"}}],
@@ -94,7 +96,8 @@ def train_task(rc: RealCluster, name: str, *, nodes: int = 2, priority: str = "l
                  "env": {"STEPS": str(steps), "SAVE_EVERY": "2", "STEP_SECONDS": str(step_seconds)},
                  "resources": {"cpu": "500m", "memory": "256Mi"}, "queue": QUEUE, "priorityClass": priority,
                  "retries": retries, "terminationGracePeriod": "20s",
-                 "failurePolicy": {"maxRestarts": max_restarts, "resumeAfterPreemption": resume},
+                 "failurePolicy": {"maxRestarts": max_restarts, "resumeAfterPreemption": resume,
+                                   **({"restartStrategy": restart_strategy} if restart_strategy else {})},
                  "checkpoint": {"uri": f"file://{rc.data}"}, "podTemplate": template},
     }
 
@@ -161,10 +164,12 @@ def wait_phase(rc: RealCluster, name: str, phase: str, timeout: float = TIMEOUT)
         raise AssertionError(f"{e}\ncontroller:\n{incluster.logs(rc.kube)[-4000:]}") from None
 
 
-def starts_by_rank(rc: RealCluster, pods: list[dict]) -> dict[int, re.Match]:
-    """The `starting at step` line of each of `pods`' workers, by rank."""
+def starts_by_rank(rc: RealCluster, pods: list[dict], *, restart: int | None = None) -> dict[int, re.Match]:
+    """The `starting at step` line of each of `pods`' workers, by rank; with `restart`, the line of that
+    restart round (a gang restarted in place starts again in the same pods)."""
+    pattern = STARTING if restart is None else STARTING.replace(r"(?P<restart>\d+)", f"(?P<restart>{restart})")
     return {int(m["rank"]): m for p in pods
-            if (m := LogFollower(rc, p["metadata"]["name"]).wait(STARTING))}
+            if (m := LogFollower(rc, p["metadata"]["name"]).wait(pattern))}
 
 
 # ------------------------------------------------------------------------------- on the host

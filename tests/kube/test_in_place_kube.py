@@ -141,3 +141,27 @@ def test_b10_in_place_restarts_are_kept_per_attempt() -> None:
     assert InPlace.load(task, 2) == InPlace(attempt=2, restarts=3, ordered=3, confirmed=True, failure="f", at=at(5))
     assert InPlace.load(task, 3) == InPlace(attempt=3)
     assert InPlace().for_storage() == {}
+
+
+def test_b10_a_worker_that_fails_again_during_the_restart_is_a_second_restart_until_none_is_left() -> None:
+    """A restart storm: the same worker fails in round 1 before every launcher said it has the order; the
+    gang restarts again (round 2), and a third failure with maxRestarts 2 fails it."""
+    task = Task(failurePolicy={"maxRestarts": 2})
+    running(task)
+    step(task, pods(ready=(True, False)), {name(1): said(0, 1)}, t=21)
+    actions = step(task, pods(ready=(True, False)), {name(0): said(0), name(1): said(1, 1)}, t=22)
+    assert [json.loads(o.body)["restart"] for o in orders(actions)] == [2]
+    assert task.status["inPlace"]["restarts"] == 2
+    actions = step(task, pods(ready=(True, False)), {name(0): said(2), name(1): said(2, 1)}, t=24)
+    assert not orders(actions) and task.status["phase"] == "Failed"
+
+
+def test_b10_a_preemption_while_the_gang_restarts_in_place_orders_nothing_more() -> None:
+    task = Task(failurePolicy={"maxRestarts": 2, "resumeAfterPreemption": True})
+    running(task)
+    step(task, pods(ready=(True, False)), {name(1): said(0, 1)}, t=21)
+    js = jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj()
+    status, actions = reconcile(task.obj, js, PREEMPTED, pods(ready=(True, False)), now=at(22),
+                                rounds={name(0): said(1), name(1): said(1, 143)})
+    assert not [o for o in orders(actions) if json.loads(o.body)["restart"] > 1]
+    assert status is not None and status["evictions"] and status["inPlace"]["restarts"] == 1

@@ -51,6 +51,7 @@ from gangrun._core import lifecycle, stop_causes
 from gangrun._core import worker_env as wenv
 from gangrun._core.actions import RecordEvent, RequeueAt
 from gangrun._core.engine import ActionKind
+from gangrun._core.eviction import NO_EVICTION, classify_eviction
 from gangrun._core.observation import Observation, WorkloadRead
 from gangrun._core.spec import TaskSpec
 from gangrun._core.state import TaskState
@@ -156,7 +157,8 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
             sz = replace(sz, growing="")  # Kueue admitted the larger JobSet
         told = {n: r for n, text in (rounds or {}).items() if (r := in_place.Round.parse(text)) is not None}
         this_round = adapter.current_round(own, adapter.restarts_of(jobset))
-        running = before.started and before.eviction is None and not before.waiting and not before.phase.terminal
+        running = (before.started and before.eviction is None and not before.waiting and not before.phase.terminal
+                   and classify_eviction(obs.workload, obs.workload_read).kind in NO_EVICTION)
         d = in_place.decide(spec, ip, obs.gang, this_round, told, running=running, now=now)
         obs, ip, restarting = replace(obs, gang=d.gang), d.state, list(d.actions)
     s = lifecycle.step(spec, before, obs, now=now, cancelled=cancelled)
