@@ -165,3 +165,18 @@ def test_b10_a_preemption_while_the_gang_restarts_in_place_orders_nothing_more()
                                 rounds={name(0): said(1), name(1): said(1, 143)})
     assert not [o for o in orders(actions) if json.loads(o.body)["restart"] > 1]
     assert status is not None and status["evictions"] and status["inPlace"]["restarts"] == 1
+
+
+def test_b10_after_jobset_recreates_the_gang_its_new_pods_failures_restart_it_in_place_again() -> None:
+    """One restart in place, then one by recreate (JobSet's restart 1): the new pods' launchers run JobSet's
+    round 1, which is below the gang's count (2); their failure is still news, and the next order names
+    round 3."""
+    task = Task(failurePolicy={"maxRestarts": 3})
+    running(task)
+    step(task, pods(ready=(True, False)), {name(1): said(0, 1)}, t=21)
+    step(task, pods(), {name(0): said(1), name(1): said(1)}, t=22)
+    again = jobset_obj(task.spec).admitted().restarts(1).jobs(ready=1, active=1).obj()
+    new = [with_report_port(pod_obj("train-1", i, restart=1, ready=i == 0), IPS[i]) for i in (0, 1)]
+    status, actions = reconcile(task.obj, again, WL, new, now=at(40), rounds={name(1): said(1, 2)})
+    assert [json.loads(o.body)["restart"] for o in orders(actions)] == [3]
+    assert status is not None and status["inPlace"]["restarts"] == 2 and status["inPlace"]["jobsetRound"] == 1

@@ -48,6 +48,7 @@ class InPlace:
     attempt: int = 0
     restarts: int = 0  # in-place restarts of this attempt so far (each counted towards maxRestarts)
     ordered: int = -1  # the round the newest order named (-1: none yet)
+    jobset_round: int = 0  # JobSet's own restarts then: a JobSet restart since made new pods, told nothing
     confirmed: bool = True  # every launcher said it has that order
     failure: str = ""  # what the newest order restarts for
     at: datetime | None = None  # when it was given
@@ -63,13 +64,14 @@ class InPlace:
         except ValueError:
             at = None
         return cls(attempt=attempt, restarts=_whole(doc.get("restarts")), ordered=_whole(doc.get("ordered"), -1),
-                   confirmed=doc.get("confirmed") is not False, failure=str(doc.get("failure") or ""), at=at)
+                   jobset_round=_whole(doc.get("jobsetRound")), confirmed=doc.get("confirmed") is not False,
+                   failure=str(doc.get("failure") or ""), at=at)
 
     def for_storage(self) -> dict[str, Any]:
         if self.ordered < 0:
             return {}
         return {STATUS_KEY: {"attempt": self.attempt, "restarts": self.restarts, "ordered": self.ordered,
-                             "confirmed": self.confirmed, "failure": self.failure,
+                             "jobsetRound": self.jobset_round, "confirmed": self.confirmed, "failure": self.failure,
                              "at": self.at.isoformat() if self.at is not None else None}}
 
 
@@ -154,14 +156,17 @@ def decide(spec: TaskSpec, ip: InPlace, gang: Gang | None, pods: Sequence[dict[s
                    restarts_count_towards_max=gang.restarts_count_towards_max + ip.restarts,
                    disruption=replace(d, restart_attempt=d.restart_attempt + ip.restarts) if d is not None else None)
     current = seen.restarts
+    # The round the launchers of these pods run: the newest order's, or, in pods JobSet made since, its own.
+    told = ip.ordered >= 0 and ip.jobset_round == gang.restarts
+    launchers_round = ip.ordered if told else gang.restarts
     urls = {_name(p): u for p in pods if _running(p) and (u := report_url(p, wenv.RESTART_PATH))}
     actions: list[OrderRestart | RecordEvent | RequeueAt] = []
-    if not ip.confirmed and ip.ordered == current:
-        ip, actions = _confirm(spec, ip, rounds, urls, now=now)
+    if not ip.confirmed:
+        ip, actions = _confirm(spec, ip, rounds, urls, now=now) if told else (replace(ip, confirmed=True), [])
         if not ip.confirmed:
             seen = _restarting(seen, ip.failure)
     failed = sorted((r.at or now, n, r.failed) for n, r in rounds.items()
-                    if r.failed is not None and r.restart >= current)
+                    if r.failed is not None and r.restart >= launchers_round)
     if not failed or not running or gang.suspended or gang.restarting or gang.disruption_pending:
         return Decided(seen, ip, actions)
     at, name, code = failed[0]
@@ -180,7 +185,8 @@ def decide(spec: TaskSpec, ip: InPlace, gang: Gang | None, pods: Sequence[dict[s
         go = OrderRestart(leave, json.dumps({"restart": current + 1, "recreate": True}), recreate=True)
         return Decided(seen, ip, [*actions, go, RecordEvent(event)])
     n = current + 1
-    ip = replace(ip, restarts=ip.restarts + 1, ordered=n, confirmed=False, failure=failure, at=now)
+    ip = replace(ip, restarts=ip.restarts + 1, ordered=n, jobset_round=gang.restarts, confirmed=False,
+                 failure=failure, at=now)
     event = Event(time=now, type=EventType.RESTARTING, attempt=ip.attempt, data={"inPlace": True, "restart": n},
                   message=f"{failure}; the gang restarts in place (restart {n})")
     seen = replace(seen, restarts=n, restarts_count_towards_max=seen.restarts_count_towards_max + 1)
