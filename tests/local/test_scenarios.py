@@ -107,7 +107,7 @@ def test_s11_deactivated_while_waiting_is_a_system_retry_that_resumes_from_the_n
     assert wait_for(backend, "urgent", phase("Aborted"))
 
 
-def test_worker_crash_restarts_the_whole_gang_inside_the_attempt_from_its_own_checkpoint(
+def test_b10_worker_crash_restarts_the_whole_gang_inside_the_attempt_from_its_own_checkpoint(
         backend: LocalBackend, manifest) -> None:
     backend.submit(manifest("train", steps=8, max_restarts=1, env={"CRASH_AT_STEP": "4", "CRASH_RANK": "1"}))
     done = wait_for(backend, "train", phase("Succeeded"))
@@ -119,7 +119,7 @@ def test_worker_crash_restarts_the_whole_gang_inside_the_attempt_from_its_own_ch
              if line.startswith("step=")]
     assert starts[-1][:2] == (1, 1) and starts[-1][3] == "own" and starts[-1][2] == saved[-1] >= 1, (starts, saved)
     types = event_types(backend, "train")
-    assert "WorkerExited" in types and "GangRestarted" in types
+    assert "WorkerExited" in types and "GangRestarting" in types and "GangRestarted" in types
     assert done["accounting"]["workLost"][0]["cause"] == "WorkerFailed"
 
 

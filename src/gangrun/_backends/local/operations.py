@@ -175,7 +175,13 @@ def on_exit(ctl: Controller, name: str, attempt: int, rank: int, code: int, now:
                           message=f"worker rank {rank} " + ("was lost with its node" if lost else "exited") +
                                   f" (exit code {code})",
                           data={"rank": rank, "code": code, **({"cause": NODE_DISRUPTION} if lost else {})}))
+    counted = g.restarts_count_towards_max
     ctl.effects.apply(task, g.exited(rank, code, grace=task.spec.termination_grace, now=now), now)
+    if g.restarts_count_towards_max > counted:  # the failure policy restarts the gang: its processes, in place
+        task.record(Event(time=now, type=EventType.RESTARTING, attempt=attempt, data={"inPlace": True,
+                                                                                       "restart": g.restarts},
+                          message=f"worker rank {rank} exited with code {code}; the gang restarts in place "
+                                  f"(restart {g.restarts}): its workers are processes, started again"))
     ctl.dirty.add(name)
 
 
