@@ -297,8 +297,8 @@ def test_the_checkpoint_volume_full_during_a_save_restarts_the_gang_from_the_las
         real_cluster: RealCluster) -> None:
     """The task's checkpoint folder on the hostPath volume is a 4 MiB tmpfs (mounted before the task starts, so
     the containers see it); once the gang trained 10 steps the test fills it. Rank 0's next save hits ENOSPC: it
-    fails naming the folder, leaves no temporary file, the worker exits with the error and the gang restarts
-    (failurePolicy.maxRestarts 1: charged to it, as a worker failure is). The space is given back as the failure
+    fails naming the folder, leaves no temporary file, the worker exits with the error and the gang restarts in
+    place (failurePolicy.maxRestarts 1: charged to it, as a worker failure is). The space is given back as the failure
     shows; every rank of the restarted gang resumes from the last complete checkpoint (none of the failed save is
     loaded) and the final weights equal, bit for bit, an uninterrupted run's."""
     rc, name = real_cluster, "full"
@@ -323,7 +323,8 @@ def test_the_checkpoint_volume_full_during_a_save_restarts_the_gang_from_the_las
             committed = committed_steps(rc, name, 1)  # frozen: rank 0, the only writer, has exited
             left = leftovers(volume)
             filler.unlink()  # the space is back
-            starts = logs.starts(first_uids)
+            starts = logs.starts(set(), restart=1)  # restarted in place: the same pods run round 1
+            assert {p["metadata"]["uid"] for p in kube.running_pods(rc.ns, selector)} == first_uids
             figures["volume full -> every rank resumed"] = time.monotonic() - t0
             status = wait_phase(rc, name, "Succeeded")
             final = newest_checkpoint(rc.data, name, 1)  # on the tmpfs: read before it goes

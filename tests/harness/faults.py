@@ -28,7 +28,7 @@ from tests.harness.client import Kube, has_condition
 from tests.harness.controlplane import ControlPlane
 from tests.harness.processes import ControlPlaneError
 from tests.harness.realnode import RealNode, _run
-from tests.harness.realnode_tasks import STARTING, TIMEOUT, RealCluster, pod_processes
+from tests.harness.realnode_tasks import TIMEOUT, RealCluster, pod_processes, starting
 
 LEASE = ("gangrun-system", "gangrun-controller")  # the in-cluster controller's Lease (deploy/deployment.yaml)
 CONTROLLER_PODS = f"app.kubernetes.io/name={incluster.NAME}"
@@ -236,11 +236,15 @@ class HostLogs:
         except TimeoutError as e:
             raise AssertionError(f"{e}; its log ends:\n{self.texts.get(uid, '')[-2000:]}") from None
 
-    def starts(self, exclude: set[str], count: int = 2, timeout: float = TIMEOUT) -> dict[int, re.Match]:
-        """The `starting at step` line of `count` workers whose pods are not in `exclude`, by rank."""
+    def starts(self, exclude: set[str], count: int = 2, timeout: float = TIMEOUT, *,
+               restart: int | None = None) -> dict[int, re.Match]:
+        """The `starting at step` line of `count` workers whose pods are not in `exclude`, by rank; with
+        `restart`, the line of that restart round (a gang restarted in place starts again in its pods)."""
+        pattern = starting(restart)
+
         def found() -> dict[int, re.Match] | None:
             lines = {int(m["rank"]): m for uid, text in list(self.texts.items())
-                     if uid not in exclude and (m := re.search(STARTING, text))}
+                     if uid not in exclude and (m := re.search(pattern, text))}
             return lines if len(lines) == count else None
         return self._kube.wait_for(f"{count} workers started", found, timeout=timeout, interval=0.1)
 

@@ -164,12 +164,16 @@ def wait_phase(rc: RealCluster, name: str, phase: str, timeout: float = TIMEOUT)
         raise AssertionError(f"{e}\ncontroller:\n{incluster.logs(rc.kube)[-4000:]}") from None
 
 
+def starting(restart: int | None = None) -> str:
+    """STARTING, or its line of one restart round."""
+    return STARTING if restart is None else STARTING.replace(r"(?P<restart>\d+)", f"(?P<restart>{restart})")
+
+
 def starts_by_rank(rc: RealCluster, pods: list[dict], *, restart: int | None = None) -> dict[int, re.Match]:
     """The `starting at step` line of each of `pods`' workers, by rank; with `restart`, the line of that
     restart round (a gang restarted in place starts again in the same pods)."""
-    pattern = STARTING if restart is None else STARTING.replace(r"(?P<restart>\d+)", f"(?P<restart>{restart})")
     return {int(m["rank"]): m for p in pods
-            if (m := LogFollower(rc, p["metadata"]["name"]).wait(pattern))}
+            if (m := LogFollower(rc, p["metadata"]["name"]).wait(starting(restart)))}
 
 
 # ------------------------------------------------------------------------------- on the host
