@@ -3,6 +3,8 @@ machine may be shared) and what the real node needs before a real-node benchmark
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
 
 from tests.harness import binaries, realnode
@@ -28,3 +30,18 @@ def prerequisites() -> tuple[binaries.Binaries, list[Path]] | str:
         return found, realnode.image_archives()
     except realnode.NodeSetupError as e:
         return str(e)
+
+
+def realnode_start(doc: str) -> tuple[argparse.Namespace, tuple[binaries.Binaries, list[Path]]] | None:
+    """A real-node benchmark's arguments (--rounds, --json) and prerequisites, the load printed; None (and
+    why, printed) when the real node cannot start here."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    args = ap.parse_args()
+    parts = prerequisites()
+    if isinstance(parts, str):
+        print(f"skipped: {parts}")
+        return None
+    print(f"load average before the run: {load_average()} ({os.cpu_count()} cores)")
+    return args, parts

@@ -31,7 +31,6 @@ Each figure is the median over the rounds (min-max beside it). Without root, the
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -43,7 +42,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks._lib import load_average, prerequisites
+from benchmarks._lib import load_average, realnode_start
 from tests.harness import client, controlplane, realnode
 
 SUBSTRATE, GANGRUN, SCRIPT = "substrate", "gangrun", "script"
@@ -320,18 +319,12 @@ def report(rounds: list[dict[str, list[tuple[str, str, float]]]]) -> dict[str, A
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
-    args = ap.parse_args()
-    parts = prerequisites()
-    if isinstance(parts, str):
-        print(f"skipped: {parts}")
+    started = realnode_start(__doc__)
+    if started is None:
         return 0
-    binaries, images = parts
+    args, (binaries, images) = started
     from tests.harness.realnode_tasks import real_cluster
 
-    print(f"load average before the run: {load_average()} ({os.cpu_count()} cores)")
     t0 = time.monotonic()
     with controlplane.running("C", binaries) as cp, real_cluster(cp, images) as rc:
         print(f"control plane, real node and controller up in {time.monotonic() - t0:.1f} s")

@@ -21,16 +21,14 @@ exits 0.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
 import statistics
 import sys
 import time
 from datetime import datetime
 
-from benchmarks._lib import load_average, prerequisites
+from benchmarks._lib import load_average, realnode_start
 from tests.harness import controlplane
 
 STRATEGIES = ("InPlace", "Recreate")
@@ -87,18 +85,12 @@ def one_run(rc, strategy: str, n: int) -> float:  # type: ignore[no-untyped-def]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
-    args = ap.parse_args()
-    parts = prerequisites()
-    if isinstance(parts, str):
-        print(f"skipped: {parts}")
+    started = realnode_start(__doc__)
+    if started is None:
         return 0
-    binaries, images = parts
+    args, (binaries, images) = started
     from tests.harness.realnode_tasks import real_cluster
 
-    print(f"load average before the run: {load_average()} ({os.cpu_count()} cores)")
     times: dict[str, list[float]] = {s: [] for s in STRATEGIES}
     with controlplane.running("C", binaries) as cp, real_cluster(cp, images) as rc:
         for n in range(1, args.rounds + 1):
