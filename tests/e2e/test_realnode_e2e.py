@@ -203,8 +203,8 @@ def test_a_worker_killed_from_the_host_restarts_or_retries_as_the_policy_says_an
         real_cluster: RealCluster, max_restarts: int, retries: int, strategy: str) -> None:
     """Rank 0's training process (the example, under the launcher) is SIGKILLed from the host, as a
     crash or the OOM killer would end it. With maxRestarts 1 the gang restarts inside attempt 1 (restart
-    1, no retry used) and every rank loads its own attempt's newest checkpoint: in place (B10, the
-    default), the same two pods run round 1, rank 1 stopped with cause Restart; with Recreate, the killed
+    1, no retry used) and every rank loads its own attempt's newest checkpoint: in place (B10), the same
+    two pods run round 1, rank 1 stopped with cause Restart; with Recreate (the default), the killed
     worker's container exits 137 and JobSet recreates both pods. With maxRestarts 0 and a retry left,
     attempt 2 loads attempt 1's newest."""
     rc = real_cluster

@@ -298,7 +298,7 @@ def test_the_checkpoint_volume_full_during_a_save_restarts_the_gang_from_the_las
     """The task's checkpoint folder on the hostPath volume is a 4 MiB tmpfs (mounted before the task starts, so
     the containers see it); once the gang trained 10 steps the test fills it. Rank 0's next save hits ENOSPC: it
     fails naming the folder, leaves no temporary file, the worker exits with the error and the gang restarts in
-    place (failurePolicy.maxRestarts 1: charged to it, as a worker failure is). The space is given back as the failure
+    place (restartStrategy InPlace; failurePolicy.maxRestarts 1: charged to it, as a worker failure is). The space is given back as the failure
     shows; every rank of the restarted gang resumes from the last complete checkpoint (none of the failed save is
     loaded) and the final weights equal, bit for bit, an uninterrupted run's."""
     rc, name = real_cluster, "full"
@@ -307,7 +307,8 @@ def test_the_checkpoint_volume_full_during_a_save_restarts_the_gang_from_the_las
     figures: dict[str, float] = {}
     with small_tmpfs(rc.data / name, "4m") as volume:
         try:
-            submit(rc, train_task(rc, name, steps=STEPS, step_seconds=STEP_SECONDS, max_restarts=1))
+            submit(rc, train_task(rc, name, steps=STEPS, step_seconds=STEP_SECONDS, max_restarts=1,
+                                  restart_strategy="InPlace"))
             uid = kube.request("GET", task_path(rc.ns, name))["metadata"]["uid"]
             first = kube.wait_running_pods(rc.ns, selector, 2, timeout=TIMEOUT)
             first_uids = {p["metadata"]["uid"] for p in first}

@@ -85,7 +85,7 @@ def train_task(rc: RealCluster, name: str, *, nodes: int = 2, priority: str = "l
                resume: bool = True, retries: int = 0, max_restarts: int = 0, step_seconds: float = 0.2,
                restart_strategy: str = "") -> dict:
     """The shipped example in real containers, its checkpoints in a hostPath folder through podTemplate.
-    `restart_strategy`: failurePolicy.restartStrategy ("": the default, InPlace)."""
+    `restart_strategy`: failurePolicy.restartStrategy ("": the default, Recreate)."""
     worker = {"name": "worker", "volumeMounts": [{"name": "data", "mountPath": str(rc.data)}]}
     template = {"spec": {"containers": [worker],
                          "volumes": [{"name": "data", "hostPath": {"path": str(rc.data), "type": "Directory"}}],

@@ -45,7 +45,7 @@ def orders(actions: list) -> list[OrderRestart]:
 
 
 def test_b10_a_failed_worker_restarts_the_gang_in_place_counted_towards_max_restarts() -> None:
-    task = Task(failurePolicy={"maxRestarts": 2})
+    task = Task(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
     running(task)
     failed_at = at(20).timestamp()
     actions = step(task, pods(ready=(True, False)), {name(1): said(0, 1, failed_at)}, t=21)
@@ -69,7 +69,7 @@ def test_b10_a_failed_worker_restarts_the_gang_in_place_counted_towards_max_rest
 
 
 def test_b10_the_order_is_given_again_to_a_launcher_that_has_not_taken_it() -> None:
-    task = Task(failurePolicy={"maxRestarts": 2})
+    task = Task(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
     running(task)
     step(task, pods(ready=(True, False)), {name(1): said(0, 1)}, t=21)
     actions = step(task, pods(), {name(0): said(0), name(1): said(1)}, t=22)  # rank 0's push was lost
@@ -80,7 +80,7 @@ def test_b10_the_order_is_given_again_to_a_launcher_that_has_not_taken_it() -> N
 
 
 def test_b10_with_no_restart_left_the_gang_fails_as_jobset_would_fail_it() -> None:
-    task = Task(failurePolicy={"maxRestarts": 1})
+    task = Task(failurePolicy={"maxRestarts": 1, "restartStrategy": "InPlace"})
     running(task)
     step(task, pods(ready=(True, False)), {name(1): said(0, 1)}, t=21)
     step(task, pods(), {name(0): said(1), name(1): said(1)}, t=22)
@@ -94,7 +94,7 @@ def test_b10_with_no_restart_left_the_gang_fails_as_jobset_would_fail_it() -> No
 
 
 def test_b10_a_gang_with_a_pod_that_cannot_restart_in_place_is_recreated_and_says_why() -> None:
-    task = Task(failurePolicy={"maxRestarts": 2})
+    task = Task(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
     running(task)
     done = terminated(pod_obj("train-1", 0, phase="Succeeded", ready=False), code=0)
     actions = step(task, [done, with_report_port(pod_obj("train-1", 1, ready=False), IPS[1])],
@@ -107,7 +107,7 @@ def test_b10_a_gang_with_a_pod_that_cannot_restart_in_place_is_recreated_and_say
 
 
 def test_b10_a_failure_inside_an_eviction_restarts_nothing() -> None:
-    task = Task(failurePolicy={"maxRestarts": 2, "resumeAfterPreemption": True})
+    task = Task(failurePolicy={"maxRestarts": 2, "resumeAfterPreemption": True, "restartStrategy": "InPlace"})
     running(task)
     js = jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj()
     task.obj["status"] = reconcile(task.obj, js, PREEMPTED, pods(), now=at(20))[0]  # Kueue takes the gang back
@@ -128,7 +128,7 @@ def test_b10_recreate_asks_no_launcher_and_orders_nothing() -> None:
 
 
 def test_b10_the_launchers_asked_are_the_not_ready_ones_and_all_while_an_order_is_unconfirmed() -> None:
-    spec = task_spec(failurePolicy={"maxRestarts": 2})
+    spec = task_spec(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
     ps = pods(ready=(True, False)) + [pod_obj("train-1", 2, phase="Pending", ready=False)]
     assert in_place.targets(spec, InPlace(attempt=1), ps) == {name(1): "http://10.0.0.2:29510/round"}
     unconfirmed = InPlace(attempt=1, restarts=1, ordered=1, confirmed=False)
@@ -146,7 +146,7 @@ def test_b10_in_place_restarts_are_kept_per_attempt() -> None:
 def test_b10_a_worker_that_fails_again_during_the_restart_is_a_second_restart_until_none_is_left() -> None:
     """A restart storm: the same worker fails in round 1 before every launcher said it has the order; the
     gang restarts again (round 2), and a third failure with maxRestarts 2 fails it."""
-    task = Task(failurePolicy={"maxRestarts": 2})
+    task = Task(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
     running(task)
     step(task, pods(ready=(True, False)), {name(1): said(0, 1)}, t=21)
     actions = step(task, pods(ready=(True, False)), {name(0): said(0), name(1): said(1, 1)}, t=22)
@@ -157,7 +157,7 @@ def test_b10_a_worker_that_fails_again_during_the_restart_is_a_second_restart_un
 
 
 def test_b10_a_preemption_while_the_gang_restarts_in_place_orders_nothing_more() -> None:
-    task = Task(failurePolicy={"maxRestarts": 2, "resumeAfterPreemption": True})
+    task = Task(failurePolicy={"maxRestarts": 2, "resumeAfterPreemption": True, "restartStrategy": "InPlace"})
     running(task)
     step(task, pods(ready=(True, False)), {name(1): said(0, 1)}, t=21)
     js = jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj()
@@ -171,7 +171,7 @@ def test_b10_after_jobset_recreates_the_gang_its_new_pods_failures_restart_it_in
     """One restart in place, then one by recreate (JobSet's restart 1): the new pods' launchers run JobSet's
     round 1, which is below the gang's count (2); their failure is still news, and the next order names
     round 3."""
-    task = Task(failurePolicy={"maxRestarts": 3})
+    task = Task(failurePolicy={"maxRestarts": 3, "restartStrategy": "InPlace"})
     running(task)
     step(task, pods(ready=(True, False)), {name(1): said(0, 1)}, t=21)
     step(task, pods(), {name(0): said(1), name(1): said(1)}, t=22)

@@ -88,8 +88,9 @@ class FailurePolicy:
     resume_after_preemption: bool = False
     restart_on_disruption: bool = True  # a worker lost to a node disruption restarts the gang, uncounted
     # How a whole-gang restart for a failed worker restarts it: InPlace, the surviving workers in their
-    # pods (Kubernetes; the local backend's workers are processes either way), or Recreate, every pod anew
-    restart_strategy: str = IN_PLACE
+    # pods (Kubernetes; the local backend's workers are processes either way), or Recreate, every pod anew.
+    # Recreate stays the default while InPlace's readiness probe makes a gang's Running come later.
+    restart_strategy: str = RECREATE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,7 +234,7 @@ def parse_manifest(doc: Any, *, source: str = "") -> TaskSpec:
 
 
 def _restart_strategy(fp: dict[str, Any]) -> str:
-    strategy = fp.get("restartStrategy", IN_PLACE)
+    strategy = fp.get("restartStrategy", RECREATE)
     if strategy not in RESTART_STRATEGIES:
         raise SpecError("spec.failurePolicy.restartStrategy", f"must be InPlace or Recreate, got {clip(strategy)}")
     return str(strategy)

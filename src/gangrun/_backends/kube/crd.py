@@ -103,8 +103,8 @@ def spec_schema() -> dict[str, Any]:
                     "a worker lost to a node disruption (pod condition DisruptionTarget) restarts the gang in the "
                     "same attempt, charged to no budget (default true)")},
                 "restartStrategy": {"type": "string", "enum": list(core_spec.RESTART_STRATEGIES), "description": (
-                    "how a restart for a failed worker restarts the gang: InPlace (default: the other workers "
-                    "in their pods, only lost pods recreated) or Recreate (every pod anew)")}}},
+                    "how a restart for a failed worker restarts the gang: Recreate (default: every pod anew) "
+                    "or InPlace (every worker again in its pod)")}}},
             "podTemplate": pod_template_schema(),
             "shmSize": _quantity("size of a memory-backed /dev/shm for the workers, like 8Gi"),
             "gpuResource": _str("the extended resource resources.gpu requests (default nvidia.com/gpu)",

@@ -1,4 +1,4 @@
-"""In-place gang restarts: the controller's side (`failurePolicy.restartStrategy: InPlace`, the default).
+"""In-place gang restarts: the controller's side (`failurePolicy.restartStrategy: InPlace`).
 
 A failed worker's launcher keeps its pod (`gangrun._worker.in_place`): the pod turns NotReady, and the
 controller asks its launcher (GET /round on the report port, `targets` says whose) which round failed
