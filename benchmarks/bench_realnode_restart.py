@@ -63,7 +63,7 @@ def one_run(rc, strategy: str, n: int) -> float:  # type: ignore[no-untyped-def]
 
     name = f"{strategy.lower()}-{n}"
     try:
-        submit(rc, train_task(rc, name, steps=40, step_seconds=0.1, max_restarts=1, restart_strategy=strategy))
+        submit(rc, train_task(rc, name, steps=100, step_seconds=0.1, max_restarts=1, restart_strategy=strategy))
         first = rc.kube.wait_running_pods(rc.ns, f"{TASK_LABEL}={name}", 2, timeout=TIMEOUT)
         rank0 = next(p for p in first if rank_of(p) == 0)
         LogFollower(rc, rank0["metadata"]["name"]).wait(r"step 10: loss")

@@ -325,7 +325,7 @@ def test_the_checkpoint_volume_full_during_a_save_restarts_the_gang_from_the_las
             left = leftovers(volume)
             filler.unlink()  # the space is back
             starts = logs.starts(set(), restart=1)  # restarted in place: the same pods run round 1
-            assert {p["metadata"]["uid"] for p in kube.running_pods(rc.ns, selector)} == first_uids
+            assert {p["metadata"]["uid"] for p in kube.list("Pod", rc.ns, label_selector=selector)} == first_uids
             figures["volume full -> every rank resumed"] = time.monotonic() - t0
             status = wait_phase(rc, name, "Succeeded")
             final = newest_checkpoint(rc.data, name, 1)  # on the tmpfs: read before it goes
