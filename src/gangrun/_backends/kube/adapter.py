@@ -186,6 +186,12 @@ def of_jobset(pods: Iterable[Any], js: Any) -> list[dict[str, Any]]:
     return pods if not name else [p for p in pods if labels(p).get(jobset.JOBSET_NAME_KEY, name) == name]
 
 
+def pod_ready(pod: Any) -> bool:
+    """Whether a pod has the condition Ready=True."""
+    return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+               for c in _list(_get(pod, "status", "conditions")))
+
+
 def restarts_of(obj: Any) -> int:
     """A JobSet's own whole-gang restarts (status.restarts); 0 for none or no JobSet."""
     return max(_int(_get(obj, "status", "restarts")), 0) if isinstance(obj, dict) else 0
@@ -397,8 +403,7 @@ def to_gang(obj: Any, pods: Iterable[Any] = (), nodes: Nodes | None = None) -> G
             failures.append(term)
         if phase in ("Pending", "Running") and _get(pod, "spec", "nodeName"):
             scheduled += 1
-            if any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in _list(_get(pod, "status", "conditions"))):
+            if pod_ready(pod):
                 ready += 1
         elif phase == "Pending" and not unscheduled:
             unscheduled = _unscheduled_detail(pod)

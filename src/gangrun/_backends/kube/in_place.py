@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gangrun._backends.kube import adapter
 from gangrun._backends.kube.render import report_url
 from gangrun._core import jobset, stop_causes
 from gangrun._core import worker_env as wenv
@@ -120,11 +121,6 @@ def _name(pod: dict[str, Any]) -> str:
     return str((pod.get("metadata") or {}).get("name") or "")
 
 
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == TRUE
-               for c in (pod.get("status") or {}).get("conditions") or ())
-
-
 def _running(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running" and not (pod.get("metadata") or {}).get(
         "deletionTimestamp")
@@ -137,7 +133,8 @@ def targets(spec: TaskSpec, ip: InPlace, pods: Sequence[dict[str, Any]]) -> dict
         return {}
     out = {}
     for pod in pods:
-        if _running(pod) and (not ip.confirmed or not _ready(pod)) and (url := report_url(pod, wenv.ROUND_PATH)):
+        asked = _running(pod) and (not ip.confirmed or not adapter.pod_ready(pod))
+        if asked and (url := report_url(pod, wenv.ROUND_PATH)):
             out[_name(pod)] = url
     return out
 

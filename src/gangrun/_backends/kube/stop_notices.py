@@ -24,6 +24,7 @@ from typing import Any
 
 from gangrun._backends.kube.client import PODS, KubeApi
 from gangrun._backends.kube.in_place import OrderRestart
+from gangrun._backends.kube.live_reports import http_get
 from gangrun._backends.kube.reconcile import AnnotatePods
 from gangrun._errors import NotFound
 
@@ -71,8 +72,7 @@ class StopNotices:
         """GET each of `targets` (pod name -> url) at once: the answers of those that gave one."""
         def get(url: str) -> str | None:
             try:
-                with urllib.request.urlopen(url, timeout=PUSH_TIMEOUT) as r:
-                    return str(r.read(4096).decode())
+                return http_get(url, PUSH_TIMEOUT)
             except (OSError, ValueError, http.client.HTTPException) as e:
                 log.debug("no round from %s: %s", url, e)
                 return None
