@@ -373,12 +373,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             # few seconds; the worker is the one waited for).
             later = (lambda: None) if starts is not None or rounds is not None else report
             stopping = notice.at_stop if notice is not None else (lambda: None)
-            told = (lambda child: rounds.running(_stop_for_order(child, notice, starts, base))) if rounds else None
+            def told(child: _Child) -> None:  # an in-place restart's order stops this child
+                if rounds is not None:
+                    rounds.running(_stop_for_order(child, notice, starts, base))
+
             code, stopped = (_forwarding(lambda: forked.go(env), started=later, stopping=stopping,
-                                         child_started=told or (lambda _: None)) if forked is not None
-                             else _run_forwarding(argv_, env, started=later, stopping=stopping,
-                                                  child_started=told or (lambda _: None)))
-            while rounds is not None and told is not None and not stopped:
+                                         child_started=told) if forked is not None
+                             else _run_forwarding(argv_, env, started=later, stopping=stopping, child_started=told))
+            while rounds is not None and not stopped:
                 order = rounds.ended(code, wait=wait)
                 if order is None:
                     break
