@@ -321,7 +321,6 @@ def test_a_cancel_writes_the_stop_notice_on_every_worker_before_the_jobset_is_de
     assert a.names == ("train-1-workers-0-0-abcde", "train-1-workers-0-1-abcde")
     assert json.loads(a.notice) == {"cause": "Aborted", "message": "cancelled by the user",
                                     "deadline": at(50).timestamp()}
-    assert a.annotations == {crd.STOP_NOTICE_ANNOTATION: a.notice}
 
 
 def test_a_kueue_eviction_seen_on_the_workload_is_announced_to_the_workers_before_their_pods_go() -> None:

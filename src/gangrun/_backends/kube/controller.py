@@ -201,6 +201,7 @@ class Controller:
         names = {(p.get("metadata") or {}).get("name") for p in live}
         pods = [p for p in [*live, *(g for n, g in gone.items() if n not in names)]
                 if reports.reports_for(adapter.attempt_of(p), state.attempt) and adapter.belongs_to(p, uid)]
+        pods = self._notices.overlay(namespace, pods)  # the notices written that the cache does not show yet
         lookup = self._workloads_for(js)
         spec = spec_or_none(task)
         capacity = self._capacity(task, spec.queue, owned, lookup) if spec is not None and spec.elastic else None

@@ -94,10 +94,6 @@ class AnnotatePods:
     notice: str  # the JSON the SDK reads from GANGRUN_STOP_FILE
     urls: tuple[str, ...] = ()
 
-    @property
-    def annotations(self) -> dict[str, str]:
-        return {crd.STOP_NOTICE_ANNOTATION: self.notice}
-
 
 @dataclass(frozen=True)
 class EvictPods:

@@ -8,6 +8,12 @@ serving yet) leaves the annotation to tell the worker.
 When the same sync deletes a JobSet, every notice is on its pod before the delete; when Kueue stops
 the gang instead, nothing is ordered after the notices and the sync moves on, a failed one logged.
 
+A sync reads its pods from the informer's cache, which learns of a notice when the patch's watch event
+comes back: a sync in between (the next event of the same stop, a drain's eviction right after its
+cordon) would see the pod untold and tell it a cause the first notice is meant to outlive. So the
+notices written stay known here from the moment they are asked for until the cache shows them, or the
+write failed; `overlay` lays them over the cached pods a sync reads.
+
 The launchers take one more kind of push the same way: an in-place restart's order (`OrderRestart`, POST
 /restart; `in_place.py`). `ask` reads what launchers say on GET /round, all at once, each cut short: a
 sync waits for it, at most `PUSH_TIMEOUT`.
@@ -17,11 +23,13 @@ from __future__ import annotations
 
 import http.client
 import logging
+import threading
 import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from gangrun._backends.kube import crd
 from gangrun._backends.kube.client import PODS, KubeApi
 from gangrun._backends.kube.in_place import OrderRestart
 from gangrun._backends.kube.live_reports import http_get
@@ -40,24 +48,55 @@ class StopNotices:
         self.api = api
         self._pool = ThreadPoolExecutor(max_workers=FANOUT, thread_name_prefix="stop-notice")
         self._pushes = ThreadPoolExecutor(max_workers=PUSH_FANOUT, thread_name_prefix="stop-notice-push")
+        self._lock = threading.Lock()
+        self._told: dict[tuple[str, str], str] = {}  # (namespace, pod) -> the notice written, not yet cached
 
     def write(self, namespace: str, actions: Sequence[Any]) -> list[Future[None]]:
         """Start writing the notices of `actions`, every pod at once, the pushes first. A pod already gone
         needs none; any other error of a patch surfaces from its future (a push's is only logged)."""
-        def one(name: str, annotations: dict[str, str]) -> None:
+        def one(name: str, notice: str) -> None:
             try:
-                self.api.patch(PODS, namespace, name, {"metadata": {"annotations": annotations}})
+                self.api.patch(PODS, namespace, name, {"metadata": {"annotations": {
+                    crd.STOP_NOTICE_ANNOTATION: notice}}})
             except NotFound:
-                pass
+                self._forget(namespace, name, notice)
+            except BaseException:
+                self._forget(namespace, name, notice)  # not written: the next sync tells it again
+                raise
 
         notices = [a for a in actions if isinstance(a, AnnotatePods)]
+        with self._lock:
+            self._told.update({(namespace, name): a.notice for a in notices for name in a.names})
         for a in notices:  # first, and never waited for: a push lands in milliseconds or not at all
             for url in a.urls:
                 self._pushes.submit(self.push, url, a.notice.encode())
         for order in (a for a in actions if isinstance(a, OrderRestart)):
             for url in order.urls:
                 self._pushes.submit(self.push, url, order.body.encode())
-        return [self._pool.submit(one, name, a.annotations) for a in notices for name in a.names]
+        return [self._pool.submit(one, name, a.notice) for a in notices for name in a.names]
+
+    def overlay(self, namespace: str, pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`pods` as the cache holds them, each with the notice written to it that the cache does not
+        show yet. A notice the cache shows is forgotten here."""
+        out = []
+        with self._lock:
+            for pod in pods:
+                md = pod.get("metadata") or {}
+                key = (namespace, str(md.get("name") or ""))
+                told = self._told.get(key)
+                cached = (md.get("annotations") or {}).get(crd.STOP_NOTICE_ANNOTATION)
+                if told is None or cached == told:
+                    self._told.pop(key, None)
+                    out.append(pod)
+                    continue
+                annotations = {**(md.get("annotations") or {}), crd.STOP_NOTICE_ANNOTATION: told}
+                out.append({**pod, "metadata": {**md, "annotations": annotations}})
+        return out
+
+    def _forget(self, namespace: str, name: str, notice: str) -> None:
+        with self._lock:
+            if self._told.get((namespace, name)) == notice:
+                del self._told[(namespace, name)]
 
     @staticmethod
     def push(url: str, body: bytes) -> None:
