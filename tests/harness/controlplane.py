@@ -66,6 +66,9 @@ class ControlPlane:
     keep_workdir: bool = False
     tier: str | None = None
     kwok_nodes: int = addons.NODE_COUNT  # fake nodes made at tier B (0: only real nodes take pods)
+    # Where kwok takes its pods' IPs. No packet reaches them unless they are on this machine: a loopback
+    # range (127.0.0.0/8) lets one process answer at every pod's IP (benchmarks/bench_kwok_restart.py).
+    kwok_cidr: str = "10.244.0.0/16"
     components: list[Component] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
     _start_error: BaseException | None = field(default=None, repr=False)
@@ -267,15 +270,25 @@ class ControlPlane:
         tail = f"\nlast log lines of {component.name}:\n{component.tail()}" if component else ""
         raise ControlPlaneError(f"timed out after {timeout}s waiting for {what}; last error: {last}{tail}")
 
-    def _https_ok(self, port: int, path: str, client_cert: bool = True,
-                  verify: bool = True) -> bool:
+    def api_text(self, path: str) -> str:
+        """GET `path` of the API server as the admin, as text (`/metrics`)."""
+        with urllib.request.urlopen(f"{self.api_url}{path}", context=self._tls(), timeout=30) as r:
+            return r.read().decode()
+
+    def _tls(self, client_cert: bool = True, verify: bool = True) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
         if not verify:  # a component serving its own self-signed certificate (--cert-dir)
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         if client_cert:
+            assert self.workdir
             pki = self.workdir / "pki"
             ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        return ctx
+
+    def _https_ok(self, port: int, path: str, client_cert: bool = True,
+                  verify: bool = True) -> bool:
+        ctx = self._tls(client_cert, verify)
         try:
             with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=ctx, timeout=5) as r:
                 return r.status == 200
@@ -417,7 +430,7 @@ class ControlPlane:
         self._spawn("kwok", [
             str(self.binaries.path("kwok")), f"--kubeconfig={kc}", f"--config={d / 'kwok.yaml'}",
             # Only the fake nodes: a real node (realnode.py) has a kubelet of its own.
-            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--cidr=10.244.0.0/16",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", f"--cidr={self.kwok_cidr}",
         ], env={"HOME": str(home)})
 
     def _create_nodes(self) -> None:
@@ -482,10 +495,11 @@ class ControlPlane:
 
 
 @contextlib.contextmanager
-def running(tier: str = "C", binaries: Binaries | None = None) -> Iterator[ControlPlane]:
-    """``with running("C") as cp: ...``: start a control plane, stop it afterwards."""
+def running(tier: str = "C", binaries: Binaries | None = None, **options: Any) -> Iterator[ControlPlane]:
+    """``with running("C") as cp: ...``: start a control plane, stop it afterwards (`options`: more
+    fields of ControlPlane)."""
     cp = ControlPlane(binaries or locate_binaries(),
-                      keep_workdir=bool(os.environ.get("GANGRUN_E2E_KEEP")))
+                      keep_workdir=bool(os.environ.get("GANGRUN_E2E_KEEP")), **options)
     try:
         yield cp.ensure(tier)
     finally:
