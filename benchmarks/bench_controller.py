@@ -150,6 +150,19 @@ def grow_cluster(cp: ControlPlane, nodes: int) -> None:
                 "metadata": {"name": addons.CLUSTER_QUEUE}, "spec": cq["spec"]})
 
 
+def install_tasks(cp: ControlPlane) -> tuple[str, str]:
+    """Install deploy/crd.yaml and make a namespace for the tasks: its name and its tasks' API path."""
+    kube = cp.kube
+    crd = yaml.safe_load((REPO / "deploy" / "crd.yaml").read_text())
+    kube.apply(crd)
+    kube.wait_for("CRD established", lambda: has_condition(
+        kube.get("CustomResourceDefinition", crd["metadata"]["name"]), "Established"), timeout=60)
+    ns = cp.make_namespace("bench")
+    tasks_path = f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}"
+    kube.wait_for("CRD served", lambda: kube.request("GET", tasks_path) is not None, timeout=60)
+    return ns, tasks_path
+
+
 def ms(xs: list[float], p: float) -> float | None:
     return None if not xs else round(pct(xs, p) * 1000, 1)
 
@@ -229,13 +242,7 @@ def main() -> int:
         print(f"control plane tier C up in {time.monotonic() - t0:.1f} s")
         grow_cluster(cp, nodes)
         print(f"{nodes} kwok nodes Ready, ClusterQueue quota {NODE_CPU * nodes} CPU")
-        crd = yaml.safe_load((REPO / "deploy" / "crd.yaml").read_text())
-        kube.apply(crd)
-        kube.wait_for("CRD established", lambda: has_condition(
-            kube.get("CustomResourceDefinition", crd["metadata"]["name"]), "Established"), timeout=60)
-        ns = cp.make_namespace("bench")
-        tasks_path = f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}"
-        kube.wait_for("CRD served", lambda: kube.request("GET", tasks_path) is not None, timeout=60)
+        ns, tasks_path = install_tasks(cp)
 
         tl = Timeline()
         watches = [

@@ -43,15 +43,13 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import yaml
-
 # Kueue's waitForPodsReady timeout (45 s in the harness) would evict a gang of a thousand kwok pods that
 # a loaded machine makes Ready late; that is not what this benchmark measures.
 os.environ.setdefault("GANGRUN_E2E_PODS_READY_TIMEOUT", "30m")
 
 # After the environment setup above: the harness reads it when imported.
 from benchmarks._lib import REPO, load_average
-from benchmarks.bench_controller import grow_cluster
+from benchmarks.bench_controller import grow_cluster, install_tasks
 from gangrun._backends.kube.render import REPORT_PORT
 from gangrun._core import worker_env as wenv
 from tests.harness.addons import LOCAL_QUEUE
@@ -60,7 +58,7 @@ from tests.harness.client import Watch, has_condition
 from tests.harness.controller_timeline import nodes_needed
 from tests.harness.controlplane import ControlPlane, running
 from tests.harness.kwok import ANNOTATION_EXIT_CODE, ANNOTATION_FAIL_AFTER
-from tests.harness.tasks import GROUP, PLURAL, TASK_LABEL, VERSION
+from tests.harness.tasks import GROUP, TASK_LABEL, VERSION
 
 KWOK_CIDR = "127.64.0.0/16"
 STRATEGIES = ("InPlace", "Recreate")
@@ -190,11 +188,10 @@ def task_body(ns: str, name: str, pods: int, strategy: str) -> dict[str, Any]:
                      "queue": LOCAL_QUEUE, "terminationGracePeriod": "1s"}}
 
 
-def one_run(cp: ControlPlane, ns: str, pods: Pods, launchers: Launchers, n: int, strategy: str,
+def one_run(cp: ControlPlane, ns: str, tasks_path: str, pods: Pods, launchers: Launchers, n: int, strategy: str,
             timeout: float) -> dict[str, Any]:
     kube = cp.kube
     name = f"restart-{strategy.lower()}-{n}"
-    tasks_path = f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}"
 
     def status() -> dict[str, Any]:
         return kube.request("GET", f"{tasks_path}/{name}").get("status") or {}
@@ -271,14 +268,7 @@ def main() -> int:
     with running("C", binaries, kwok_cidr=KWOK_CIDR) as cp:
         print(f"control plane tier C up in {time.monotonic() - t0:.1f} s")
         grow_cluster(cp, nodes)
-        kube = cp.kube
-        crd = yaml.safe_load((REPO / "deploy" / "crd.yaml").read_text())
-        kube.apply(crd)
-        kube.wait_for("CRD established", lambda: has_condition(
-            kube.get("CustomResourceDefinition", crd["metadata"]["name"]), "Established"), timeout=60)
-        ns = cp.make_namespace("bench")
-        kube.wait_for("CRD served", lambda: kube.request(
-            "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}") is not None, timeout=60)
+        ns, tasks_path = install_tasks(cp)
         ctl = cp.spawn("gangrun-controller", [
             sys.executable, "-m", "gangrun", "controller", "--kubeconfig", str(cp.kubeconfig), "--namespace", ns,
             "--no-leader-election", "--metrics-port", "0", "--health-port", "0"],
@@ -287,7 +277,7 @@ def main() -> int:
         results = []
         for n in sizes:
             for strategy in STRATEGIES:
-                r = one_run(cp, ns, pods, launchers, n, strategy, timeout=600 + n)
+                r = one_run(cp, ns, tasks_path, pods, launchers, n, strategy, timeout=600 + n)
                 if not ctl.alive():
                     raise SystemExit(f"controller died:\n{ctl.tail(60)}")
                 results.append(r)

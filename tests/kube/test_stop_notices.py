@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gangrun._backends.kube import crd
+from gangrun._backends.kube import crd, stop_notices
 from gangrun._backends.kube.reconcile import AnnotatePods
 from gangrun._backends.kube.stop_notices import StopNotices
 from gangrun._core import stop_causes
@@ -76,5 +76,20 @@ def test_a_notice_that_was_not_written_is_not_laid_over_the_cache(error: Excepti
             with pytest.raises(ApiError):
                 written.result(timeout=5)
         assert told(notices.overlay("ns", [pod("w-0")])[0]) is None  # the next sync tells it again
+    finally:
+        notices.close()
+
+
+def test_the_notices_kept_for_a_stale_cache_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod that goes before any sync sees its notice cached is never looked at again: the oldest go."""
+    monkeypatch.setattr(stop_notices, "TOLD_LIMIT", 2)
+    api = Api()
+    api.release.set()
+    notices = StopNotices(api)  # type: ignore[arg-type]
+    try:
+        for name in ("w-0", "w-1", "w-2"):
+            notices.write("ns", [AnnotatePods(names=(name,), notice=MAINTENANCE)])
+        assert [told(p) for p in notices.overlay("ns", [pod("w-0"), pod("w-1"), pod("w-2")])] == [
+            None, MAINTENANCE, MAINTENANCE]
     finally:
         notices.close()

@@ -41,6 +41,7 @@ FANOUT = 16  # pod patches of stop notices in flight at once
 # Pushes wait on the pods, not the API server: more at once, each cut short (a launcher on the cluster
 # network answers in milliseconds; an address nobody answers must not hold the next gang's pushes).
 PUSH_FANOUT, PUSH_TIMEOUT = 64, 0.5
+TOLD_LIMIT = 10_000  # notices written that no sync has seen cached yet, kept at most
 
 
 class StopNotices:
@@ -67,6 +68,8 @@ class StopNotices:
         notices = [a for a in actions if isinstance(a, AnnotatePods)]
         with self._lock:
             self._told.update({(namespace, name): a.notice for a in notices for name in a.names})
+            for key in list(self._told)[:max(len(self._told) - TOLD_LIMIT, 0)]:
+                del self._told[key]  # the oldest: a pod that went before a sync saw its notice cached
         for a in notices:  # first, and never waited for: a push lands in milliseconds or not at all
             for url in a.urls:
                 self._pushes.submit(self.push, url, a.notice.encode())
