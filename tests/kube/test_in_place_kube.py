@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gangrun._backends.kube import in_place
+from gangrun._backends.kube import adapter, in_place
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.in_place import InPlace, OrderRestart
 from gangrun._backends.kube.reconcile import AnnotatePods, DeleteJobSet, RecordEvent, RequeueAt, reconcile
@@ -103,7 +103,14 @@ def test_b10_a_gang_with_a_pod_that_cannot_restart_in_place_is_recreated_and_say
     assert leave.recreate and leave.urls == ("http://10.0.0.2:29510/restart",)  # its Job fails: JobSet restarts
     event = next(a.event for a in actions if isinstance(a, RecordEvent) and a.event.type is EventType.RESTARTING)
     assert event.data == {"inPlace": False} and f"pod {name(0)} has ended (Succeeded)" in event.message
-    assert "inPlace" not in task.status, "not an in-place restart: JobSet counts it"
+    assert task.status["inPlace"]["restarts"] == 0, "not an in-place restart: JobSet counts it"
+    # The failed launcher has not left by the next sync: told again, the recreate not announced again
+    # (whether or not that sync writes the status for another reason).
+    ps = [done, with_report_port(pod_obj("train-1", 1, ready=False), IPS[1])]
+    js = jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj()
+    again = in_place.decide(task.spec, InPlace.load(task.obj, 1), adapter.observe(js, WL, ps).gang, ps,
+                            {name(1): in_place.Round(restart=0, failed=1)}, running=True, now=at(22))
+    assert orders(again.actions) == [leave] and EventType.RESTARTING not in events(again.actions)
 
 
 def test_b10_a_failure_inside_an_eviction_restarts_nothing() -> None:

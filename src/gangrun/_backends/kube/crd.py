@@ -219,7 +219,8 @@ def status_schema() -> dict[str, Any]:
             "elastic": {**record, "description": "an elastic gang's current JobSet in the attempt: its generation, "
                                                  "size, last resize and the restarts of the JobSets it replaced"},
             "inPlace": {**record, "description": "the attempt's in-place restarts: how many, the round the newest "
-                                                 "order named, whether every launcher has it, and why"},
+                                                 "order named, whether every launcher has it, and why; the "
+                                                 "JobSet round recreated instead"},
             "resumeFromResult": {**record, "description": "what spec.checkpoint.resumeFrom gave the newest load: "
                                                           "found, uri, step and when (found false: nothing there)"},
             "observedGeneration": {"type": "integer"},

@@ -53,6 +53,7 @@ class InPlace:
     confirmed: bool = True  # every launcher said it has that order
     failure: str = ""  # what the newest order restarts for
     at: datetime | None = None  # when it was given
+    recreating: int = -1  # JobSet's round whose recreate instead was announced (-1: none): announced once
 
     @classmethod
     def load(cls, task: dict[str, Any], attempt: int) -> InPlace:
@@ -66,14 +67,15 @@ class InPlace:
             at = None
         return cls(attempt=attempt, restarts=_whole(doc.get("restarts")), ordered=_whole(doc.get("ordered"), -1),
                    jobset_round=_whole(doc.get("jobsetRound")), confirmed=doc.get("confirmed") is not False,
-                   failure=str(doc.get("failure") or ""), at=at)
+                   failure=str(doc.get("failure") or ""), at=at, recreating=_whole(doc.get("recreating"), -1))
 
     def for_storage(self) -> dict[str, Any]:
-        if self.ordered < 0:
+        if self.ordered < 0 and self.recreating < 0:
             return {}
         return {STATUS_KEY: {"attempt": self.attempt, "restarts": self.restarts, "ordered": self.ordered,
                              "jobsetRound": self.jobset_round, "confirmed": self.confirmed, "failure": self.failure,
-                             "at": self.at.isoformat() if self.at is not None else None}}
+                             "at": self.at.isoformat() if self.at is not None else None,
+                             "recreating": self.recreating}}
 
 
 def _whole(v: Any, default: int = 0) -> int:
@@ -180,7 +182,8 @@ def decide(spec: TaskSpec, ip: InPlace, gang: Gang | None, pods: Sequence[dict[s
         event = Event(time=now, type=EventType.RESTARTING, attempt=ip.attempt, data={"inPlace": False},
                       message=f"{failure}; the gang restarts by recreating its pods: {stuck}")
         go = OrderRestart(leave, json.dumps({"restart": current + 1, "recreate": True}), recreate=True)
-        return Decided(seen, ip, [*actions, go, RecordEvent(event)])
+        announce = [] if ip.recreating == gang.restarts else [RecordEvent(event)]  # a launcher slow to leave
+        return Decided(seen, replace(ip, recreating=gang.restarts), [*actions, go, *announce])
     n = current + 1
     ip = replace(ip, restarts=ip.restarts + 1, ordered=n, jobset_round=gang.restarts, confirmed=False,
                  failure=failure, at=now)
