@@ -305,44 +305,12 @@ def test_server_error_reading_workloads_of_a_suspended_gang_retries_instead_of_m
     c.admit()
     c.settle()
     c.preempt()
-    c.api.fail("get", "workloads", 500, times=1)  # the fresh read of the Workload the cache names
+    c.api.fail("list", "workloads", 500, times=1)
     for inf in (c.ctl.tasks, c.ctl.jobsets, c.ctl.pods):
         inf.relist()
     c.ctl.process_one(timeout=0)
     assert c.status()["attempt"] == 1  # not a system retry
     c.settle()
-    assert c.status()["attempt"] == 2 and c.status()["userRetriesUsed"] == 1
-
-
-def test_a_suspended_gang_s_workload_is_read_fresh_by_name_and_listed_only_when_the_cache_has_none() -> None:
-    """A label-selected LIST makes the API server read every Workload of the namespace (a wide request
-    that waits its turn in a storm): the Workload the cache names is read by a GET instead."""
-    c = Cluster()
-    c.submit(retries=1)
-    c.settle()
-    c.admit()
-    c.settle()
-    c.preempt()
-    for inf in (c.ctl.tasks, c.ctl.jobsets, c.ctl.pods):
-        inf.relist()  # the Workloads' cache is behind: it says nothing of the eviction
-    c.api.calls.clear()
-    c.ctl.process_one(timeout=0)
-    reads = [(verb, n) for verb, plural, n in c.api.calls if plural == "workloads"]
-    assert [verb for verb, _ in reads] == ["get"], reads
-    assert c.status()["attempt"] == 2 and c.status()["userRetriesUsed"] == 1  # the eviction, read fresh
-    c = Cluster()
-    c.submit(retries=1)
-    c.settle()
-    c.admit()
-    c.settle()
-    c.preempt()
-    for inf in (c.ctl.tasks, c.ctl.jobsets, c.ctl.pods):
-        inf.relist()
-    for wl in c.ctl.workloads.items():
-        c.ctl.workloads.remove(wl)  # the cache has not seen the Workload at all
-    c.api.calls.clear()
-    c.ctl.process_one(timeout=0)
-    assert [verb for verb, plural, _ in c.api.calls if plural == "workloads"] == ["list"]
     assert c.status()["attempt"] == 2 and c.status()["userRetriesUsed"] == 1
 
 

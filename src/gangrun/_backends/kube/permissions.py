@@ -51,7 +51,7 @@ CONTROLLER: frozenset[Permission] = (
     | _on(TASKS, "patch", sub="status")  # it writes only their status, one merge patch a sync
     | _on(JOBSETS, "list", "watch", "create", "delete")  # one JobSet per attempt; old attempts deleted
     | _on(JOBSETS, "get")  # a JobSet missing from the cache is read before it is called deleted
-    | _on(WORKLOADS, "get", "list", "watch")  # why Kueue took a gang back (read afresh when suspended)
+    | _on(WORKLOADS, "list", "watch")  # why Kueue took a gang back (listed afresh when suspended)
     | _on(LOCAL_QUEUES, "list", "watch") | _on(CLUSTER_QUEUES, "list", "watch")  # elastic gangs' free quota
     | _on(PODS, "list", "watch")  # readiness, failures, disruptions, checkpoints (termination messages)
     | _on(PODS, "patch")  # the stop notice annotation, before a gang is stopped
