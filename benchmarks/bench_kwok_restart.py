@@ -23,8 +23,9 @@ Figures per run: wall time from the failure to done, the API writes meanwhile (t
 and leases, which tick with time whatever happens, are shown apart), and the HTTP calls the
 controller made to launchers. What it leaves out: a real restart's worker processes (the stop notice,
 the final save, the new interpreter: seconds, in parallel in every pod, bench_realnode_restart
-measures them) and, for Recreate, what a real node adds per pod (the sandbox, the image, the
-container start). The targets (issue): at 1,000 pods, API writes for an in-place restart independent
+measures them), the readiness probe's period (up to a second before the kubelet would see the
+failure, and again after the order; written here at once) and, for Recreate, what a real node adds
+per pod (the sandbox, the image, the container start). The targets (issue): at 1,000 pods, API writes for an in-place restart independent
 of the gang's size, wall time at most a tenth of Recreate's.
 
 Skips (exit 0) with a message when the control plane is not built (hack/build-control-plane.sh).
