@@ -55,7 +55,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks._lib import REPO, load_average
+from benchmarks._lib import REPO, control_plane_binaries, load_average
 
 # Kueue's waitForPodsReady timeout (45 s in the harness) would evict gangs whose kwok pods a loaded
 # machine makes Ready late; such system retries are not what this benchmark measures.
@@ -64,7 +64,6 @@ os.environ.setdefault("GANGRUN_E2E_PODS_READY_TIMEOUT", "30m")
 # After the environment setup above: the harness reads it when imported.
 from tests.harness import addons
 from tests.harness.addons import LOCAL_QUEUE, NODE_CPU, NODE_MEMORY_GI
-from tests.harness.binaries import NotBuiltError, locate_binaries
 from tests.harness.client import Watch, has_condition
 from tests.harness.controller_timeline import (
     PODS_PER_NODE,
@@ -223,10 +222,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     ap.add_argument("--keep-probe", type=Path, help="copy the probe's records of every sync and write here")
     args = ap.parse_args()
-    try:
-        binaries = locate_binaries()
-    except NotBuiltError as e:
-        print(f"skipped: {e}")
+    binaries = control_plane_binaries()
+    if binaries is None:
         return 0
 
     n = args.tasks

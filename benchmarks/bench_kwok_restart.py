@@ -49,12 +49,11 @@ from typing import Any
 os.environ.setdefault("GANGRUN_E2E_PODS_READY_TIMEOUT", "30m")
 
 # After the environment setup above: the harness reads it when imported.
-from benchmarks._lib import REPO, load_average
+from benchmarks._lib import REPO, control_plane_binaries, load_average
 from benchmarks.bench_controller import grow_cluster, install_tasks
 from gangrun._backends.kube.render import REPORT_PORT
 from gangrun._core import worker_env as wenv
 from tests.harness.addons import LOCAL_QUEUE
-from tests.harness.binaries import NotBuiltError, locate_binaries
 from tests.harness.client import Watch, has_condition
 from tests.harness.controller_timeline import nodes_needed
 from tests.harness.controlplane import ControlPlane, running
@@ -256,10 +255,8 @@ def main() -> int:
     ap.add_argument("--pods", default="256,1000", help="gang sizes, comma-separated")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     args = ap.parse_args()
-    try:
-        binaries = locate_binaries()
-    except NotBuiltError as e:
-        print(f"skipped: {e}")
+    binaries = control_plane_binaries()
+    if binaries is None:
         return 0
     sizes = [int(x) for x in args.pods.split(",")]
     nodes = nodes_needed((max(sizes) + 1) // 2)

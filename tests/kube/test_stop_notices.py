@@ -54,7 +54,8 @@ def test_b9_a_notice_being_written_is_seen_by_the_next_sync_before_the_cache_has
         api.release.set()
         for f in written:
             f.result(timeout=5)
-        assert sorted(n for n, _ in api.patched) == ["w-0", "w-1"]
+        assert sorted(api.patched) == [(n, {"metadata": {"annotations": {crd.STOP_NOTICE_ANNOTATION: MAINTENANCE}}})
+                                       for n in ("w-0", "w-1")]  # one annotation, the notice
         # Written, the cache not there yet: still laid over; once it shows the notice, forgotten.
         assert told(notices.overlay("ns", [pod("w-0")])[0]) == MAINTENANCE
         assert told(notices.overlay("ns", [pod("w-0", MAINTENANCE)])[0]) == MAINTENANCE
