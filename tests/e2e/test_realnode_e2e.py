@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from gangrun._core import worker_env as wenv
 from tests.e2e.conftest import real_node_images
 from tests.harness import incluster
 from tests.harness.controlplane import ControlPlane
@@ -88,7 +89,8 @@ def test_jobset_pod_hostnames_resolve_from_inside_a_real_pod(real_cluster: RealC
         cleanup_task(rc, "dns")
 
 
-def preempt_and_finish(rc: RealCluster, name: str, *, resume: bool) -> tuple[dict[int, int], dict[int, re.Match], dict]:
+def preempt_and_finish(rc: RealCluster, name: str, *, resume: bool,
+                       restart_strategy: str = "") -> tuple[dict[int, int], dict[int, re.Match], dict]:
     """Run `name` (2 real workers), preempt it with a 1-worker task of higher priority once it trained 10
     steps, and follow it to Succeeded. Returns the step each rank saved at the stop, the `rank R/2 ...
     starting at step N (source)` line of each of the next run's workers by rank, and the final status."""
@@ -97,7 +99,8 @@ def preempt_and_finish(rc: RealCluster, name: str, *, resume: bool) -> tuple[dic
     rec = PodRecorder(rc.cp, rc.ns)
     try:
         t0 = time.monotonic()
-        submit(rc, train_task(rc, name, steps=60, resume=resume, retries=0 if resume else 1))
+        submit(rc, train_task(rc, name, steps=60, resume=resume, retries=0 if resume else 1,
+                              restart_strategy=restart_strategy))
         first = kube.wait_running_pods(rc.ns, f"{TASK_LABEL}={name}", 2, timeout=TIMEOUT)
         TIMINGS[f"{name}: create -> 2 workers Running"] = time.monotonic() - t0
         first_uids = {p["metadata"]["uid"] for p in first}
@@ -119,8 +122,10 @@ def preempt_and_finish(rc: RealCluster, name: str, *, resume: bool) -> tuple[dic
             e if len(e := worker_exits(rec, first_uids)) == 2 else None), timeout=TIMEOUT)
         TIMINGS[f"{name}: preemptor created -> both workers saved and exited"] = time.monotonic() - t1
         # Ended by the SIGTERM it handled (143) or on its own (0), never SIGKILLed at the grace period's end (137);
-        # the launcher's termination message names the checkpoint committed at the stop.
-        assert {e["exitCode"] for e in exits.values()} <= {0, 143}, exits
+        # InPlace: the launcher says its pod was taken (LOST_EXIT). The launcher's termination message names
+        # the checkpoint committed at the stop.
+        ended = {wenv.LOST_EXIT} if restart_strategy == "InPlace" else {0, 143}
+        assert {e["exitCode"] for e in exits.values()} <= ended, exits
         committed = [int(m.group(1)) for e in exits.values() if (m := re.search(r'"step": ?(\d+)', e.get("message", "")))]
         assert saved[0] in committed, (committed, saved)
         wait_phase(rc, urgent, "Succeeded")
@@ -154,6 +159,17 @@ def test_a_preempted_gang_of_real_workers_saves_in_its_grace_period_keeps_attemp
     saved, starts, s = preempt_and_finish(real_cluster, "train", resume=True)
     assert s["attempt"] == 1 and s["userRetriesUsed"] == 0 and s["systemRetriesUsed"] == 0
     assert len(s["attempts"]) == 1
+    assert_resumed_from(starts, saved, "own")
+
+
+def test_a_preempted_in_place_gang_resumes_in_new_pods_with_no_restart_charged(real_cluster: RealCluster) -> None:
+    """restartStrategy InPlace: the suspension's pods end with LOST_EXIT, which the Job ignores, so every pod of
+    the readmitted gang is a replacement that waits for its round; the controller tells them to start it
+    together, as a new start and not a restart (restartAttempt 0, no in-place restart), from the step saved."""
+    saved, starts, s = preempt_and_finish(real_cluster, "train-ip", resume=True, restart_strategy="InPlace")
+    assert (s["attempt"], s["userRetriesUsed"], s.get("restartAttempt", 0)) == (1, 0, 0), s
+    assert not (s.get("inPlace") or {}).get("restarts"), s
+    assert {m["restart"] for m in starts.values()} == {"0"}
     assert_resumed_from(starts, saved, "own")
 
 
@@ -234,6 +250,40 @@ def test_a_worker_killed_from_the_host_restarts_or_retries_as_the_policy_says_an
         ("0", str(attempt), str(max_restarts)), ("1", str(attempt), str(max_restarts))}
     assert_resumed_from(starts, {0: newest}, "own" if max_restarts else "previous")
     assert (s["attempt"], s["userRetriesUsed"], s.get("restartAttempt", 0)) == (attempt, retries, max_restarts), s
+    assert not s.get("disruptionRestarts"), s
+
+
+def test_a_deleted_pod_of_an_in_place_gang_is_made_again_alone_and_every_rank_resumes_from_one_checkpoint(
+        real_cluster: RealCluster) -> None:
+    """Rank 0's pod is deleted (`kubectl delete pod`) under an InPlace gang with maxRestarts 1: its worker saves
+    at the SIGTERM and its launcher leaves with LOST_EXIT, which the Job ignores, so the Job makes that one pod
+    again; rank 1 keeps its pod and is restarted in place. Both run restart 1 from the step saved at the
+    deletion; the restart is charged to maxRestarts (the failure it is), no retry."""
+    rc, name = real_cluster, "deleted-ip"
+    rec = PodRecorder(rc.cp, rc.ns)
+    try:
+        submit(rc, train_task(rc, name, steps=100, step_seconds=0.1, max_restarts=1, restart_strategy="InPlace"))
+        first = rc.kube.wait_running_pods(rc.ns, f"{TASK_LABEL}={name}", 2, timeout=TIMEOUT)
+        rank0, rank1 = sorted(first, key=rank_of)
+        log = LogFollower(rc, rank0["metadata"]["name"])
+        log.wait(r"step 10: loss")
+        t1 = time.monotonic()
+        rc.kube.request("DELETE", f"/api/v1/namespaces/{rc.ns}/pods/{rank0['metadata']['name']}")
+        saved = int(log.wait(r"stop requested \(.*\): saved step (\d+)").group(1))
+        (new0,) = new_running_pods(rc, name, 1, {p["metadata"]["uid"] for p in first}, count=1)
+        starts = starts_by_rank(rc, [new0, rank1], restart=1)
+        TIMINGS[f"{name}: pod deleted -> both ranks loaded the checkpoint"] = time.monotonic() - t1
+        assert rank_of(new0) == 0
+        pods = rc.kube.list("Pod", rc.ns, label_selector=f"{TASK_LABEL}={name}")
+        assert rank1["metadata"]["uid"] in {p["metadata"]["uid"] for p in pods}, "rank 1 kept its pod"
+        s = wait_phase(rc, name, "Succeeded")
+    finally:
+        rec.stop()
+        cleanup_task(rc, name)
+    assert [e["exitCode"] for e in worker_exits(rec, {rank0["metadata"]["uid"]}).values()] == [wenv.LOST_EXIT]
+    assert {(m["attempt"], m["restart"]) for m in starts.values()} == {("1", "1")}
+    assert_resumed_from(starts, {0: saved}, "own")
+    assert (s["attempt"], s["userRetriesUsed"], s["restartAttempt"], s["inPlace"]["restarts"]) == (1, 0, 1, 1), s
     assert not s.get("disruptionRestarts"), s
 
 

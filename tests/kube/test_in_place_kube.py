@@ -12,8 +12,9 @@ from gangrun._backends.kube import adapter, in_place
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.in_place import InPlace, OrderRestart
 from gangrun._backends.kube.reconcile import AnnotatePods, DeleteJobSet, RecordEvent, RequeueAt, reconcile
+from gangrun._core import worker_env as wenv
 from gangrun._core.timeline import EventType
-from tests.harness.kube_builders import at, jobset_obj, pod_obj, task_spec, terminated, workload_obj
+from tests.harness.kube_builders import at, disrupted, jobset_obj, pod_obj, task_spec, terminated, workload_obj
 from tests.kube.test_reconcile import PREEMPTED, Task, events, running, with_report_port
 
 WL = WorkloadLookup.found([workload_obj("js-uid").admitted().obj()])
@@ -187,3 +188,129 @@ def test_b10_after_jobset_recreates_the_gang_its_new_pods_failures_restart_it_in
     status, actions = reconcile(task.obj, again, WL, new, now=at(40), rounds={name(1): said(1, 2)})
     assert [json.loads(o.body)["restart"] for o in orders(actions)] == [3]
     assert status is not None and status["inPlace"]["restarts"] == 2 and status["inPlace"]["jobsetRound"] == 1
+
+
+# -- a pod deleted under the gang: made again alone, the others restarted in place -----------------------
+
+
+def deleting(pod: dict[str, Any]) -> dict[str, Any]:
+    pod = json.loads(json.dumps(pod))
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:30Z"
+    return pod
+
+
+def replacement(i: int, *, ready: bool = False) -> dict[str, Any]:
+    """The pod the Job made for index `i`'s lost one (a new name); NotReady while its launcher waits."""
+    pod = with_report_port(pod_obj("train-1", i, ready=ready), IPS[i])
+    pod["metadata"]["name"] = name(i).replace("abcde", "fghij")
+    return pod
+
+
+def replaced(restart: int) -> str:
+    return json.dumps({"restart": restart, "failed": None, "at": None, "replaced": True})
+
+
+def test_b10_a_pod_deleted_under_the_gang_is_made_again_alone_and_the_others_restart_in_place() -> None:
+    """`kubectl delete pod` on rank 0: its launcher leaves with LOST_EXIT, which the Job ignores, so the Job
+    makes that pod again alone. The controller restarts the gang in place at once (counted towards
+    maxRestarts, as the failure it is): rank 1 in its own pod, the new rank 0 told to join round 1 when its
+    launcher comes up. Nothing counts twice: the lost pod still going, its replacement joining."""
+    task = Task(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
+    running(task)
+    gone = deleting(pods()[0])
+    actions = step(task, [gone, pods()[1]], {}, t=21)
+    (order,) = orders(actions)
+    assert order.urls == ("http://10.0.0.2:29510/restart",) and json.loads(order.body)["restart"] == 1
+    event = next(a.event for a in actions if isinstance(a, RecordEvent) and a.event.type is EventType.RESTARTING)
+    assert event.data == {"inPlace": True, "restart": 1, "remade": [0]}, event
+    assert f"pod {name(0)} was deleted" in event.message and "index 0" in event.message
+    assert task.status["inPlace"]["restarts"] == 1 and task.status["inPlace"]["lost"] == [0]
+    # rank 1 took the order; the lost pod is still going: nothing more
+    assert not orders(step(task, [gone, pods()[1]], {name(1): said(1)}, t=22))
+    # the replacement's launcher waits: told round 1, not counted
+    new = replacement(0)
+    actions = step(task, [new, pods()[1]], {new["metadata"]["name"]: replaced(0)}, t=25)
+    (join,) = orders(actions)
+    assert join.urls == ("http://10.0.0.1:29510/restart",) and json.loads(join.body)["restart"] == 1
+    assert EventType.RESTARTING not in events(actions) and task.status["inPlace"]["restarts"] == 1
+    # it runs round 1: the loss is over
+    step(task, [replacement(0, ready=True), pods()[1]], {}, t=27)
+    assert task.status["inPlace"]["lost"] == [] and task.status["restartAttempt"] == 1
+    assert task.status["attempt"] == 1 and task.status["phase"] == "Running"
+
+
+def test_b10_a_replacement_whose_loss_no_order_covered_restarts_the_gang() -> None:
+    """The controller missed the deletion (it was down): the new pod's launcher saying `replaced` is the news."""
+    task = Task(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
+    running(task)
+    new = replacement(0)
+    actions = step(task, [new, pods()[1]], {new["metadata"]["name"]: replaced(0)}, t=21)
+    (order,) = orders(actions)
+    assert order.urls == ("http://10.0.0.1:29510/restart", "http://10.0.0.2:29510/restart")
+    assert json.loads(order.body)["restart"] == 1 and task.status["inPlace"]["restarts"] == 1
+
+
+def test_b10_a_readmitted_gang_whose_pods_all_replace_suspended_ones_starts_its_round_uncounted() -> None:
+    """Kueue's suspension ended every pod with LOST_EXIT; on readmission the Job's new pods all say `replaced`:
+    no restart, they are told to start their own round together."""
+    task = Task(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
+    running(task)
+    new = [replacement(0), replacement(1)]
+    actions = step(task, new, {p["metadata"]["name"]: replaced(0) for p in new}, t=21)
+    (order,) = orders(actions)
+    assert len(order.urls) == 2 and json.loads(order.body)["restart"] == 0
+    assert EventType.RESTARTING not in events(actions) and not task.status.get("inPlace", {}).get("restarts")
+
+
+def test_b10_a_pod_disrupted_or_deleted_during_an_eviction_is_not_made_again_alone() -> None:
+    """A drain's pod (DisruptionTarget) fails its Job: JobSet recreates the gang, uncounted, as without
+    InPlace. A pod deleted while Kueue takes the gang back is the suspension's: no restart either."""
+    task = Task(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
+    running(task)
+    drained = deleting(disrupted(pods()[0], failed=False))
+    assert not orders(step(task, [drained, pods()[1]], {}, t=21))
+    assert not task.status.get("inPlace", {}).get("restarts")
+    task = Task(failurePolicy={"maxRestarts": 2, "resumeAfterPreemption": True, "restartStrategy": "InPlace"})
+    running(task)
+    js = jobset_obj(task.spec).admitted().jobs(ready=1, active=1).obj()
+    task.obj["status"] = reconcile(task.obj, js, PREEMPTED, pods(), now=at(20))[0]
+    _, actions = reconcile(task.obj, js, PREEMPTED, [deleting(pods()[0]), pods()[1]], now=at(21))
+    assert not orders(actions)
+
+
+def test_b10_an_in_place_gang_s_job_ignores_a_lost_pod_and_fails_at_any_other_failure() -> None:
+    task = Task(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
+    job = jobset_obj(task.spec).obj()["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert (job.get("backoffLimit"), job["backoffLimitPerIndex"], job["maxFailedIndexes"]) == (None, 0, 0)
+    rules = job["podFailurePolicy"]["rules"]
+    assert rules[0]["action"] == "FailJob"  # a disruption first: JobSet's uncounted restart, as before
+    assert rules[1] == {"action": "Ignore", "onExitCodes": {"containerName": "worker", "operator": "In",
+                                                            "values": [wenv.LOST_EXIT]}}
+    env = {e["name"]: e for e in job["template"]["spec"]["containers"][0]["env"]}
+    assert env[wenv.REPLACED]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.annotations['batch.kubernetes.io/job-index-ignored-failure-count']")
+    recreate = jobset_obj(task_spec(failurePolicy={"restartStrategy": "Recreate"})).obj()
+    job = recreate["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["backoffLimit"] == 0 and "backoffLimitPerIndex" not in job
+
+
+def test_b10_a_pod_deleted_before_the_gang_s_readmission_went_with_the_suspension() -> None:
+    """The Job keeps a suspended gang's ended pods (LOST_EXIT) until it has made their replacements: after
+    readmission they are not losses under the gang, and the replacements start the gang's round uncounted."""
+    spec = task_spec(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
+    old = deleting(terminated(pods()[0], code=wenv.LOST_EXIT))
+    old["status"]["phase"] = "Failed"
+    old["metadata"].update(deletionTimestamp=at(15).isoformat(), deletionGracePeriodSeconds=20)  # asked at 0:00:-5
+    ps = [old, replacement(0), replacement(1)]
+    ps[2]["metadata"]["name"] = "other"
+    js = jobset_obj(spec).admitted().jobs(ready=0, active=2).obj()
+    gang = adapter.observe(js, WL, ps).gang
+    said_ = {ps[1]["metadata"]["name"]: in_place.Round(restart=0, replaced=True),
+             "other": in_place.Round(restart=0, replaced=True)}
+    d = in_place.decide(spec, InPlace(attempt=1), gang, ps, said_, running=True, now=at(30), since=at(10))
+    (order,) = orders(d.actions)
+    assert len(order.urls) == 2 and json.loads(order.body)["restart"] == 0 and d.state.restarts == 0
+    # the same pod deleted after the readmission is a loss under the gang
+    d = in_place.decide(spec, InPlace(attempt=1), gang, [old, replacement(1, ready=True)], {}, running=True,
+                        now=at(30), since=at(-10))
+    assert d.state.restarts == 1 and d.state.lost == (0,)

@@ -41,8 +41,10 @@ if sys.argv[1] == "run" and restart == "0":
 """
 
 
-def _launcher(tmp_path: Path, how: str, *, wait: float = 30, script: bool = False) -> tuple[subprocess.Popen[str], str]:
-    """`script`: the worker is a script file, which the first round runs in a fork of the launcher."""
+def _launcher(tmp_path: Path, how: str, *, wait: float = 30, script: bool = False,
+              replaced: int = 0) -> tuple[subprocess.Popen[str], str]:
+    """`script`: the worker is a script file, which the first round runs in a fork of the launcher;
+    `replaced`: the Job's count of lost pods this one replaces (GANGRUN_REPLACED)."""
     command = [sys.executable, "-c", WORKER, how]
     if script:
         (tmp_path / "worker.py").write_text(WORKER)
@@ -50,7 +52,7 @@ def _launcher(tmp_path: Path, how: str, *, wait: float = 30, script: bool = Fals
     port = _free_port()
     env = {**_pod_env(tmp_path), "GANGRUN_REPORT_PORT": str(port), "GANGRUN_IN_PLACE_WAIT": str(wait),
            "GANGRUN_GANG": "t-a1", "JOBSET_RESTART_ATTEMPT": "0", "GANGRUN_STOP_FILE": str(tmp_path / "stop.json"),
-           "GANGRUN_STOP_ANNOTATION_FILE": str(tmp_path / "annotation")}
+           "GANGRUN_STOP_ANNOTATION_FILE": str(tmp_path / "annotation"), "GANGRUN_REPLACED": str(replaced or "")}
     proc = subprocess.Popen([sys.executable, "-m", "gangrun.launch", "--", *command], env=env, stdout=subprocess.PIPE, text=True)
     return proc, f"http://127.0.0.1:{port}"
 
@@ -139,13 +141,44 @@ def test_a_recreate_order_ends_a_failed_worker_s_pod_at_once(tmp_path: Path, rea
     assert time.monotonic() - started < 5
 
 
-def test_a_launcher_stopped_while_its_failed_worker_waits_leaves_at_once(tmp_path: Path, reap) -> None:
+def test_a_launcher_stopped_while_its_failed_worker_waits_leaves_at_once_as_a_lost_pod(tmp_path: Path, reap) -> None:
+    """Its pod is going (Kueue took the gang back, its JobSet was deleted, or the pod alone was deleted):
+    LOST_EXIT, which the Job ignores, so that a pod deleted under a running gang is made again alone."""
     proc, base = _launcher(tmp_path, "fail")
     reap(proc)
     _line(proc)
     _until(lambda: _get(f"{base}/ready")[0] == 503)
-    proc.send_signal(signal.SIGTERM)  # Kueue took the gang back, or its JobSet was deleted
-    assert proc.wait(timeout=5) == 3
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=5) == wenv.LOST_EXIT
+
+
+def test_a_running_worker_s_launcher_stopped_by_sigterm_leaves_as_a_lost_pod(tmp_path: Path, reap) -> None:
+    proc, base = _launcher(tmp_path, "run")
+    reap(proc)
+    assert _line(proc)[:2] == ["round", "0"]
+    proc.send_signal(signal.SIGTERM)
+    assert _line(proc)[0] == "stopped"  # the worker saved and exited 0
+    assert proc.wait(timeout=10) == wenv.LOST_EXIT
+
+
+def test_a_replacement_pod_s_launcher_runs_nothing_until_told_the_round_to_join(tmp_path: Path, reap) -> None:
+    """GANGRUN_REPLACED > 0: the Job made this pod for one deleted under the gang. Its launcher is NotReady and
+    says `replaced` until the controller orders the round the gang restarted in; then it runs that round."""
+    proc, base = _launcher(tmp_path, "fail", replaced=1)
+    reap(proc)
+    report = json.loads(_get_while_it_starts(f"{base}/round"))
+    assert report == {"restart": 0, "failed": None, "at": None, "replaced": True} and _get(f"{base}/ready")[0] == 503
+    assert _order(base, {"restart": 2, "notice": {"cause": "Restart", "message": "m", "deadline": None}}) == 204
+    assert _line(proc)[:3] == ["round", "2", "t-a1-2"]  # the first line it ever printed: round 0 never ran
+    assert proc.wait(timeout=30) == 0
+
+
+def test_a_replacement_told_no_round_in_time_fails_its_pod(tmp_path: Path, reap) -> None:
+    """A controller that is down: the pod fails with a code the Job counts, and JobSet recreates the gang."""
+    proc, _ = _launcher(tmp_path, "run", wait=0.5, replaced=1)
+    reap(proc)
+    assert proc.wait(timeout=30) == 4
+    assert proc.stdout is not None and proc.stdout.read() == "", "no round ran"
 
 
 # -- the rules, without processes ---------------------------------------------------------------------
@@ -201,5 +234,12 @@ def test_a_failed_round_waits_for_the_order_and_is_ready_again_once_it_comes() -
     assert got == [Order(restart=1)] and rounds.ready() and json.loads(rounds.report())["failed"] is None
 
 
+def test_a_replacement_takes_an_order_of_its_own_round_the_others_do_not() -> None:
+    """A readmitted gang's pods all replace the ones its suspension ended: told their own round, they run it."""
+    joining, running = Rounds(1, stopping=threading.Event(), replaced=True), Rounds(1, stopping=threading.Event())
+    assert joining.ordered(b'{"restart": 1}') and joining.joined(wait=0) == Order(restart=1)
+    assert running.ordered(b'{"restart": 1}') and running.ended(1, wait=0) is None
+
+
 def test_no_manifest_sets_the_launcher_s_wait() -> None:
-    assert wenv.IN_PLACE_WAIT in wenv.RESERVED
+    assert wenv.IN_PLACE_WAIT in wenv.RESERVED and wenv.REPLACED in wenv.RESERVED

@@ -54,6 +54,9 @@ REPLICATED_JOB_NAME_KEY = "jobset.sigs.k8s.io/replicatedjob-name"
 RESTART_ATTEMPT_KEY = "jobset.sigs.k8s.io/restart-attempt"
 JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
 JOB_COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+# With backoffLimitPerIndex, the Job controller counts on a replacement pod the failures of its index that a
+# podFailurePolicy Ignore rule left uncounted (k8s.io/api v0.36 batch/v1 JobIndexIgnoredFailureCountAnnotation)
+JOB_INDEX_IGNORED_FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-ignored-failure-count"
 
 # Spec values a client writes itself because it cannot rely on JobSet's defaulting webhook,
 # and the downward-API path of the restart counter (§7).
@@ -63,6 +66,7 @@ RESTART_STRATEGY_RECREATE = "Recreate"
 DEFAULT_GROUP_NAME = "default"
 RESTART_ATTEMPT_FIELD_PATH = f"metadata.annotations['{RESTART_ATTEMPT_KEY}']"
 JOB_COMPLETION_INDEX_FIELD_PATH = f"metadata.annotations['{JOB_COMPLETION_INDEX_KEY}']"
+JOB_INDEX_IGNORED_FAILURE_COUNT_FIELD_PATH = f"metadata.annotations['{JOB_INDEX_IGNORED_FAILURE_COUNT_KEY}']"
 JOB_COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # injected by the Job controller into Indexed pods
 
 # Node disruptions (jobset@v0.12.0 pkg/constants/constants.go, pkg/controllers/failure_policy.go;

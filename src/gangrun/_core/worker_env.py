@@ -86,6 +86,12 @@ NOTICE_PATH = "/stop-notice"
 # READY_PATH is the pod's readiness probe (503 while it waits), GET ROUND_PATH its round and failure
 IN_PLACE_WAIT = "GANGRUN_IN_PLACE_WAIT"
 READY_PATH, ROUND_PATH, RESTART_PATH = "/ready", "/round", "/restart"
+# With InPlace, a launcher stopped by SIGTERM (its pod deleted) exits LOST_EXIT, which the Job's
+# podFailurePolicy ignores: the Job replaces that one pod, and the gang restarts in place around it.
+# REPLACED (the Job's count of such ignored failures of this index, from the pod's annotation) > 0 tells
+# the replacement's launcher to wait for the controller's order of the round to join.
+LOST_EXIT = 75  # EX_TEMPFAIL
+REPLACED = "GANGRUN_REPLACED"
 
 GANG_VARS = (GANGRUN_TASK, GANGRUN_ATTEMPT, GANGRUN_GANG, NNODES, NPROC_PER_NODE, LOCAL_WORLD_SIZE, WORLD_SIZE,
              MASTER_ADDR, MASTER_PORT, CHECKPOINT_PATH, PREV_CHECKPOINT_PATH, RESUME_FROM, STOP_FILE, EVENTS_FILE,
@@ -94,7 +100,7 @@ PROCESS_VARS = (NODE_RANK, GROUP_RANK, RANK, LOCAL_RANK, RESTART_ATTEMPT, RUN_ID
 # Names no manifest may set: gangrun gives them to every worker. CUDA_VISIBLE_DEVICES is not among
 # them: a gang without GPUs keeps whatever the user sets.
 RESERVED = frozenset(GANG_VARS + PROCESS_VARS + (POD_NAMESPACE, TERMINATION_LOG, REPORT_PORT, STOP_ANNOTATION_FILE,
-                                                IN_PLACE_WAIT))
+                                                IN_PLACE_WAIT, REPLACED))
 
 DEFAULT_MASTER_PORT = 29500
 

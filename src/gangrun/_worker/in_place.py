@@ -6,16 +6,20 @@ which restarts the whole gang in place: it POSTs to every launcher of the gang t
 N (the gang's restart count after this restart) with the stop notice of the restart.
 
     Rounds(restart)            the round the worker runs in (JOBSET_RESTART_ATTEMPT at first)
-      .ready() -> bool         GET /ready: False (503) while a failed worker waits for the order; the
-                               pod's readiness probe turns that into Ready=False, which the controller
-                               watches
-      .report() -> str         GET /round: {"restart": N, "failed": exit code or null, "at": when (epoch s)}
+      .ready() -> bool         GET /ready: False (503) while a failed worker (or a replacement) waits for
+                               the order; the pod's readiness probe turns that into Ready=False, which
+                               the controller watches
+      .report() -> str         GET /round: {"restart": N, "failed": exit code or null, "at": when (epoch s)},
+                               and "replaced": true while a replacement waits for its first order
       .ordered(body) -> bool   POST /restart {"restart": N, "notice": {...}, "recreate": false}: an
                                order for a later round. A running worker is stopped for it (`running`'s
                                stop: the notice written, SIGTERM, SIGKILL at its deadline); a failed
                                one's launcher goes on. `recreate`: the controller restarts the gang by
                                recreating its pods (a pod could not be restarted in place): a failed
                                worker's launcher leaves at once, with the worker's code
+      .joined(wait=...)        a replacement pod's launcher (GANGRUN_REPLACED > 0: the Job made this pod
+                               for one that was deleted under the gang) runs nothing until the
+                               controller orders the round to join, or None in time: it leaves
       .running(stop)           a round's worker started; `stop(order)` stops it for an order
       .ended(code, wait=...)   the round's worker ended: the order to go on with (one that came while
                                it ran, or, for a failure, one that comes within `wait` seconds), or
@@ -65,8 +69,9 @@ def parse(body: bytes) -> Order | None:
 
 
 class Rounds:
-    def __init__(self, restart: int, *, stopping: threading.Event) -> None:
+    def __init__(self, restart: int, *, stopping: threading.Event, replaced: bool = False) -> None:
         self.restart = restart
+        self.replaced = replaced  # this pod replaces a lost one: it runs nothing until told the round to join
         self.failed: int | None = None
         self._failed_at = 0.0
         self._order: Order | None = None
@@ -76,24 +81,27 @@ class Rounds:
 
     def ready(self) -> bool:
         with self._changed:
-            return self.failed is None
+            return self.failed is None and not self.replaced
 
     def report(self) -> str:
         with self._changed:
             at = round(self._failed_at, 3) if self.failed is not None else None
-            return json.dumps({"restart": self.restart, "failed": self.failed, "at": at})
+            doc = {"restart": self.restart, "failed": self.failed, "at": at}
+            return json.dumps({**doc, "replaced": True} if self.replaced else doc)
 
     def ordered(self, body: bytes) -> bool:
         order = parse(body)
         if order is None:
             return False
         with self._changed:
-            told = self._order.restart if self._order is not None else self.restart
-            if order.restart <= told or (order.recreate and self.failed is None):
+            # a replacement has run no round yet: its own is news too (a readmitted gang's pods start it together)
+            told = self._order.restart if self._order is not None else self.restart - self.replaced
+            waiting = self.failed is not None or self.replaced
+            if order.restart <= told or (order.recreate and not waiting):
                 return True  # known already, or a recreate for a worker that is running: nothing to do
             self._order = order
             self._changed.notify_all()
-            stop = self._stop if self.failed is None else None
+            stop = None if waiting else self._stop
         if stop is not None:
             stop(order)
         return True
@@ -110,11 +118,24 @@ class Rounds:
             self._stop = None
             if self._order is None and code != 0:
                 self.failed, self._failed_at = code, time.time()
-                deadline = now() + wait
-                while self._order is None and not self._stopping.is_set() and now() < deadline:
-                    self._changed.wait(timeout=min(LOOK, max(deadline - now(), 0.0)))
-            order = self._order
-            if order is None or order.recreate:
-                return None
-            self.restart, self.failed, self._order = order.restart, None, None
-            return order
+                self._wait(wait, now)
+            return self._go_on()
+
+    def joined(self, *, wait: float, now: Callable[[], float] = time.monotonic) -> Order | None:
+        """A replacement's first round: the order of the round to join, or None when none came in `wait`
+        seconds (or a stop, or a recreate, came instead)."""
+        with self._changed:
+            self._wait(wait, now)
+            return self._go_on()
+
+    def _wait(self, wait: float, now: Callable[[], float]) -> None:
+        deadline = now() + wait
+        while self._order is None and not self._stopping.is_set() and now() < deadline:
+            self._changed.wait(timeout=min(LOOK, max(deadline - now(), 0.0)))
+
+    def _go_on(self) -> Order | None:
+        order = self._order
+        if order is None or order.recreate:
+            return None
+        self.restart, self.failed, self.replaced, self._order = order.restart, None, False, None
+        return order

@@ -38,7 +38,9 @@ Every worker pod of a gang runs it (the JobSet's container command, see `render.
    the controller orders the next round (POST /restart): then, and on a running worker's node after it
    was stopped for the order, it runs the command again in the same pod with the new round's restart
    attempt, rendezvous id and start id (`gangrun._worker.in_place`). Told nothing in time, it leaves
-   with the worker's code and JobSet recreates the gang.
+   with the worker's code and JobSet recreates the gang. Stopped by SIGTERM (its pod deleted), it
+   leaves with `LOST_EXIT`, which the Job ignores: the Job makes that one pod again, and the new pod's
+   launcher (GANGRUN_REPLACED > 0) runs nothing until the controller orders the round it joins.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ POLL_CAP = 0.2
 EXIT_DNS = 3
 EXIT_USAGE = 2
 EXIT_STOPPED = 128 + signal.SIGTERM
+EXIT_NOT_JOINED = 4  # a replacement pod told no round to join: counted, so that its Job fails and JobSet recreates
 
 
 def _whole(env: Mapping[str, str], name: str, default: int) -> int:
@@ -322,6 +325,21 @@ def _round_env(base: Mapping[str, str], restart: int, *, starts: StartServer | N
     return worker_environment(env, start=start)
 
 
+class _NotJoined(Exception):
+    pass
+
+
+def _join(rounds: Rounds, base: Mapping[str, str], *, wait: float, starts: StartServer | None, master: str,
+          port: int, timeout: float) -> dict[str, str]:
+    """A replacement pod's first round: the one the controller orders it to join (`Rounds.joined`)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):  # a stop while it waits: it leaves (no worker runs yet)
+        signal.signal(sig, lambda _signum, _frame: STOPPING.set())
+    order = rounds.joined(wait=wait)
+    if order is None:
+        raise _NotJoined(f"this pod replaced a lost one and was told no round to join within {wait:g}s")
+    return _round_env(base, order.restart, starts=starts, master=master, port=port, timeout=timeout)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--" in args:
@@ -347,7 +365,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop_file, annotation = base.get(wenv.STOP_FILE), base.get(wenv.STOP_ANNOTATION_FILE)
     notice = PodNotice(stop_file, annotation) if in_pod and stop_file and annotation else None
     wait = float(base.get(wenv.IN_PLACE_WAIT) or 0) if in_pod and port else 0.0
-    rounds = Rounds(_whole(base, wenv.RESTART_ATTEMPT, 0), stopping=STOPPING) if wait > 0 else None
+    joining = wait > 0 and _whole(base, wenv.REPLACED, 0) > 0  # this pod replaces one lost under the gang
+    rounds = Rounds(_whole(base, wenv.RESTART_ATTEMPT, 0), stopping=STOPPING, replaced=joining) if wait > 0 else None
+    if starts is not None and joining:
+        starts.pause()  # its round's start id comes with the order
 
     def report() -> None:
         if port and (tail is not None or starts is not None or notice is not None or rounds is not None):
@@ -355,17 +376,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if starts is not None or rounds is not None:  # asked for the start id, or probed for readiness, at once
         report()
-    if master and multi:
-        try:
-            wait_for_dns(master, timeout=timeout)
-            if not start and port:
-                start = fetch_start(base, host=master, port=port, timeout=timeout)
-        except TimeoutError as e:
-            print(f"gangrun.launch: {e}", file=sys.stderr)
-            if forked is not None:
-                forked.abort()
-            return EXIT_DNS
-    env = worker_environment(base, start=start)
+    try:
+        if rounds is not None and joining:
+            env = _join(rounds, base, wait=wait, starts=starts, master=master, port=port, timeout=timeout)
+        else:
+            if master and multi:
+                wait_for_dns(master, timeout=timeout)
+                if not start and port:
+                    start = fetch_start(base, host=master, port=port, timeout=timeout)
+            env = worker_environment(base, start=start)
+    except (TimeoutError, _NotJoined) as e:
+        print(f"gangrun.launch: {e}", file=sys.stderr)
+        if forked is not None:
+            forked.abort()
+        return wenv.LOST_EXIT if STOPPING.is_set() else EXIT_NOT_JOINED if isinstance(e, _NotJoined) else EXIT_DNS
     if stays:
         argv_ = torchrun_argv(env, args) if _whole(env, wenv.NPROC_PER_NODE, 1) > 1 else args
         try:
@@ -399,6 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if starts is not None and not stopped:  # nodes still starting must learn this start's id
             starts.wait_asked(_whole(env, wenv.NNODES, 1) - 1, timeout=LINGER)
         write_report(env, tail)
+        if rounds is not None and stopped:
+            return wenv.LOST_EXIT  # its pod is going: the Job replaces it alone if the gang still runs
         return exit_code(code, stopped=stopped) if in_pod else code
     try:
         os.execvpe(args[0], args, env)

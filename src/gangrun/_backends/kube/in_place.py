@@ -54,6 +54,7 @@ class InPlace:
     failure: str = ""  # what the newest order restarts for
     at: datetime | None = None  # when it was given
     recreating: int = -1  # JobSet's round whose recreate instead was announced (-1: none): announced once
+    lost: tuple[int, ...] = ()  # the indexes whose pods were lost under the gang and that the order covers
 
     @classmethod
     def load(cls, task: dict[str, Any], attempt: int) -> InPlace:
@@ -67,7 +68,8 @@ class InPlace:
             at = None
         return cls(attempt=attempt, restarts=_whole(doc.get("restarts")), ordered=_whole(doc.get("ordered"), -1),
                    jobset_round=_whole(doc.get("jobsetRound")), confirmed=doc.get("confirmed") is not False,
-                   failure=str(doc.get("failure") or ""), at=at, recreating=_whole(doc.get("recreating"), -1))
+                   failure=str(doc.get("failure") or ""), at=at, recreating=_whole(doc.get("recreating"), -1),
+                   lost=tuple(i for i in doc.get("lost") or () if _whole(i, -1) >= 0))
 
     def for_storage(self) -> dict[str, Any]:
         if self.ordered < 0 and self.recreating < 0:
@@ -75,7 +77,7 @@ class InPlace:
         return {STATUS_KEY: {"attempt": self.attempt, "restarts": self.restarts, "ordered": self.ordered,
                              "jobsetRound": self.jobset_round, "confirmed": self.confirmed, "failure": self.failure,
                              "at": self.at.isoformat() if self.at is not None else None,
-                             "recreating": self.recreating}}
+                             "recreating": self.recreating, "lost": list(self.lost)}}
 
 
 def _whole(v: Any, default: int = 0) -> int:
@@ -89,6 +91,7 @@ class Round:
     restart: int
     failed: int | None = None  # the exit code of the worker that failed in this round, waiting for an order
     at: datetime | None = None  # when it failed
+    replaced: bool = False  # a pod the Job made for one lost under the gang, waiting for the round to join
 
     @classmethod
     def parse(cls, text: str) -> Round | None:
@@ -100,7 +103,8 @@ class Round:
             return None
         failed, at = doc.get("failed"), doc.get("at")
         return cls(restart=restart, failed=failed if isinstance(failed, int) else None,
-                   at=datetime.fromtimestamp(at, UTC) if isinstance(at, int | float) else None)
+                   at=datetime.fromtimestamp(at, UTC) if isinstance(at, int | float) else None,
+                   replaced=doc.get("replaced") is True)
 
 
 @dataclass(frozen=True)
@@ -142,10 +146,11 @@ def targets(spec: TaskSpec, ip: InPlace, pods: Sequence[dict[str, Any]]) -> dict
 
 
 def decide(spec: TaskSpec, ip: InPlace, gang: Gang | None, pods: Sequence[dict[str, Any]],
-           rounds: Mapping[str, Round], *, running: bool, now: datetime) -> Decided:
+           rounds: Mapping[str, Round], *, running: bool, now: datetime, since: datetime | None = None) -> Decided:
     """`gang`: the JobSet's, as the adapter reads it; `pods`: its pods of JobSet's current round; `rounds`:
     what the launchers of `targets` said (those that answered); `running`: the task's gang is started and
-    nothing else stops it (no eviction, no notice), so a failure is the gang's own. Returns the gang with
+    nothing else stops it (no eviction, no notice), so a failure is the gang's own; `since`: when Kueue last
+    readmitted it (a pod deleted before then went with the suspension, not under the gang). Returns the gang with
     this attempt's in-place restarts in its counts (and a failure with no restart left as JobSet's
     Failed), and what to do."""
     if gang is None or spec.failure_policy.restart_strategy != IN_PLACE:
@@ -164,31 +169,50 @@ def decide(spec: TaskSpec, ip: InPlace, gang: Gang | None, pods: Sequence[dict[s
         ip, actions = _confirm(spec, ip, rounds, urls, now=now) if told else (replace(ip, confirmed=True), [])
         if not ip.confirmed:
             seen = _restarting(seen, ip.failure)
-    failed = sorted((r.at or now, n, r.failed) for n, r in rounds.items()
+    indexes = {_name(p): _index(p) for p in pods}
+    lost = _lost(pods, since)  # index -> name of a pod deleted under the gang: its Job makes it again alone
+    covered = set(ip.lost) if told else set()
+    replaced = {n: r for n, r in rounds.items() if r.replaced and n in urls}
+    if replaced and not any(_running(p) and _name(p) not in replaced for p in pods):
+        # no pod runs a round (a readmitted gang's pods all replace the ones its suspension ended, or a
+        # one-node gang's): they start the gang's round
+        go = OrderRestart(tuple(sorted(urls[n] for n in replaced)), _order(launchers_round, spec, ip.failure, now))
+        return Decided(seen, replace(ip, lost=()), [*actions, go])
+    joining = sorted(urls[n] for n, r in replaced.items() if indexes.get(n) in covered and r.restart < launchers_round)
+    if joining:  # the round its gang restarted in for the loss
+        actions.append(OrderRestart(tuple(joining), _order(launchers_round, spec, ip.failure, ip.at or now)))
+    causes = sorted((r.at or now, n, f"worker {n} exited with code {r.failed}") for n, r in rounds.items()
                     if r.failed is not None and r.restart >= launchers_round)
-    if not failed or not running or gang.suspended or gang.restarting or gang.disruption_pending:
+    causes += [(now, n, f"pod {n} replaced one lost under the gang") for n, r in replaced.items()
+               if indexes.get(n) not in covered]
+    causes += [(now, n, f"pod {n} was deleted; only it is made again") for i, n in sorted(lost.items())
+               if i not in covered]
+    ip = replace(ip, lost=tuple(sorted(i for i in ip.lost if not _rejoined(pods, i))))
+    if not causes or not running or gang.suspended or gang.restarting or gang.disruption_pending:
         return Decided(seen, ip, actions)
-    at, name, code = failed[0]
-    failure = f"worker {name} exited with code {code}"
+    at, name, failure = min(causes)
     seen = replace(seen, first_failure=failure, first_failure_at=at)
     if seen.restarts_count_towards_max >= spec.failure_policy.max_restarts:  # no restart left: JobSet's failure
         failed_condition = Condition(type=jobset.FAILED, status=TRUE, reason=jobset.REACHED_MAX_RESTARTS,
                                      message=jobset.reached_max_restarts_message(name))
         return Decided(replace(seen, jobs_failed=max(seen.jobs_failed, 1),
                                conditions=(*seen.conditions, failed_condition)), ip, actions)
-    stuck = _not_restartable(pods, gang.expected_workers)
+    stuck = _not_restartable(pods)
     if stuck:
-        leave = tuple(sorted(urls[n] for _, n, _ in failed if n in urls))
+        leave = tuple(sorted(urls[n] for n, r in rounds.items() if r.failed is not None and n in urls))
         event = Event(time=now, type=EventType.RESTARTING, attempt=ip.attempt, data={"inPlace": False},
                       message=f"{failure}; the gang restarts by recreating its pods: {stuck}")
         go = OrderRestart(leave, json.dumps({"restart": current + 1, "recreate": True}), recreate=True)
         announce = [] if ip.recreating == gang.restarts else [RecordEvent(event)]  # a launcher slow to leave
         return Decided(seen, replace(ip, recreating=gang.restarts), [*actions, go, *announce])
     n = current + 1
+    remade = sorted({*ip.lost, *lost, *(i for r in replaced if (i := indexes.get(r)) is not None)})
     ip = replace(ip, restarts=ip.restarts + 1, ordered=n, jobset_round=gang.restarts, confirmed=False,
-                 failure=failure, at=now)
-    event = Event(time=now, type=EventType.RESTARTING, attempt=ip.attempt, data={"inPlace": True, "restart": n},
-                  message=f"{failure}; the gang restarts in place (restart {n})")
+                 failure=failure, at=now, lost=tuple(remade))
+    alone = f"; pods made again: index {', '.join(map(str, remade))}" if remade else ""
+    event = Event(time=now, type=EventType.RESTARTING, attempt=ip.attempt,
+                  data={"inPlace": True, "restart": n, **({"remade": remade} if remade else {})},
+                  message=f"{failure}; the gang restarts in place (restart {n}){alone}")
     seen = replace(seen, restarts=n, restarts_count_towards_max=seen.restarts_count_towards_max + 1)
     order = OrderRestart(tuple(sorted(urls.values())), _order(n, spec, failure, now))
     return Decided(_restarting(seen, failure), ip, [order, RecordEvent(event), RequeueAt(now + CONFIRM)])
@@ -221,15 +245,62 @@ def _restarting(gang: Gang, failure: str) -> Gang:
     return replace(gang, conditions=(*(c for c in gang.conditions if c.type != jobset.RESTARTING), cond))
 
 
-def _not_restartable(pods: Sequence[dict[str, Any]], expected: int) -> str:
-    """Why the gang cannot restart in its pods ("" when it can): a pod that ended, is going, or is missing."""
-    live = [p for p in pods if (p.get("status") or {}).get("phase") in LIVE]
+def _index(pod: dict[str, Any]) -> int | None:
+    v = ((pod.get("metadata") or {}).get("annotations") or {}).get(jobset.JOB_COMPLETION_INDEX_KEY)
+    return int(v) if isinstance(v, str) and v.isdigit() else None
+
+
+def _disrupted(pod: dict[str, Any]) -> bool:
+    return any(isinstance(c, dict) and c.get("type") == jobset.DISRUPTION_TARGET and c.get("status") == TRUE
+               for c in (pod.get("status") or {}).get("conditions") or ())
+
+
+def _lost_exit(pod: dict[str, Any]) -> bool:
+    """Its launcher left as one whose pod was deleted (`wenv.LOST_EXIT`): the Job ignores it and remakes the pod."""
+    return any(((cs.get("state") or {}).get("terminated") or {}).get("exitCode") == wenv.LOST_EXIT
+               for cs in (pod.get("status") or {}).get("containerStatuses") or () if isinstance(cs, dict))
+
+
+def _lost(pods: Sequence[dict[str, Any]], since: datetime | None = None) -> dict[int, str]:
+    """The pods deleted under the gang (after `since`) that their Job makes again alone (index -> name):
+    going, or gone with the launcher's LOST_EXIT, without DisruptionTarget (a disruption fails the Job:
+    JobSet recreates the gang)."""
+    out = {}
     for pod in pods:
         md, phase = pod.get("metadata") or {}, (pod.get("status") or {}).get("phase")
+        going = bool(md.get("deletionTimestamp")) or (phase == "Failed" and _lost_exit(pod))
+        if not going or _disrupted(pod) or (i := _index(pod)) is None:
+            continue
+        if since is None or (when := _deleted_at(pod)) is None or when >= since:
+            out[i] = _name(pod)
+    return out
+
+
+def _deleted_at(pod: dict[str, Any]) -> datetime | None:
+    """When its deletion was asked for (the deletionTimestamp is that plus the grace period)."""
+    md = pod.get("metadata") or {}
+    try:
+        at = datetime.fromisoformat(str(md["deletionTimestamp"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return None
+    return at - timedelta(seconds=_whole(md.get("deletionGracePeriodSeconds")))
+
+
+def _rejoined(pods: Sequence[dict[str, Any]], index: int) -> bool:
+    """A pod of `index` runs the gang's round again: it is running, Ready, and not going."""
+    return any(_index(p) == index and _running(p) and adapter.pod_ready(p) for p in pods)
+
+
+def _not_restartable(pods: Sequence[dict[str, Any]]) -> str:
+    """Why the gang cannot restart in its pods ("" when it can): a pod that ended or is going for a reason
+    its Job does not remake it alone for (it completed, failed, or was disrupted)."""
+    lost = set(_lost(pods).values())
+    for pod in pods:
+        md, phase = pod.get("metadata") or {}, (pod.get("status") or {}).get("phase")
+        if _name(pod) in lost:
+            continue
         if md.get("deletionTimestamp"):
             return f"pod {_name(pod)} is being deleted"
         if phase not in LIVE:
             return f"pod {_name(pod)} has ended ({phase})"
-    if len(live) < expected:
-        return f"{expected - len(live)} of its {expected} pods are missing"
     return ""

@@ -155,7 +155,9 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
         this_round = adapter.current_round(own, adapter.restarts_of(jobset))
         running = (before.started and before.eviction is None and not before.waiting and not before.phase.terminal
                    and classify_eviction(obs.workload, obs.workload_read).kind in NO_EVICTION)
-        d = in_place.decide(spec, ip, obs.gang, this_round, told, running=running, now=now)
+        since = max((e.readmitted_at for e in before.evictions if e.attempt == before.attempt and e.readmitted_at),
+                    default=None)
+        d = in_place.decide(spec, ip, obs.gang, this_round, told, running=running, now=now, since=since)
         obs, ip, restarting = replace(obs, gang=d.gang), d.state, list(d.actions)
     s = lifecycle.step(spec, before, obs, now=now, cancelled=cancelled)
 

@@ -15,6 +15,10 @@ controller creates. Rules that shape it:
 * with `failurePolicy.restartOnDisruption` (the default) a pod with the DisruptionTarget condition
   fails its Job by the Job's podFailurePolicy, and JobSet restarts the gang for it without counting
   the restart (RestartJobSetAndIgnoreMaxRestarts);
+* with `failurePolicy.restartStrategy: InPlace`, a pod deleted under a running gang is replaced alone:
+  its launcher exits `LOST_EXIT`, which the Job's podFailurePolicy ignores (per index, so that the
+  replacement pod carries the count and its launcher waits for the gang's round), and the controller
+  restarts the gang in place around it (`in_place.py`);
 * `spec.podTemplate` is merged into the pod template (`gangrun._core.pod_merge`), gangrun's own
   fields winning; gangrun adds the stop-notice file (a downward-API projection of the pod annotation
   the controller writes before it stops a gang), a writable run directory and, for `spec.shmSize`,
@@ -151,16 +155,26 @@ def render_jobset(spec: TaskSpec, *, attempt: int = 1, owner_uid: str | None = N
         "podReplacementPolicy": "Failed",
         "template": template,
     }
+    rules: list[dict[str, Any]] = []
     failure_policy: dict[str, Any] = {"maxRestarts": max(spec.failure_policy.max_restarts - restarts_used, 0),
                                       "restartStrategy": jobset.RESTART_STRATEGY_RECREATE}
     if spec.failure_policy.restart_on_disruption:
         # A pod with DisruptionTarget fails its Job with reason PodFailurePolicy, which JobSet restarts
         # without counting it toward maxRestarts; the engine bounds such restarts in a row.
-        job["podFailurePolicy"] = {"rules": [{"action": "FailJob", "onPodConditions": [
-            {"type": jobset.DISRUPTION_TARGET, "status": "True"}]}]}
+        rules.append({"action": "FailJob", "onPodConditions": [{"type": jobset.DISRUPTION_TARGET, "status": "True"}]})
         failure_policy["rules"] = [{"name": jobset.DISRUPTION_RULE, "action": jobset.RESTART_IGNORING_MAX_RESTARTS,
                                     "onJobFailureReasons": [jobset.JOB_REASON_POD_FAILURE_POLICY],
                                     "targetReplicatedJobs": [REPLICATED_JOB]}]
+    if spec.failure_policy.restart_strategy == IN_PLACE:
+        # A pod deleted under a running gang (its launcher exits LOST_EXIT) is replaced alone, and the gang
+        # restarts in place around it. Per index, so that the replacement carries the count of such losses
+        # (its launcher then waits for the round to join); any other failure still fails the Job at once.
+        del job["backoffLimit"]
+        job.update(backoffLimitPerIndex=0, maxFailedIndexes=0)
+        rules.append({"action": "Ignore", "onExitCodes": {"containerName": CONTAINER, "operator": "In",
+                                                          "values": [wenv.LOST_EXIT]}})
+    if rules:
+        job["podFailurePolicy"] = {"rules": rules}
     return {
         "apiVersion": jobset.API_VERSION,
         "kind": jobset.KIND,
@@ -263,7 +277,8 @@ def worker_env(spec: TaskSpec, name: str, attempt: int, uid: str | None = None) 
         value(wenv.STOP_ANNOTATION_FILE, f"{pod_template.NOTICE_DIR}/{STOP_NOTICE_FILE}"),
     ]
     if spec.failure_policy.restart_strategy == IN_PLACE:
-        env.append(value(wenv.IN_PLACE_WAIT, f"{IN_PLACE_WAIT.total_seconds():g}"))
+        env += [value(wenv.IN_PLACE_WAIT, f"{IN_PLACE_WAIT.total_seconds():g}"),
+                field(wenv.REPLACED, jobset.JOB_INDEX_IGNORED_FAILURE_COUNT_FIELD_PATH)]
     env += [value(k, v) for k, v in sorted(spec.env.items())]
     return env
 
