@@ -43,6 +43,7 @@ from tests.harness.realnode_tasks import (
     submit,
     train_task,
     wait_phase,
+    wait_restarts,
     worker_exits,
 )
 from tests.harness.tasks import TASK_LABEL, PodRecorder, status
@@ -270,6 +271,7 @@ def test_a_deleted_pod_of_an_in_place_gang_is_made_again_alone_and_every_rank_re
         t1 = time.monotonic()
         rc.kube.request("DELETE", f"/api/v1/namespaces/{rc.ns}/pods/{rank0['metadata']['name']}")
         saved = int(log.wait(r"stop requested \(.*\): saved step (\d+)").group(1))
+        wait_restarts(rc, name, 1)
         (new0,) = new_running_pods(rc, name, 1, {p["metadata"]["uid"] for p in first}, count=1)
         starts = starts_by_rank(rc, [new0, rank1], restart=1)
         TIMINGS[f"{name}: pod deleted -> both ranks loaded the checkpoint"] = time.monotonic() - t1

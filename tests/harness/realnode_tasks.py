@@ -164,6 +164,15 @@ def wait_phase(rc: RealCluster, name: str, phase: str, timeout: float = TIMEOUT)
         raise AssertionError(f"{e}\ncontroller:\n{incluster.logs(rc.kube)[-4000:]}") from None
 
 
+def wait_restarts(rc: RealCluster, name: str, restarts: int, timeout: float = TIMEOUT) -> dict:
+    """The task's status once its gang restarted `restarts` times (JobSet's and in place)."""
+    try:
+        return wait_status(rc.kube, rc.ns, name, lambda s: s.get("restartAttempt", 0) >= restarts,
+                           f"restartAttempt {restarts}", timeout=timeout)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\ncontroller:\n{incluster.logs(rc.kube)[-6000:]}") from None
+
+
 def starting(restart: int | None = None) -> str:
     """STARTING, or its line of one restart round."""
     return STARTING if restart is None else STARTING.replace(r"(?P<restart>\d+)", f"(?P<restart>{restart})")
