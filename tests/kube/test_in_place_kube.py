@@ -314,3 +314,15 @@ def test_b10_a_pod_deleted_before_the_gang_s_readmission_went_with_the_suspensio
     d = in_place.decide(spec, InPlace(attempt=1), gang, [old, replacement(1, ready=True)], {}, running=True,
                         now=at(30), since=at(-10))
     assert d.state.restarts == 1 and d.state.lost == (0,)
+
+
+def test_b10_a_pod_deleted_before_the_gang_was_first_up_restarts_it_in_place_too() -> None:
+    """A worker trains for a second before its peer's pod is Ready: a loss then is still the gang's."""
+    task = Task(failurePolicy={"maxRestarts": 2, "restartStrategy": "InPlace"})
+    task.step(t=0)
+    task.step(jobset_obj(task.spec).suspended().obj(), t=1)
+    js = jobset_obj(task.spec).admitted().jobs(ready=0, active=1).obj()
+    ps = [deleting(pods()[0]), with_report_port(pod_obj("train-1", 1, ready=False), IPS[1])]
+    status, actions = reconcile(task.obj, js, WL, ps, now=at(5), rounds={name(1): said(0)})
+    assert status is not None and not status.get("started") and status["inPlace"]["restarts"] == 1, status
+    assert [json.loads(o.body)["restart"] for o in orders(actions)] == [1]

@@ -8,15 +8,23 @@ counts the restart in `status.inPlace` as JobSet would count it: towards `maxRes
 every rank resuming from one checkpoint. Until every launcher says it has the order, each sync asks all
 of them and orders again those that have not (an order is idempotent), a second later at the latest.
 
+A pod deleted under the gang is made again alone: its launcher leaves with `LOST_EXIT`, which its Job
+ignores, and the Job makes a new pod for that index. Seeing it go (or its replacement say `replaced` first,
+when the controller missed the deletion), the controller restarts the gang in place in the pods it has and
+records the index in `status.inPlace.lost`; the replacement's launcher, told that round when it comes up,
+joins it (uncounted). When no pod of the gang runs a round (a readmitted gang's pods all replace the ones its
+suspension ended) the replacements are told to start the gang's round.
+
 The gang is recreated instead (JobSet's own restart, counted by JobSet) when a pod of it cannot be
-restarted in place: one that ended (completed, or failed without a launcher waiting), is being deleted,
-or is missing. The failed launchers are told to leave (`recreate`), which fails their Jobs; the event
-says why. With no restart left the gang fails as JobSet would fail it, and its attempt ends.
+restarted in place: one that completed, or failed or is going for another reason (a drain's pod fails
+its Job). The failed launchers are told to leave (`recreate`), which fails their Jobs; the event says
+why. With no restart left the gang fails as JobSet would fail it, and its attempt ends.
 
     InPlace.load(task, attempt)         this attempt's in-place restarts (status.inPlace)
     targets(spec, ip, pods) -> {pod name: url}   the launchers to ask this sync
-    decide(spec, ip, gang, pods, rounds, urls, now=...) -> Decided   the gang as the engine sees it, what to
-                                        push, what to record, and whether to look again soon
+    decide(spec, ip, gang, pods, rounds, running=..., now=..., since=...) -> Decided   the gang as the
+                                        engine sees it, what to push, what to record, and whether to look
+                                        again soon
 """
 
 from __future__ import annotations
@@ -148,8 +156,8 @@ def targets(spec: TaskSpec, ip: InPlace, pods: Sequence[dict[str, Any]]) -> dict
 def decide(spec: TaskSpec, ip: InPlace, gang: Gang | None, pods: Sequence[dict[str, Any]],
            rounds: Mapping[str, Round], *, running: bool, now: datetime, since: datetime | None = None) -> Decided:
     """`gang`: the JobSet's, as the adapter reads it; `pods`: its pods of JobSet's current round; `rounds`:
-    what the launchers of `targets` said (those that answered); `running`: the task's gang is started and
-    nothing else stops it (no eviction, no notice), so a failure is the gang's own; `since`: when Kueue last
+    what the launchers of `targets` said (those that answered); `running`: the attempt runs and nothing
+    else stops its gang (no eviction, no notice), so a failure is the gang's own; `since`: when Kueue last
     readmitted it (a pod deleted before then went with the suspension, not under the gang). Returns the gang with
     this attempt's in-place restarts in its counts (and a failure with no restart left as JobSet's
     Failed), and what to do."""

@@ -153,7 +153,8 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
             sz = replace(sz, growing="")  # Kueue admitted the larger JobSet
         told = {n: r for n, text in (rounds or {}).items() if (r := in_place.Round.parse(text)) is not None}
         this_round = adapter.current_round(own, adapter.restarts_of(jobset))
-        running = (before.started and before.eviction is None and not before.waiting and not before.phase.terminal
+        # Not only once the gang was seen up: a worker may fail, or a pod go, before every pod is Ready.
+        running = (before.eviction is None and not before.waiting and not before.phase.terminal
                    and classify_eviction(obs.workload, obs.workload_read).kind in NO_EVICTION)
         since = max((e.readmitted_at for e in before.evictions if e.attempt == before.attempt and e.readmitted_at),
                     default=None)
