@@ -224,7 +224,7 @@ def test_b10_a_pod_deleted_under_the_gang_is_made_again_alone_and_the_others_res
     event = next(a.event for a in actions if isinstance(a, RecordEvent) and a.event.type is EventType.RESTARTING)
     assert event.data == {"inPlace": True, "restart": 1, "remade": [0]}, event
     assert f"pod {name(0)} was deleted" in event.message and "index 0" in event.message
-    assert task.status["inPlace"]["restarts"] == 1 and task.status["inPlace"]["lost"] == [0]
+    assert task.status["inPlace"]["restarts"] == 1 and task.status["inPlace"]["lost"] == [[0, name(0)]]
     # rank 1 took the order; the lost pod is still going: nothing more
     assert not orders(step(task, [gone, pods()[1]], {name(1): said(1)}, t=22))
     # the replacement's launcher waits: told round 1, not counted
@@ -233,7 +233,10 @@ def test_b10_a_pod_deleted_under_the_gang_is_made_again_alone_and_the_others_res
     (join,) = orders(actions)
     assert join.urls == ("http://10.0.0.1:29510/restart",) and json.loads(join.body)["restart"] == 1
     assert EventType.RESTARTING not in events(actions) and task.status["inPlace"]["restarts"] == 1
-    # it runs round 1: the loss is over
+    # it runs round 1; the lost pod's last state still read (kept for its checkpoint report): not a new loss
+    assert not orders(step(task, [gone, replacement(0, ready=True), pods()[1]], {}, t=26))
+    assert task.status["inPlace"]["restarts"] == 1
+    # gone for good: the loss is over
     step(task, [replacement(0, ready=True), pods()[1]], {}, t=27)
     assert task.status["inPlace"]["lost"] == [] and task.status["restartAttempt"] == 1
     assert task.status["attempt"] == 1 and task.status["phase"] == "Running"
@@ -313,7 +316,7 @@ def test_b10_a_pod_deleted_before_the_gang_s_readmission_went_with_the_suspensio
     # the same pod deleted after the readmission is a loss under the gang
     d = in_place.decide(spec, InPlace(attempt=1), gang, [old, replacement(1, ready=True)], {}, running=True,
                         now=at(30), since=at(-10))
-    assert d.state.restarts == 1 and d.state.lost == (0,)
+    assert d.state.restarts == 1 and d.state.lost == ((0, name(0)),)
 
 
 def test_b10_a_pod_deleted_before_the_gang_was_first_up_restarts_it_in_place_too() -> None:

@@ -62,7 +62,7 @@ class InPlace:
     failure: str = ""  # what the newest order restarts for
     at: datetime | None = None  # when it was given
     recreating: int = -1  # JobSet's round whose recreate instead was announced (-1: none): announced once
-    lost: tuple[int, ...] = ()  # the indexes whose pods were lost under the gang and that the order covers
+    lost: tuple[tuple[int, str], ...] = ()  # (index, name) of the pods lost under the gang that orders covered
 
     @classmethod
     def load(cls, task: dict[str, Any], attempt: int) -> InPlace:
@@ -77,7 +77,7 @@ class InPlace:
         return cls(attempt=attempt, restarts=_whole(doc.get("restarts")), ordered=_whole(doc.get("ordered"), -1),
                    jobset_round=_whole(doc.get("jobsetRound")), confirmed=doc.get("confirmed") is not False,
                    failure=str(doc.get("failure") or ""), at=at, recreating=_whole(doc.get("recreating"), -1),
-                   lost=tuple(i for i in doc.get("lost") or () if _whole(i, -1) >= 0))
+                   lost=tuple((i, n) for i, n in _pairs(doc.get("lost"))))
 
     def for_storage(self) -> dict[str, Any]:
         if self.ordered < 0 and self.recreating < 0:
@@ -85,11 +85,16 @@ class InPlace:
         return {STATUS_KEY: {"attempt": self.attempt, "restarts": self.restarts, "ordered": self.ordered,
                              "jobsetRound": self.jobset_round, "confirmed": self.confirmed, "failure": self.failure,
                              "at": self.at.isoformat() if self.at is not None else None,
-                             "recreating": self.recreating, "lost": list(self.lost)}}
+                             "recreating": self.recreating, "lost": [list(x) for x in self.lost]}}
 
 
 def _whole(v: Any, default: int = 0) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
+
+
+def _pairs(v: Any) -> list[tuple[int, str]]:
+    return [(x[0], x[1]) for x in v if isinstance(x, list) and len(x) == 2 and _whole(x[0], -1) >= 0
+            and isinstance(x[1], str)] if isinstance(v, list) else []
 
 
 @dataclass(frozen=True)
@@ -179,7 +184,8 @@ def decide(spec: TaskSpec, ip: InPlace, gang: Gang | None, pods: Sequence[dict[s
             seen = _restarting(seen, ip.failure)
     indexes = {_name(p): _index(p) for p in pods}
     lost = _lost(pods, since)  # index -> name of a pod deleted under the gang: its Job makes it again alone
-    covered = set(ip.lost) if told else set()
+    covered = {i for i, _ in ip.lost} if told else set()  # their replacements join the gang's round
+    handled = {n for _, n in ip.lost}
     replaced = {n: r for n, r in rounds.items() if r.replaced and n in urls}
     if replaced and not any(_running(p) and _name(p) not in replaced for p in pods):
         # no pod runs a round (a readmitted gang's pods all replace the ones its suspension ended, or a
@@ -193,9 +199,10 @@ def decide(spec: TaskSpec, ip: InPlace, gang: Gang | None, pods: Sequence[dict[s
                     if r.failed is not None and r.restart >= launchers_round)
     causes += [(now, n, f"pod {n} replaced one lost under the gang") for n, r in replaced.items()
                if indexes.get(n) not in covered]
-    causes += [(now, n, f"pod {n} was deleted; only it is made again") for i, n in sorted(lost.items())
-               if i not in covered]
-    ip = replace(ip, lost=tuple(sorted(i for i in ip.lost if not _rejoined(pods, i))))
+    new = {i: n for i, n in lost.items() if n not in handled}
+    causes += [(now, n, f"pod {n} was deleted; only it is made again") for n in new.values()]
+    names = {_name(p) for p in pods}
+    ip = replace(ip, lost=tuple(x for x in ip.lost if x[1] in names or not _rejoined(pods, x[0])))
     if not causes or not running or gang.suspended or gang.restarting or gang.disruption_pending:
         return Decided(seen, ip, actions)
     at, name, failure = min(causes)
@@ -214,9 +221,10 @@ def decide(spec: TaskSpec, ip: InPlace, gang: Gang | None, pods: Sequence[dict[s
         announce = [] if ip.recreating == gang.restarts else [RecordEvent(event)]  # a launcher slow to leave
         return Decided(seen, replace(ip, recreating=gang.restarts), [*actions, go, *announce])
     n = current + 1
-    remade = sorted({*ip.lost, *lost, *(i for r in replaced if (i := indexes.get(r)) is not None)})
+    covering = sorted({*ip.lost, *((i, n) for i, n in new.items())})
+    remade = sorted({i for i, _ in covering} | {i for r in replaced if (i := indexes.get(r)) is not None})
     ip = replace(ip, restarts=ip.restarts + 1, ordered=n, jobset_round=gang.restarts, confirmed=False,
-                 failure=failure, at=now, lost=tuple(remade))
+                 failure=failure, at=now, lost=tuple(covering))
     alone = f"; pods made again: index {', '.join(map(str, remade))}" if remade else ""
     event = Event(time=now, type=EventType.RESTARTING, attempt=ip.attempt,
                   data={"inPlace": True, "restart": n, **({"remade": remade} if remade else {})},
