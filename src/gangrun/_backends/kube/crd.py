@@ -220,7 +220,8 @@ def status_schema() -> dict[str, Any]:
                                                  "size, last resize and the restarts of the JobSets it replaced"},
             "inPlace": {**record, "description": "the attempt's in-place restarts: how many, the round the newest "
                                                  "order named, whether every launcher has it, and why; the "
-                                                 "JobSet round recreated instead"},
+                                                 "JobSet round recreated instead; the pods lost under the gang "
+                                                 "that were made again alone (index, name)"},
             "resumeFromResult": {**record, "description": "what spec.checkpoint.resumeFrom gave the newest load: "
                                                           "found, uri, step and when (found false: nothing there)"},
             "observedGeneration": {"type": "integer"},
