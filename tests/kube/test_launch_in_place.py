@@ -156,6 +156,7 @@ def test_a_running_worker_s_launcher_stopped_by_sigterm_leaves_as_a_lost_pod(tmp
     proc, base = _launcher(tmp_path, "run")
     reap(proc)
     assert _line(proc)[:2] == ["round", "0"]
+    _get_while_it_starts(f"{base}/ready")  # the worker is past its print (a SIGTERM inside it cannot print)
     proc.send_signal(signal.SIGTERM)
     assert _line(proc)[0] == "stopped"  # the worker saved and exited 0
     assert proc.wait(timeout=10) == wenv.LOST_EXIT

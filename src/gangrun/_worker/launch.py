@@ -336,7 +336,8 @@ def _join(rounds: Rounds, base: Mapping[str, str], *, wait: float, starts: Start
         signal.signal(sig, lambda _signum, _frame: STOPPING.set())
     order = rounds.joined(wait=wait)
     if order is None:
-        raise _NotJoined(f"this pod replaced a lost one and was told no round to join within {wait:g}s")
+        raise _NotJoined("stopped while it waited for a round to join" if STOPPING.is_set() else
+                         f"this pod replaced a lost one and was told no round to join within {wait:g}s")
     return _round_env(base, order.restart, starts=starts, master=master, port=port, timeout=timeout)
 
 
