@@ -8,11 +8,12 @@ no restarts allowed), preempts it with a 1-worker task of higher priority once i
 Succeeded, with one fault injected at a point of that run (tests.harness.faults): the gangrun controller SIGKILLed right after
 it created the JobSet and again as Kueue evicts the gang; the Kueue and JobSet controllers restarted while it trains;
 the API server, or etcd with its data, restarted as Kueue evicts it; the real node's containerd restarted while it
-trains; its kubelet restarted as Kueue evicts it, before it stopped the workers. Whatever the fault, the run must
-end as a fault-free one does: one ClusteredTask, one JobSet, attempt 1 with no retry, restart or disruption
-counted, the first run's workers saving at their stop, the next run's every rank loading that step (the newest
-committed one) and the final checkpoint's weights equal, bit for bit, to an uninterrupted run's. Each test prints
-its recovery figures (`pytest -s`); docs/kubernetes.md ("What gangrun survives") quotes them.
+trains; its kubelet restarted as Kueue evicts it, before it stopped the workers, and again while rank 0 is inside a
+checkpoint save. Whatever the fault, the run must end as a fault-free one does: one ClusteredTask, one JobSet,
+attempt 1 with no retry, restart or disruption counted, the first run's workers saving at their stop, the next
+run's every rank loading that step (the newest committed one) and the final checkpoint's weights equal, bit for
+bit, to an uninterrupted run's. Each test prints its recovery figures (`pytest -s`); docs/kubernetes.md ("What
+gangrun survives") quotes them.
 
 A last test fills the checkpoint volume during a save (a tmpfs over the task's hostPath checkpoint folder): the save
 fails without leaving a file, the gang restarts as its failure policy says, and every rank resumes from the last
@@ -39,6 +40,7 @@ from tests.harness.client import Watch, has_condition
 from tests.harness.controlplane import ControlPlane
 from tests.harness.faults import (
     HostLogs,
+    frozen_inside_a_save,
     kill_controller,
     newest_checkpoint,
     restart_control_plane,
@@ -291,6 +293,28 @@ def test_the_kubelet_restarted_as_the_gang_is_stopped_to_save(real_cluster: Real
         return {"kubelet SIGKILLed -> serving": restart_node(rc.node, "kubelet")}
 
     assert_survived(rc, run_through(rc, "kubelet", steps=LONG, in_preemption=restart))
+
+
+def test_the_kubelet_restarted_inside_a_checkpoint_save(real_cluster: RealCluster) -> None:
+    """Rank 0's training process is stopped (SIGSTOP) while it writes a checkpoint (its `ckpt-<seq>.tmp-<id>`
+    folder there, not yet renamed), the kubelet is SIGKILLed and started again, and the process goes on: the kubelet
+    finds its containers running and leaves them be, the save commits under its own name, and the same workers
+    train on to the preemption, from which every rank resumes as in a fault-free run."""
+    rc, name = real_cluster, "kubelet-save"
+
+    def restart() -> dict[str, float]:
+        rank0 = next(p for p in rc.kube.running_pods(rc.ns, f"{TASK_LABEL}={name}") if rank_of(p) == 0)
+        pid = training_process(rank0["metadata"]["uid"])
+        assert pid is not None
+        folder = next((rc.data / name).glob("*/attempt-1"))
+        with frozen_inside_a_save(pid, folder) as writing:
+            figures = {"kubelet SIGKILLed inside a save -> serving": restart_node(rc.node, "kubelet")}
+        committed = folder / writing.name.split(".tmp-")[0] / "manifest.json"
+        rc.kube.wait_for(f"{committed.parent.name} committed", lambda: committed.exists() and not writing.exists(),
+                         timeout=30, interval=0.05)
+        return figures
+
+    assert_survived(rc, run_through(rc, name, in_training=restart))
 
 
 def test_the_checkpoint_volume_full_during_a_save_restarts_the_gang_from_the_last_complete_checkpoint(

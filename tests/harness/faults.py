@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import threading
@@ -259,6 +260,36 @@ def uninterrupted(steps: int) -> list[float]:
     for step in range(steps):
         w = sgd_step(w, xs, ys, step)
     return w
+
+
+@contextlib.contextmanager
+def frozen_inside_a_save(pid: int, folder: Path, timeout: float = 60.0) -> Iterator[Path]:
+    """Stop the process (SIGSTOP) at moments drawn at random until it is stopped inside a save: a checkpoint of
+    `folder` still being written (`ckpt-<seq>.tmp-<id>`, renamed to `ckpt-<seq>` as its commit, gangrun._ckpt.commit).
+    Yields that folder with every thread of the process stopped; continues it (SIGCONT) on the way out."""
+    rng, deadline = random.Random(pid), time.monotonic() + timeout
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            while not _all_stopped(pid):
+                time.sleep(0.001)
+            writing = sorted(folder.glob("ckpt-*.tmp-*"))
+            if writing:
+                yield writing[0]
+                return
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert time.monotonic() < deadline, f"process {pid} was never stopped inside a save of {folder}"
+        time.sleep(rng.uniform(0, 0.03))
+
+
+def _all_stopped(pid: int) -> bool:
+    """Every thread of `pid` is stopped (state T), or the process is gone."""
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+                return False
+    return True
 
 
 def newest_checkpoint(data: Path, task: str, attempt: int) -> dict:
