@@ -285,11 +285,7 @@ def frozen_inside_a_save(pid: int, folder: Path, timeout: float = 60.0) -> Itera
 
 def _all_stopped(pid: int) -> bool:
     """Every thread of `pid` is stopped (state T), or the process is gone."""
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
-                return False
-    return True
+    return all(realnode._state(int(t.name)) in ("T", "Z") for t in Path(f"/proc/{pid}/task").glob("*"))
 
 
 def newest_checkpoint(data: Path, task: str, attempt: int) -> dict:

@@ -18,7 +18,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,17 +158,18 @@ def cleanup_task(rc: RealCluster, name: str) -> None:
 
 
 def wait_phase(rc: RealCluster, name: str, phase: str, timeout: float = TIMEOUT) -> dict:
-    try:
-        return wait_status(rc.kube, rc.ns, name, lambda s: s.get("phase") == phase, phase, timeout=timeout)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\ncontroller:\n{incluster.logs(rc.kube)[-4000:]}") from None
+    return _wait(rc, name, lambda s: s.get("phase") == phase, phase, timeout)
 
 
 def wait_restarts(rc: RealCluster, name: str, restarts: int, timeout: float = TIMEOUT) -> dict:
     """The task's status once its gang restarted `restarts` times (JobSet's and in place)."""
+    return _wait(rc, name, lambda s: s.get("restartAttempt", 0) >= restarts, f"restartAttempt {restarts}", timeout)
+
+
+def _wait(rc: RealCluster, name: str, ok: Callable[[dict], bool], what: str, timeout: float) -> dict:
+    """The task's status once `ok` holds; a timeout ends with the in-cluster controller's log."""
     try:
-        return wait_status(rc.kube, rc.ns, name, lambda s: s.get("restartAttempt", 0) >= restarts,
-                           f"restartAttempt {restarts}", timeout=timeout)
+        return wait_status(rc.kube, rc.ns, name, ok, what, timeout=timeout)
     except AssertionError as e:
         raise AssertionError(f"{e}\ncontroller:\n{incluster.logs(rc.kube)[-6000:]}") from None
 

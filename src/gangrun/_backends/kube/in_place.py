@@ -221,7 +221,7 @@ def decide(spec: TaskSpec, ip: InPlace, gang: Gang | None, pods: Sequence[dict[s
         announce = [] if ip.recreating == gang.restarts else [RecordEvent(event)]  # a launcher slow to leave
         return Decided(seen, replace(ip, recreating=gang.restarts), [*actions, go, *announce])
     n = current + 1
-    covering = sorted({*ip.lost, *((i, n) for i, n in new.items())})
+    covering = sorted({*ip.lost, *new.items()})
     remade = sorted({i for i, _ in covering} | {i for r in replaced if (i := indexes.get(r)) is not None})
     ip = replace(ip, restarts=ip.restarts + 1, ordered=n, jobset_round=gang.restarts, confirmed=False,
                  failure=failure, at=now, lost=tuple(covering))
