@@ -207,7 +207,8 @@ class HostLogs:
     def __init__(self, rc: RealCluster, jobset: str) -> None:
         self.texts: dict[str, str] = {}
         self._pattern = f"{rc.ns}_{jobset}-*/worker/*.log"
-        self._dirs, self._kube = [n.workdir / "pod-logs" for n in (rc.node, *rc.others)], rc.kube
+        self._nodes, self._kube = (rc.node, *rc.others), rc.kube
+        self._dirs = [n.workdir / "pod-logs" for n in self._nodes]
         self._stop = threading.Event()
         threading.Thread(target=self._run, daemon=True, name=f"host-logs-{jobset}").start()
 
@@ -235,7 +236,8 @@ class HostLogs:
             return self._kube.wait_for(f"{pattern!r} in the log of pod {uid}", lambda: re.search(
                 pattern, self.texts.get(uid, "")), timeout=timeout, interval=0.1)
         except TimeoutError as e:
-            raise AssertionError(f"{e}; its log ends:\n{self.texts.get(uid, '')[-2000:]}") from None
+            raise AssertionError(f"{e}; its log ends:\n{self.texts.get(uid, '')[-2000:]}\n"
+                                 + "\n".join(n.stops_told(uid) for n in self._nodes)) from None
 
     def starts(self, exclude: set[str], count: int = 2, timeout: float = TIMEOUT, *,
                restart: int | None = None) -> dict[int, re.Match]:

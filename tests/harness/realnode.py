@@ -29,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -387,6 +388,18 @@ class RealNode:
         for c in reversed(self.components):
             end(c.proc, grace=5.0)
         self.components.clear()
+
+    def stops_told(self, pod: str, lines: int = 12) -> str:
+        """What this node's logs say about stopping containers (containerd's StopContainer and signals) and
+        the kubelet's last lines naming `pod` (its name or uid): why a worker said nothing at its stop."""
+        def grep(name: str, keep: Callable[[str], bool]) -> str:
+            try:
+                text = (self.workdir / "logs" / f"{name}.log").read_text(errors="replace").splitlines()
+            except OSError as e:
+                return f"--- {name}: {e}"
+            return "\n".join([f"--- {name}", *[line[:300] for line in text if keep(line)][-lines:]])
+        return "\n".join([grep("containerd", lambda line: "top container" in line or "StopContainer" in line),
+                          grep("kubelet", lambda line: pod in line)])
 
     def restart(self, name: str) -> Component:
         """Crash `containerd` or the `kubelet` and start it again (processes.respawn); the pods' containers and

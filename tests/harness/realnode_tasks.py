@@ -125,8 +125,12 @@ class LogFollower:
             self.text += chunk.decode(errors="replace")
 
     def wait(self, pattern: str, timeout: float = TIMEOUT) -> re.Match:
-        return self._rc.kube.wait_for(f"{pattern!r} in the log of {self._pod}", lambda: re.search(pattern, self.text),
-                                      timeout=timeout, interval=0.3)
+        try:
+            return self._rc.kube.wait_for(f"{pattern!r} in the log of {self._pod}",
+                                          lambda: re.search(pattern, self.text), timeout=timeout, interval=0.3)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}; its log ends:\n{self.text[-2000:]}\n"
+                                 + "\n".join(n.stops_told(self._pod) for n in (self._rc.node, *self._rc.others))) from None
 
 
 def running_pods(rc: RealCluster, task: str, attempt: int) -> list[dict]:
