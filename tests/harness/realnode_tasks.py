@@ -129,8 +129,13 @@ class LogFollower:
             return self._rc.kube.wait_for(f"{pattern!r} in the log of {self._pod}",
                                           lambda: re.search(pattern, self.text), timeout=timeout, interval=0.3)
         except TimeoutError as e:
-            raise AssertionError(f"{e}; its log ends:\n{self.text[-2000:]}\n"
-                                 + "\n".join(n.stops_told(self._pod) for n in (self._rc.node, *self._rc.others))) from None
+            nodes = (self._rc.node, *self._rc.others)
+            on_host = ""
+            for f in (f for n in nodes for f in (n.workdir / "pod-logs").glob(f"{self._rc.ns}_{self._pod}_*/worker/*.log")):
+                with contextlib.suppress(OSError):  # removed with its pod
+                    on_host += f.read_text(errors="replace")
+            raise AssertionError(f"{e}; its log ends:\n{self.text[-1000:]}\nits log file on the node ends:\n"
+                                 f"{on_host[-1000:]}\n" + "\n".join(n.stops_told(self._pod) for n in nodes)) from None
 
 
 def running_pods(rc: RealCluster, task: str, attempt: int) -> list[dict]:
