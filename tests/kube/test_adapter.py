@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gangrun._backends.kube import adapter, reports
+from gangrun._backends.kube import adapter, fields, reports
 from gangrun._backends.kube.adapter import WorkloadLookup, newest_workload, observe, to_gang, to_workload
 from gangrun._core import jobset, kueue
 from gangrun._core.engine import decide
@@ -167,7 +167,7 @@ def test_observation_reads_found_missing_and_unreadable_workloads() -> None:
 def test_malformed_objects_never_raise(obj: Any) -> None:
     adapter.to_gang(obj, [obj, {"status": {"containerStatuses": [None, {"state": {"terminated": {}}}]}}])
     adapter.to_workload(obj)
-    adapter.conditions(obj)
+    fields.conditions(obj)
     adapter.attempt_of(obj)
     observe(obj, WorkloadLookup.found([obj]))
 

@@ -7,6 +7,7 @@ The lifecycle and its I/O shell:
     status.py       the status a reconcile writes: state, accounting, conditions
     seen_events.py  what the controller saw itself (workers' reports, admission, ...) as timeline events
     adapter.py      objects -> Observation (pure); reports.py the workers' reports read from their pods
+    fields.py       total readers of API objects as dicts; nodes.py a worker's node about to go (B9)
     render.py       TaskSpec + attempt -> the JobSet (pure); hardening.py the worker pod's security defaults
     controller.py   informers -> work queue -> sync (the I/O shell); runner.py `gangrun controller`
     tombstones.py   deleted pods kept until the status holds their news

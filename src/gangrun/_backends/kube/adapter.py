@@ -7,16 +7,17 @@ malformed or non-list `status.conditions` counts as not found).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from gangrun._backends.kube import crd
+from gangrun._backends.kube.fields import as_int, as_list, as_str, conditions, get, labels, parse_time
+from gangrun._backends.kube.nodes import Nodes, about_to_go, node_name
 from gangrun._backends.kube.render import CONTAINER, REPLICATED_JOB
-from gangrun._core import jobset, kueue, maintenance
-from gangrun._core.conditions import Condition, find_condition
-from gangrun._core.maintenance import Taint, Toleration
+from gangrun._core import jobset, kueue
+from gangrun._core.conditions import find_condition
 from gangrun._core.observation import Disruption, Gang, Maintenance, Observation, Workload, WorkloadRead
 
 # Waiting reasons that no amount of waiting fixes (a bad image name, a broken pod config).
@@ -42,75 +43,6 @@ class WorkloadLookup:
         return cls(read=WorkloadRead.UNREADABLE, error=error)
 
 
-# -- small total readers ------------------------------------------------------------------------------
-
-
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _int(v: Any, default: int = 0) -> int:
-    if isinstance(v, bool):
-        return default
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v)
-    return default
-
-
-def _list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
-
-
-def _str(v: Any) -> str:
-    return v if isinstance(v, str) else ""
-
-
-def parse_time(v: Any) -> datetime | None:
-    """An API timestamp (`Time` or `MicroTime`), or None for anything else."""
-    if not isinstance(v, str) or not v:
-        return None
-    try:
-        return datetime.fromisoformat(v.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def format_time(t: datetime) -> str:
-    """An API `Time` (UTC, whole seconds), as `parse_time` reads it back."""
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def conditions(obj: Any) -> tuple[Condition, ...]:
-    """`status.conditions` as values; entries that are not mappings with a string `type` are skipped."""
-    raw = _get(obj, "status", "conditions")
-    if not isinstance(raw, list):
-        return ()
-    out = []
-    for c in raw:
-        if isinstance(c, dict) and isinstance(c.get("type"), str):
-            out.append(Condition(type=c["type"], status=_str(c.get("status")), reason=_str(c.get("reason")),
-                                 message=_str(c.get("message")),
-                                 last_transition=parse_time(c.get("lastTransitionTime"))))
-    return tuple(out)
-
-
-def labels(obj: Any) -> dict[str, str]:
-    raw = _get(obj, "metadata", "labels")
-    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(raw, dict) else {}
-
-
-def resource_version(obj: Any) -> int | None:
-    """`metadata.resourceVersion` as the etcd revision it is, or None when it is not a number."""
-    v = _get(obj, "metadata", "resourceVersion")
-    return int(v) if isinstance(v, str) and v.isdigit() else None
-
-
 def belongs_to(obj: Any, task_uid: str) -> bool:
     """Whether a JobSet or pod labelled with a task's name is that task's, and not an earlier task's of
     the same name still being deleted: gangrun labels both with the task's uid (and owns the JobSet
@@ -121,7 +53,7 @@ def belongs_to(obj: Any, task_uid: str) -> bool:
     named = labels(obj).get(crd.TASK_UID_LABEL)
     if named:
         return named == task_uid
-    refs = [r for r in _list(_get(obj, "metadata", "ownerReferences"))
+    refs = [r for r in as_list(get(obj, "metadata", "ownerReferences"))
             if isinstance(r, dict) and r.get("kind") == crd.KIND]
     return not refs or any(r.get("uid") == task_uid for r in refs)
 
@@ -141,7 +73,7 @@ def newest_workload(items: Sequence[Any]) -> dict[str, Any] | None:
     for item in items:
         if not isinstance(item, dict):
             continue
-        at = parse_time(_get(item, "metadata", "creationTimestamp"))
+        at = parse_time(get(item, "metadata", "creationTimestamp"))
         if best is None or (at is not None and (best_at is None or at >= best_at)):
             best, best_at = item, at
     return best
@@ -150,23 +82,23 @@ def newest_workload(items: Sequence[Any]) -> dict[str, Any] | None:
 def to_workload(obj: Any) -> Workload | None:
     if not isinstance(obj, dict):
         return None
-    active = _get(obj, "spec", "active")
+    active = get(obj, "spec", "active")
     return Workload(conditions=conditions(obj), active=active is not False,
-                    queue_name=_str(_get(obj, "spec", "queueName")))
+                    queue_name=as_str(get(obj, "spec", "queueName")))
 
 
 # -- JobSet + pods -----------------------------------------------------------------------------------
 
 
 def _replicated_job(obj: Any) -> dict[str, Any]:
-    for rj in _list(_get(obj, "spec", "replicatedJobs")):
+    for rj in as_list(get(obj, "spec", "replicatedJobs")):
         if isinstance(rj, dict) and rj.get("name") == REPLICATED_JOB:
             return rj
     return {}
 
 
 def _replicated_status(obj: Any) -> dict[str, Any]:
-    for rs in _list(_get(obj, "status", "replicatedJobsStatus")):
+    for rs in as_list(get(obj, "status", "replicatedJobsStatus")):
         if isinstance(rs, dict) and rs.get("name") == REPLICATED_JOB:
             return rs
     return {}
@@ -174,14 +106,14 @@ def _replicated_status(obj: Any) -> dict[str, Any]:
 
 def expected_workers(obj: Any, default: int = 1) -> int:
     rj = _replicated_job(obj)
-    parallelism = _int(_get(rj, "template", "spec", "parallelism"), default)
-    return max(_int(rj.get("replicas"), 1), 0) * parallelism if rj else default
+    parallelism = as_int(get(rj, "template", "spec", "parallelism"), default)
+    return max(as_int(rj.get("replicas"), 1), 0) * parallelism if rj else default
 
 
 def of_jobset(pods: Iterable[Any], js: Any) -> list[dict[str, Any]]:
     """The pods of JobSet `js` by JobSet's name label (all of them when `js` is unknown; a pod naming no
     JobSet counts as its): an elastic gang's earlier JobSets of the same attempt have pods going."""
-    name = _str(_get(js, "metadata", "name"))
+    name = as_str(get(js, "metadata", "name"))
     pods = [p for p in pods if isinstance(p, dict)]
     return pods if not name else [p for p in pods if labels(p).get(jobset.JOBSET_NAME_KEY, name) == name]
 
@@ -189,12 +121,12 @@ def of_jobset(pods: Iterable[Any], js: Any) -> list[dict[str, Any]]:
 def pod_ready(pod: Any) -> bool:
     """Whether a pod has the condition Ready=True."""
     return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
-               for c in _list(_get(pod, "status", "conditions")))
+               for c in as_list(get(pod, "status", "conditions")))
 
 
 def restarts_of(obj: Any) -> int:
     """A JobSet's own whole-gang restarts (status.restarts); 0 for none or no JobSet."""
-    return max(_int(_get(obj, "status", "restarts")), 0) if isinstance(obj, dict) else 0
+    return max(as_int(get(obj, "status", "restarts")), 0) if isinstance(obj, dict) else 0
 
 
 def current_round(pods: Iterable[Any], restarts: int) -> list[dict[str, Any]]:
@@ -204,111 +136,71 @@ def current_round(pods: Iterable[Any], restarts: int) -> list[dict[str, Any]]:
         if not isinstance(p, dict):
             continue
         v = labels(p).get(jobset.RESTART_ATTEMPT_KEY)
-        if v is None or _int(v, -1) == restarts:
+        if v is None or as_int(v, -1) == restarts:
             out.append(p)
     return out
 
 
 def _terminated(pod: dict[str, Any]) -> tuple[datetime | None, str] | None:
     """(finishedAt, description) of a failed worker container, or None."""
-    for cs in _list(_get(pod, "status", "containerStatuses")):
-        term = _get(cs, "state", "terminated") if isinstance(cs, dict) else None
-        if isinstance(term, dict) and _int(term.get("exitCode")) != 0:
-            reason = _str(term.get("reason")) or "Error"
-            desc = f"pod {_str(_get(pod, 'metadata', 'name'))} exited with code {_int(term.get('exitCode'))} ({reason})"
-            if _str(term.get("message")):
+    for cs in as_list(get(pod, "status", "containerStatuses")):
+        term = get(cs, "state", "terminated") if isinstance(cs, dict) else None
+        if isinstance(term, dict) and as_int(term.get("exitCode")) != 0:
+            reason = as_str(term.get("reason")) or "Error"
+            code = as_int(term.get("exitCode"))
+            desc = f"pod {as_str(get(pod, 'metadata', 'name'))} exited with code {code} ({reason})"
+            if as_str(term.get("message")):
                 desc += f": {term['message'][:200]}"
             return parse_time(term.get("finishedAt")), desc
-    if _get(pod, "status", "phase") == "Failed":
-        return parse_time(_get(pod, "metadata", "creationTimestamp")), (
-            f"pod {_str(_get(pod, 'metadata', 'name'))} failed: {_str(_get(pod, 'status', 'reason')) or 'Failed'}")
+    if get(pod, "status", "phase") == "Failed":
+        return parse_time(get(pod, "metadata", "creationTimestamp")), (
+            f"pod {as_str(get(pod, 'metadata', 'name'))} failed: {as_str(get(pod, 'status', 'reason')) or 'Failed'}")
     return None
 
 
 def _fatal_waiting(pod: dict[str, Any]) -> str:
-    for cs in _list(_get(pod, "status", "containerStatuses")):
-        waiting = _get(cs, "state", "waiting") if isinstance(cs, dict) else None
+    for cs in as_list(get(pod, "status", "containerStatuses")):
+        waiting = get(cs, "state", "waiting") if isinstance(cs, dict) else None
         if isinstance(waiting, dict) and waiting.get("reason") in FATAL_WAITING_REASONS:
-            name = _str(_get(pod, "metadata", "name"))
-            return f"pod {name}: {waiting['reason']}: {_str(waiting.get('message'))[:200]}".rstrip(": ")
+            name = as_str(get(pod, "metadata", "name"))
+            return f"pod {name}: {waiting['reason']}: {as_str(waiting.get('message'))[:200]}".rstrip(": ")
     return ""
 
 
 def _unscheduled_detail(pod: dict[str, Any]) -> str:
-    for c in _list(_get(pod, "status", "conditions")):
+    for c in as_list(get(pod, "status", "conditions")):
         if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return f"{_str(c.get('reason'))}: {_str(c.get('message'))}".strip(": ")
+            return f"{as_str(c.get('reason'))}: {as_str(c.get('message'))}".strip(": ")
     return ""
 
 
 def _restart_of(pod: Any) -> int:
-    return _int(labels(pod).get(jobset.RESTART_ATTEMPT_KEY), 0)
+    return as_int(labels(pod).get(jobset.RESTART_ATTEMPT_KEY), 0)
 
 
 # -- nodes about to go (B9) ----------------------------------------------------------------------------
 
-Nodes = Mapping[str, Any]  # node name -> Node object (as the controller's node informer keeps it)
-
-
-def node_name(pod: Any) -> str:
-    return _str(_get(pod, "spec", "nodeName"))
-
-
-def taints(node: Any) -> list[Taint]:
-    return [Taint(key=_str(t.get("key")), value=_str(t.get("value")), effect=_str(t.get("effect")))
-            for t in _list(_get(node, "spec", "taints")) if isinstance(t, dict) and _str(t.get("key"))]
-
-
-def tolerations(pod: Any) -> list[Toleration]:
-    return [Toleration(key=_str(t.get("key")), operator=_str(t.get("operator")) or "Equal",
-                       value=_str(t.get("value")), effect=_str(t.get("effect")))
-            for t in _list(_get(pod, "spec", "tolerations")) if isinstance(t, dict)]
-
-
-def node_kept(node: dict[str, Any]) -> dict[str, Any]:
-    """What the controller caches of a Node: its name and version, its cordon and its taints (not its
-    images, addresses and conditions, most of a Node object)."""
-    md, spec = _get(node, "metadata"), _get(node, "spec")
-    md, spec = md if isinstance(md, dict) else {}, spec if isinstance(spec, dict) else {}
-    return {"kind": node.get("kind") or "Node",
-            "metadata": {k: md[k] for k in ("name", "uid", "resourceVersion") if k in md},
-            "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec}}
-
-
-def node_about_to_go(node: Any) -> bool:
-    """Whether a node says it is about to go to a pod that tolerates nothing (which pods to look at again)."""
-    return bool(maintenance.about_to_go(taints(node), unschedulable=_get(node, "spec", "unschedulable") is True))
-
-
-def about_to_go(pod: Any, nodes: Nodes) -> str:
-    """Why the node of `pod` is about to go for it ("" when it is not, or is unknown): `_core.maintenance`."""
-    node = nodes.get(node_name(pod)) if node_name(pod) else None
-    if not isinstance(node, dict):
-        return ""
-    return maintenance.about_to_go(taints(node), unschedulable=_get(node, "spec", "unschedulable") is True,
-                                   tolerations=tolerations(pod))
-
 
 def _on_a_node(pod: Any) -> bool:
-    return _get(pod, "status", "phase") in ("Pending", "Running") and bool(node_name(pod))
+    return get(pod, "status", "phase") in ("Pending", "Running") and bool(node_name(pod))
 
 
 def maintenance_of(obj: Any, pods: Iterable[Any], nodes: Nodes) -> Maintenance | None:
     """The first worker of the JobSet's current round (by pod name) whose node is about to go, going or not."""
-    restarts = max(_int(_get(obj, "status", "restarts")), 0)
-    for pod in sorted(current_round(pods, restarts), key=lambda p: _str(_get(p, "metadata", "name"))):
+    restarts = max(as_int(get(obj, "status", "restarts")), 0)
+    for pod in sorted(current_round(pods, restarts), key=lambda p: as_str(get(p, "metadata", "name"))):
         why = about_to_go(pod, nodes) if _on_a_node(pod) else ""
         if why:
-            return Maintenance(node=node_name(pod), why=why, worker=f"pod {_str(_get(pod, 'metadata', 'name'))}")
+            return Maintenance(node=node_name(pod), why=why, worker=f"pod {as_str(get(pod, 'metadata', 'name'))}")
     return None
 
 
 def to_move(obj: Any, pods: Iterable[Any], nodes: Nodes) -> list[dict[str, Any]]:
     """The live workers of the JobSet's current round on nodes about to go, not being deleted yet: those
     the controller evicts once every worker has its NodeMaintenance notice."""
-    restarts = max(_int(_get(obj, "status", "restarts")), 0)
+    restarts = max(as_int(get(obj, "status", "restarts")), 0)
     return [p for p in current_round(pods, restarts)
-            if _on_a_node(p) and not _get(p, "metadata", "deletionTimestamp") and about_to_go(p, nodes)]
+            if _on_a_node(p) and not get(p, "metadata", "deletionTimestamp") and about_to_go(p, nodes)]
 
 
 def disruption(obj: Any, pods: Iterable[Any], nodes: Nodes | None = None) -> Disruption | None:
@@ -326,7 +218,7 @@ def disruption(obj: Any, pods: Iterable[Any], nodes: Nodes | None = None) -> Dis
         why = about_to_go(pod, nodes) if nodes else ""
         message = f"{cond.message} ({node_name(pod)}: {why})" if why else cond.message
         found = Disruption(reason=cond.reason or jobset.DISRUPTION_TARGET, message=message,
-                           worker=f"pod {_str(_get(pod, 'metadata', 'name'))}", restart_attempt=_restart_of(pod))
+                           worker=f"pod {as_str(get(pod, 'metadata', 'name'))}", restart_attempt=_restart_of(pod))
         key = (found.restart_attempt, cond.last_transition or datetime.min.replace(tzinfo=UTC))
         if best is None or key >= best[:2]:
             best = (*key, found)
@@ -335,20 +227,20 @@ def disruption(obj: Any, pods: Iterable[Any], nodes: Nodes | None = None) -> Dis
     restarting = find_condition(conditions(obj), jobset.RESTARTING)
     if restarting is not None and restarting.is_true and restarting.reason == jobset.RESTARTING_REASON_DISRUPTION:
         return Disruption(reason=jobset.DISRUPTION_TARGET, message=restarting.message,
-                          restart_attempt=max(_int(_get(obj, "status", "restarts")) - 1, 0))
+                          restart_attempt=max(as_int(get(obj, "status", "restarts")) - 1, 0))
     return None
 
 
 def _worker_statuses(pod: Any) -> list[dict[str, Any]]:
     """The status of a pod's worker container (one, or none yet)."""
-    return [cs for cs in _list(_get(pod, "status", "containerStatuses"))
+    return [cs for cs in as_list(get(pod, "status", "containerStatuses"))
             if isinstance(cs, dict) and cs.get("name") == CONTAINER]
 
 
 def termination_messages(pod: Any) -> list[str]:
     """The termination messages a pod's worker container left: of its current state, then of its last."""
     return [m for cs in _worker_statuses(pod) for state in ("state", "lastState")
-            if isinstance(m := _get(cs, state, "terminated", "message"), str) and m]
+            if isinstance(m := get(cs, state, "terminated", "message"), str) and m]
 
 
 def workers_running_at(obj: Any, pods: Iterable[Any]) -> datetime | None:
@@ -356,13 +248,13 @@ def workers_running_at(obj: Any, pods: Iterable[Any]) -> datetime | None:
     among them; None while one is not running (or the JobSet is suspended)."""
     if not isinstance(obj, dict) or is_suspended(obj):
         return None
-    restarts = max(_int(_get(obj, "status", "restarts")), 0)
+    restarts = max(as_int(get(obj, "status", "restarts")), 0)
     started: list[datetime] = []
     for pod in current_round(pods, restarts):
-        if _get(pod, "metadata", "deletionTimestamp") or _get(pod, "status", "phase") != "Running":
+        if get(pod, "metadata", "deletionTimestamp") or get(pod, "status", "phase") != "Running":
             continue
         for cs in _worker_statuses(pod):
-            t = parse_time(_get(cs, "state", "running", "startedAt"))
+            t = parse_time(get(cs, "state", "running", "startedAt"))
             if t is not None:
                 started.append(t)
     expected = expected_workers(obj)
@@ -376,7 +268,7 @@ def is_suspended(obj: Any) -> bool:
     is the JobSet controller's report, which catches up later (seconds, minutes when a thousand gangs
     are readmitted at once), and the gang is resuming from the moment Kueue lets it go.
     """
-    suspend = _get(obj, "spec", "suspend")
+    suspend = get(obj, "spec", "suspend")
     if isinstance(suspend, bool):
         return suspend
     return any(c.type == jobset.SUSPENDED and c.is_true for c in conditions(obj))
@@ -388,20 +280,20 @@ def to_gang(obj: Any, pods: Iterable[Any] = (), nodes: Nodes | None = None) -> G
     if not isinstance(obj, dict):
         return None
     pods = list(pods)
-    restarts = max(_int(_get(obj, "status", "restarts")), 0)
+    restarts = max(as_int(get(obj, "status", "restarts")), 0)
     rs = _replicated_status(obj)
     expected = expected_workers(obj)
     scheduled = ready = 0
     unscheduled = pending_failure = ""
     failures: list[tuple[datetime | None, str]] = []
     for pod in current_round(pods, restarts):
-        if _get(pod, "metadata", "deletionTimestamp"):
+        if get(pod, "metadata", "deletionTimestamp"):
             continue  # terminating pods are collateral of a restart or an eviction, not this round's workers
-        phase = _get(pod, "status", "phase")
+        phase = get(pod, "status", "phase")
         term = _terminated(pod)
         if term is not None:
             failures.append(term)
-        if phase in ("Pending", "Running") and _get(pod, "spec", "nodeName"):
+        if phase in ("Pending", "Running") and get(pod, "spec", "nodeName"):
             scheduled += 1
             if pod_ready(pod):
                 ready += 1
@@ -414,18 +306,18 @@ def to_gang(obj: Any, pods: Iterable[Any] = (), nodes: Nodes | None = None) -> G
         suspended=is_suspended(obj),
         conditions=conditions(obj),
         restarts=restarts,
-        restarts_count_towards_max=max(_int(_get(obj, "status", "restartsCountTowardsMax")), 0),
+        restarts_count_towards_max=max(as_int(get(obj, "status", "restartsCountTowardsMax")), 0),
         expected_workers=expected,
         scheduled_workers=scheduled,
         ready_workers=ready,
-        jobs_ready=max(_int(rs.get("ready")), 0),
-        jobs_succeeded=max(_int(rs.get("succeeded")), 0),
-        jobs_failed=max(_int(rs.get("failed")), 0),
+        jobs_ready=max(as_int(rs.get("ready")), 0),
+        jobs_succeeded=max(as_int(rs.get("succeeded")), 0),
+        jobs_failed=max(as_int(rs.get("failed")), 0),
         unscheduled_detail=unscheduled,
         first_failure=failures[0][1] if failures else "",
         first_failure_at=failures[0][0] if failures else None,
         pending_failure=pending_failure,
-        deleting=bool(_get(obj, "metadata", "deletionTimestamp")),
+        deleting=bool(get(obj, "metadata", "deletionTimestamp")),
         disruption=disruption(obj, pods, nodes),
         maintenance=maintenance_of(obj, pods, nodes) if nodes else None,
     )
@@ -447,7 +339,7 @@ def observe(jobset_obj: Any, lookup: WorkloadLookup, pods: Iterable[Any] = (),
 
 def uid(obj: Any) -> str:
     """`metadata.uid` ("" when absent): a JobSet's is what its Workload's job-uid label names."""
-    return _str(_get(obj, "metadata", "uid"))
+    return as_str(get(obj, "metadata", "uid"))
 
 
 def workload_job_uid(obj: Any) -> str:

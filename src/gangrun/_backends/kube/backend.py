@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from gangrun._backends.clock import system_clock
-from gangrun._backends.kube import adapter, checks, crd, durable, events
+from gangrun._backends.kube import adapter, checks, crd, durable, events, fields
 from gangrun._backends.kube.client import (
     EVENTS,
     JOBSETS,
@@ -109,7 +109,7 @@ class KubeBackend:
         with self._calling("read the events of"):
             items = self.api.list(EVENTS, self.namespace, field_selector=selector).get("items") or []
         # Creation order (the resourceVersion) breaks ties between events of the same instant.
-        pairs = [(ev, adapter.resource_version(i) or 0) for i in items if (ev := events.from_k8s(i))]
+        pairs = [(ev, fields.resource_version(i) or 0) for i in items if (ev := events.from_k8s(i))]
         return [ev for ev, _ in sorted(pairs, key=lambda p: (p[0].time, p[1]))]
 
     def logs(self, name: str, *, rank: int | None = None, attempt: int | None = None, round: int | None = None,
@@ -197,7 +197,7 @@ class KubeBackend:
 
     def _view(self, task: dict[str, Any]) -> KubeView:
         md, status = task.get("metadata") or {}, task.get("status") or {}
-        created = adapter.parse_time(md.get("creationTimestamp")) or system_clock()
+        created = fields.parse_time(md.get("creationTimestamp")) or system_clock()
         state = load_state(task, now=created)
         spec = spec_or_none(task)  # an invalid one reads as Failed (the controller says why): no budgets to show
         shown, waiting, accounting = spec_view(spec), self._pending(task, state), _accounting(task, state)

@@ -18,7 +18,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from gangrun._backends.kube import adapter
+from gangrun._backends.kube import adapter, fields
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.client import WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key
@@ -41,7 +41,7 @@ def desired(policy: BoostPolicy, task: dict[str, Any], spec: TaskSpec, workload:
     needs none: no Workload, a finished one, or a task the controller has not written yet."""
     if workload is None or persisted(task) is None:
         return None
-    conds = {c.type: c for c in adapter.conditions(workload)}
+    conds = {c.type: c for c in fields.conditions(workload)}
     finished = conds.get(kueue.FINISHED)
     if finished is not None and finished.is_true:
         return None

@@ -50,6 +50,7 @@ from gangrun._backends.kube import (
     crd,
     elastic,
     events,
+    fields,
     in_place,
     indexes,
     live_reports,
@@ -63,6 +64,7 @@ from gangrun._backends.kube.boost import Booster
 from gangrun._backends.kube.client import EVENTS, JOBSETS, NODES, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
 from gangrun._backends.kube.metrics import Metrics
+from gangrun._backends.kube.nodes import about_to_go, node_about_to_go, node_kept, node_name
 from gangrun._backends.kube.permissions import CONTROLLER, PRIORITY_BOOST, Scoped
 from gangrun._backends.kube.queues import Queues, priority_of
 from gangrun._backends.kube.quota import Capacity
@@ -125,7 +127,7 @@ class Controller:
         self.workloads = Informer(self.api, WORKLOADS, namespace=namespace, on_change=self._workload_changed,
                                   indexers=indexes.WORKLOAD_INDEXERS)
         # Nodes are cluster-wide (only their cordons and taints are kept): one about to go moves its workers.
-        self.nodes = Informer(self.api, NODES, namespace=None, on_change=self._node_changed, keep=adapter.node_kept)
+        self.nodes = Informer(self.api, NODES, namespace=None, on_change=self._node_changed, keep=node_kept)
         self._booster = Booster(self.api, self.workloads, self.queue)
         self.queues = Queues(self.api, namespace=namespace, on_change=self._queue_changed)
         # Commits reach the timeline (and the boost follows them) as they happen, not at the gang's next stop.
@@ -144,12 +146,12 @@ class Controller:
         self.queue.add(key_of(obj))
 
     def _owned_changed(self, obj: dict[str, Any]) -> None:
-        task = adapter.labels(obj).get(crd.TASK_LABEL)
+        task = fields.labels(obj).get(crd.TASK_LABEL)
         if task:
             self.queue.add((key_of(obj)[0], task))
 
     def _pod_changed(self, obj: dict[str, Any]) -> None:
-        task = adapter.labels(obj).get(crd.TASK_LABEL)
+        task = fields.labels(obj).get(crd.TASK_LABEL)
         if task and self.keeper is not None:
             self.keeper.saw(obj, deleted=self.pods.get(key_of(obj)) is None)
         if task and self.pods.get(key_of(obj)) is None:
@@ -158,7 +160,7 @@ class Controller:
 
     def _node_changed(self, obj: dict[str, Any]) -> None:
         """A node about to go concerns the tasks of the pods on it (a heartbeat of any other node, nothing)."""
-        if adapter.node_about_to_go(self.nodes.get(key_of(obj)) or obj):
+        if node_about_to_go(self.nodes.get(key_of(obj)) or obj):
             for pod in self.pods.by_index(indexes.BY_NODE, key_of(obj)[1]):
                 self._owned_changed(pod)
 
@@ -266,16 +268,16 @@ class Controller:
         just before a pod was bound there, not yet seen, would move a gang that has just started."""
         nodes: dict[str, dict[str, Any]] = {}
         for pod in pods:
-            name = adapter.node_name(pod)
+            name = node_name(pod)
             if not name or name in nodes or (node := self.nodes.get(("", name))) is None:
                 continue
-            if adapter.about_to_go(pod, {name: node}):
+            if about_to_go(pod, {name: node}):
                 try:
                     fresh = self.api.get(NODES, None, name)
                 except NotFound:
                     continue
                 self.nodes.upsert(fresh)
-                node = adapter.node_kept(fresh)
+                node = node_kept(fresh)
             nodes[name] = node
         return nodes
 

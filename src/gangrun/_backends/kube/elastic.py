@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from gangrun._backends.kube import adapter, quota
+from gangrun._backends.kube import fields, quota
 from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.render import jobset_name, render_jobset
 from gangrun._core import elastic, jobset, kueue
@@ -71,7 +71,7 @@ class Sizing:
             return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
 
         return cls(attempt=attempt, generation=num("generation"), nodes=num("nodes"),
-                   resized_at=adapter.parse_time(d.get("resizedAt")), growing=str(d.get("growing") or ""),
+                   resized_at=fields.parse_time(d.get("resizedAt")), growing=str(d.get("growing") or ""),
                    created=d.get("created") is not False, restarts=num("restarts"), counted=num("counted"),
                    resizes=num("resizes"))
 
@@ -218,17 +218,17 @@ def running_nodes(sz: Sizing, spec: TaskSpec, state: TaskState, gang: Gang | Non
 
 
 def _reserved(workload: dict[str, Any] | None) -> bool:
-    cond = find_condition(adapter.conditions(workload), kueue.QUOTA_RESERVED)
+    cond = find_condition(fields.conditions(workload), kueue.QUOTA_RESERVED)
     return cond is not None and cond.is_true
 
 
 def _preempting(workload: dict[str, Any] | None) -> bool:
     """Kueue holds the Workload back while the workloads it preempts for it go ("Pending the preemption of
     N workload(s)")."""
-    cond = find_condition(adapter.conditions(workload), kueue.QUOTA_RESERVED)
+    cond = find_condition(fields.conditions(workload), kueue.QUOTA_RESERVED)
     return cond is not None and not cond.is_true and PENDING_PREEMPTION in cond.message
 
 
 def _finished(workload: dict[str, Any]) -> bool:
-    cond = find_condition(adapter.conditions(workload), kueue.FINISHED)
+    cond = find_condition(fields.conditions(workload), kueue.FINISHED)
     return cond is not None and cond.is_true

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from gangrun._backends.kube import crd
-from gangrun._backends.kube.adapter import format_time, parse_time
+from gangrun._backends.kube.fields import format_time, parse_time
 from gangrun._core.timeline import Event, EventType
 
 COMPONENT = "gangrun-controller"

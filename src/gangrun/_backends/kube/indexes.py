@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from gangrun._backends.kube import adapter, crd
+from gangrun._backends.kube import adapter, crd, fields
 from gangrun._backends.kube.informer import IndexFunc, key_of
+from gangrun._backends.kube.nodes import node_name
 from gangrun._backends.kube.stored import spec_or_none
 
 BY_TASK = "task"
@@ -29,7 +30,7 @@ BY_NODE = "node"
 
 
 def task_of(obj: dict[str, Any]) -> list[Hashable]:
-    task = adapter.labels(obj).get(crd.TASK_LABEL)
+    task = fields.labels(obj).get(crd.TASK_LABEL)
     return [(key_of(obj)[0], task)] if task else []
 
 
@@ -44,7 +45,7 @@ def job_uid_of(obj: dict[str, Any]) -> list[Hashable]:
 
 
 def node_of(pod: dict[str, Any]) -> list[Hashable]:
-    node = adapter.node_name(pod)
+    node = node_name(pod)
     return [node] if node else []
 
 

@@ -27,8 +27,8 @@ import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
-from gangrun._backends.kube.adapter import resource_version
 from gangrun._backends.kube.client import KubeApi, Resource
+from gangrun._backends.kube.fields import resource_version
 from gangrun._errors import ApiError
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gangrun._backends.clock import Clock, system_clock
-from gangrun._backends.kube.adapter import parse_time
 from gangrun._backends.kube.client import LEASES, KubeApi
+from gangrun._backends.kube.fields import parse_time
 from gangrun._backends.kube.permissions import LEADER_ELECTION, Scoped
 from gangrun._errors import ApiError, NotFound
 

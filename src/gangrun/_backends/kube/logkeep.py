@@ -25,7 +25,7 @@ from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from gangrun._backends.kube import adapter, crd, kept_output
+from gangrun._backends.kube import adapter, crd, fields, kept_output
 from gangrun._backends.kube.client import CONFIGMAPS, KubeApi
 from gangrun._core import jobset, pod_template
 from gangrun._errors import ApiError, Conflict, NotFound
@@ -52,7 +52,7 @@ class Keeper:
         """A worker pod changed (`deleted`: it is gone from the API server): keep its output if it ended."""
         md = pod.get("metadata") or {}
         uid = str(md.get("uid") or "")
-        task = adapter.labels(pod).get(crd.TASK_LABEL)
+        task = fields.labels(pod).get(crd.TASK_LABEL)
         ended, going = _worker_ended(pod), bool(md.get("deletionTimestamp"))
         if not uid or not task or not (deleted or ended or going):
             return
@@ -93,7 +93,7 @@ class Keeper:
         False if it was there already, or the log is gone."""
         md = pod.get("metadata") or {}
         namespace, name, uid = str(md.get("namespace") or ""), str(md.get("name") or ""), str(md.get("uid") or "")
-        labels = adapter.labels(pod)
+        labels = fields.labels(pod)
         task = labels.get(crd.TASK_LABEL, "")
         task_uid = self.task_uid(namespace, task)
         if not task_uid or not adapter.belongs_to(pod, task_uid):
@@ -150,7 +150,7 @@ def _worker_ended(pod: dict[str, Any]) -> bool:
 def _rank(pod: dict[str, Any]) -> int:
     md = pod.get("metadata") or {}
     index = (md.get("annotations") or {}).get(jobset.JOB_COMPLETION_INDEX_KEY) \
-        or adapter.labels(pod).get(jobset.JOB_COMPLETION_INDEX_KEY, "")
+        or fields.labels(pod).get(jobset.JOB_COMPLETION_INDEX_KEY, "")
     return _int(index)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gangrun._backends.kube.adapter import conditions
+from gangrun._backends.kube.fields import conditions
 from gangrun._core import kueue
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from gangrun._backends.kube import adapter, crd
+from gangrun._backends.kube import adapter, crd, fields
 from gangrun._core import kueue
 from gangrun._core.actions import RecordEvent
 from gangrun._core.conditions import find_condition
@@ -25,7 +25,7 @@ Lookup = Callable[[str], list[dict[str, Any]]]  # objects by UID (JobSets) or by
 def preemptor_uid(workloads: Iterable[dict[str, Any]]) -> str:
     """The JobUID of what preempted the gang, from the Workload's Evicted=True/Preempted condition."""
     wl = adapter.newest_workload(list(workloads))
-    ev = find_condition(adapter.conditions(wl), kueue.EVICTED) if wl is not None else None
+    ev = find_condition(fields.conditions(wl), kueue.EVICTED) if wl is not None else None
     if ev is None or ev.status != "True" or ev.reason != kueue.EVICTED_BY_PREEMPTION:
         return ""
     return kueue.preemptor_job_uid(ev.message)
@@ -37,7 +37,7 @@ def describe(job_uid: str, *, jobsets_by_uid: Lookup, workloads_by_job_uid: Look
     if not job_uid:
         return "", ""
     for js in jobsets_by_uid(job_uid):
-        task = adapter.labels(js).get(crd.TASK_LABEL)
+        task = fields.labels(js).get(crd.TASK_LABEL)
         if task:
             return "task", task
     for wl in workloads_by_job_uid(job_uid):

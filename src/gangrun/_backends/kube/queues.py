@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gangrun._backends.kube import adapter, quota
+from gangrun._backends.kube import adapter, fields, quota
 from gangrun._backends.kube.client import CLUSTER_QUEUES, LOCAL_QUEUES, KubeApi
 from gangrun._backends.kube.informer import Informer
 from gangrun._backends.kube.quota import Capacity
@@ -80,7 +80,7 @@ def _pending(w: dict[str, Any]) -> bool:
     """Waiting for quota: active, not finished, no quota reserved."""
     if ((w.get("spec") or {}).get("active")) is False:
         return False
-    conds = adapter.conditions(w)
+    conds = fields.conditions(w)
     return not any((c := find_condition(conds, t)) is not None and c.is_true
                    for t in (kueue.QUOTA_RESERVED, kueue.FINISHED))
 

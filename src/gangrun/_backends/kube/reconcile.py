@@ -39,9 +39,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from gangrun._backends.kube import adapter, crd, elastic, in_place, reports, seen_events
+from gangrun._backends.kube import adapter, crd, elastic, fields, in_place, reports, seen_events
 from gangrun._backends.kube.adapter import WorkloadLookup
 from gangrun._backends.kube.elastic import Sizing
+from gangrun._backends.kube.nodes import Nodes
 from gangrun._backends.kube.quota import Capacity
 from gangrun._backends.kube.render import jobset_name, report_url
 from gangrun._backends.kube.status import status_patch
@@ -109,7 +110,7 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
               pods: Iterable[dict[str, Any]] = (), *, now: datetime, owned_jobsets: Sequence[dict[str, Any]] = (),
               capacity: Capacity | None = None,
               live: Mapping[str, str] | None = None,
-              nodes: adapter.Nodes | None = None,
+              nodes: Nodes | None = None,
               rounds: Mapping[str, str] | None = None) -> tuple[dict[str, Any] | None, list[Action]]:
     """Decide one step for `task`. `jobset` is the current JobSet of the current attempt if it exists
     (`elastic.current_jobset`); `capacity`: its ClusterQueue's free quota, which sizes an elastic gang;
@@ -250,7 +251,7 @@ def _told(md: dict[str, Any]) -> dict[str, Any]:
     return told if isinstance(told, dict) else {}
 
 
-def _move(pods: Sequence[dict[str, Any]], js: dict[str, Any] | None, nodes: adapter.Nodes, grace: timedelta, *,
+def _move(pods: Sequence[dict[str, Any]], js: dict[str, Any] | None, nodes: Nodes, grace: timedelta, *,
           now: datetime) -> list[Action]:
     """Evict the workers on nodes about to go once every live worker carries its NodeMaintenance notice,
     `SETTLE` after the last was written (its deadline less the grace period); until then, look again then."""
@@ -293,7 +294,7 @@ def _garbage(owned: Sequence[dict[str, Any]], state: TaskState, task: str, *, al
     """The task's owned JobSets not being deleted yet whose attempt is garbage (`lifecycle.garbage`), and
     those of the current attempt but for its current JobSet (an elastic gang's replaced ones)."""
     going = [js for js in owned if isinstance(md := js.get("metadata"), dict) and not md.get("deletionTimestamp")
-             and md.get("name") not in already and adapter.labels(js).get(crd.TASK_LABEL) == task]
+             and md.get("name") not in already and fields.labels(js).get(crd.TASK_LABEL) == task]
     attempts = [adapter.attempt_of(js) for js in going]
     ended = lifecycle.garbage(state, [a for a in attempts if a is not None])
     return [DeleteJobSet(js["metadata"]["name"]) for js, attempt in zip(going, attempts, strict=True)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from gangrun._backends.kube import adapter
+from gangrun._backends.kube import fields
 from gangrun._backends.kube.render import jobset_name
 from gangrun._backends.kube.stored import load_accounting
 from gangrun._core import grace
@@ -56,7 +56,7 @@ def _grace_condition(spec: TaskSpec, ledger: Accounting) -> Condition | None:
 
 
 def _conditions(state: TaskState, old: Any, *, now: datetime, extra: Sequence[Condition] = ()) -> list[dict[str, Any]]:
-    conds = [c for c in adapter.conditions({"status": {"conditions": old}})]
+    conds = [c for c in fields.conditions({"status": {"conditions": old}})]
     phase = state.phase
     eviction = state.eviction
     waiting = eviction is not None
@@ -74,7 +74,7 @@ def _conditions(state: TaskState, old: Any, *, now: datetime, extra: Sequence[Co
     for c in wanted:
         set_condition(conds, c, now=now)
     return [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
-             "lastTransitionTime": adapter.format_time(c.last_transition or now)} for c in conds]
+             "lastTransitionTime": fields.format_time(c.last_transition or now)} for c in conds]
 
 
 def _without_nulls(v: Any) -> Any:

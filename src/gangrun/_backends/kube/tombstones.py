@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from gangrun._backends.kube import adapter, reports, seen_events
+from gangrun._backends.kube import adapter, fields, reports, seen_events
 from gangrun._backends.kube.informer import Key, key_of
 from gangrun._backends.kube.stored import load_accounting
 from gangrun._core.phases import TERMINAL
@@ -82,5 +82,5 @@ def _told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
 
 def _commits_told(pod: dict[str, Any], status: dict[str, Any]) -> bool:
     commits = reports.checkpoints([pod])
-    newest = adapter.parse_time(((status.get("accounting") or {}).get("lastCheckpoint") or {}).get("at"))
+    newest = fields.parse_time(((status.get("accounting") or {}).get("lastCheckpoint") or {}).get("at"))
     return not commits or (newest is not None and all(c.at <= newest for c in commits))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangrun._backends.clock import system_clock
-from gangrun._backends.kube import adapter, crd, kept_output, logfollow
+from gangrun._backends.kube import adapter, crd, fields, kept_output, logfollow
 from gangrun._backends.kube.client import CONFIGMAPS, PODS, KubeApi
 from gangrun._backends.kube.render import CONTAINER
 from gangrun._backends.kube.stored import load_state, spec_or_none
@@ -135,14 +135,14 @@ class WorkerLogs:
         items = [p for p in self.api.list(PODS, self.namespace, label_selector=selector).get("items") or []
                  if adapter.belongs_to(p, uid)]
         if round is None:
-            round = max((int(adapter.labels(p).get(jobset.RESTART_ATTEMPT_KEY, "0") or 0) for p in items), default=0)
+            round = max((int(fields.labels(p).get(jobset.RESTART_ATTEMPT_KEY, "0") or 0) for p in items), default=0)
         out = []
         for p in adapter.current_round(items, round):
             if running and (p.get("status") or {}).get("phase") == "Pending":
                 continue
             md = p.get("metadata") or {}
             index = (md.get("annotations") or {}).get(jobset.JOB_COMPLETION_INDEX_KEY) \
-                or adapter.labels(p).get(jobset.JOB_COMPLETION_INDEX_KEY, "")
+                or fields.labels(p).get(jobset.JOB_COMPLETION_INDEX_KEY, "")
             if str(index).isdigit():
                 out.append((int(index), md.get("name", ""), str(md.get("uid") or "")))
         return sorted(out)
