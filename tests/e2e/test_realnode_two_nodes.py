@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import re
 import time
 from collections.abc import Iterator
 
@@ -228,6 +229,92 @@ def test_a_node_killed_outright_restarts_a_rigid_gang_as_a_node_disruption_once_
         for k, v in figures.items():
             print(f"node killed: {k}: {v:.1f} s")
             TIMINGS[f"node killed: {k}"] = v
+    finally:
+        logs.stop()
+        with contextlib.suppress(Exception):
+            taint_out_of_service(kube, victim.net.name, False)
+        if not victim.components or not all(c.alive() for c in victim.components):
+            with contextlib.suppress(Exception):
+                power_on(victim)
+        cleanup_task(rc, name)
+
+
+def test_a_node_killed_outright_shrinks_an_elastic_gang_onto_the_node_left_until_the_node_is_back(
+        real_cluster: RealCluster) -> None:
+    """The same power loss under an elastic gang (2 nodes, minNodes 1, one worker per node, resizeCooldown 5 s).
+    JobSet restarts the gang for the lost worker as for a rigid one, but its second worker finds no node; 30 s
+    later the controller stops the worker left (cause Resize) and runs the gang on the node left: a JobSet of
+    one worker, in the same attempt, charged to nothing. It does not grow back while the node is down, its
+    cooldown long over; once the node is back and may take a worker it grows back to 2. Each start resumes every
+    rank from the newest committed checkpoint, and the final weights equal, bit for bit, an uninterrupted run's."""
+    rc, name, steps = real_cluster, "lost-e", 1500
+    victim = rc.others[0]
+    kube, selector = rc.kube, f"{TASK_LABEL}={name}"
+    body = train_task(rc, name, steps=steps, step_seconds=0.1)
+    body["spec"].update(minNodes=1, resizeCooldown="5s")
+    body["spec"]["podTemplate"]["spec"]["affinity"] = one_worker_per_node(name)
+    figures: dict[str, float] = {}
+    logs = HostLogs(rc, f"{name}-1")  # its JobSets: lost-e-1, then lost-e-1-r1, lost-e-1-r2
+
+    def jobsets() -> list[tuple[str, int]]:
+        return sorted((j["metadata"]["name"], j["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"])
+                      for j in kube.list("JobSet", rc.ns, label_selector=selector)
+                      if not j["metadata"].get("deletionTimestamp"))
+
+    def saved_at_resize(count: int) -> list[tuple[str, int]]:
+        """(pod uid, step) of the workers that saved at a Resize stop, once there are `count`: the one worker
+        running before each resize (rank 0, the only writer)."""
+        def found() -> list[tuple[str, int]] | None:
+            saves = [(u, int(m.group(1))) for u, text in list(logs.texts.items())
+                     if (m := re.search(r"stop requested \(Resize\): saved step (\d+)", text))]
+            return saves if len(saves) >= count else None
+        return kube.wait_for(f"{count} saves at a Resize stop", found, timeout=TIMEOUT, interval=0.1)
+
+    try:
+        with node_lifecycle(rc.cp):
+            submit(rc, body)
+            first = kube.wait_running_pods(rc.ns, selector, 2, timeout=TIMEOUT)
+            seen = {p["metadata"]["uid"] for p in first}
+            logs.wait(next(p["metadata"]["uid"] for p in first if rank_of(p) == 0), r"step 10: loss")
+
+            t0 = time.monotonic()
+            power_off(victim)
+            kube.wait_for(f"{victim.net.name} NotReady", lambda: not has_condition(
+                kube.get("Node", victim.net.name), "Ready"), timeout=TIMEOUT, interval=0.2)
+            taint_out_of_service(kube, victim.net.name, True)
+            kube.wait_for("the gang shrunk onto the node left", lambda: jobsets() == [(f"{name}-1-r1", 1)],
+                          timeout=2 * TIMEOUT, interval=0.2)
+            figures["node killed -> the gang shrunk"] = time.monotonic() - t0
+            ((stopped, saved),) = saved_at_resize(1)
+            small = logs.starts({stopped}, count=1, world=1)
+            figures["node killed -> the shrunk gang resumed"] = time.monotonic() - t0
+            assert {(r, m["attempt"], int(m["step"]), m["source"]) for r, m in small.items()} == {
+                (0, "1", saved, "own")}, small
+            s = wait_phase(rc, name, "Running")
+            assert (s["elastic"]["nodes"], s["userRetriesUsed"], s["systemRetriesUsed"]) == (1, 0, 0), s
+
+            time.sleep(15)  # three cooldowns: quota is free, but no node may take a second worker
+            assert jobsets() == [(f"{name}-1-r1", 1)]
+
+            t1 = time.monotonic()
+            figures["node powered on -> kubelet serving"] = power_on(victim)
+            kube.wait_for(f"{victim.net.name} Ready", lambda: has_condition(
+                kube.get("Node", victim.net.name), "Ready"), timeout=TIMEOUT, interval=0.2)
+            taint_out_of_service(kube, victim.net.name, False)
+            kube.wait_for("the gang grown back", lambda: jobsets() == [(f"{name}-1-r2", 2)], timeout=TIMEOUT,
+                          interval=0.2)
+            ((_, _), (small_uid, saved)) = saved_at_resize(2)
+            both = logs.starts({*seen, stopped, small_uid}, world=2)
+            figures["node powered on -> the grown gang resumed"] = time.monotonic() - t1
+            assert_resumed_from(both, {0: saved}, "own")
+            status = wait_phase(rc, name, "Succeeded", timeout=2 * TIMEOUT)
+        s = status
+        assert (s["attempt"], len(s["attempts"]), s["userRetriesUsed"], s["systemRetriesUsed"]) == (1, 1, 0, 0), s
+        assert len(s.get("disruptions") or []) == 1 and s["elastic"]["nodes"] == 2, s
+        assert newest_checkpoint(rc.data, name, 1) == {"step": steps, "w": uninterrupted(steps)}
+        for k, v in figures.items():
+            print(f"elastic node killed: {k}: {v:.1f} s")
+            TIMINGS[f"elastic node killed: {k}"] = v
     finally:
         logs.stop()
         with contextlib.suppress(Exception):

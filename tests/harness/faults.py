@@ -240,10 +240,11 @@ class HostLogs:
                                  + "\n".join(n.stops_told(uid) for n in self._nodes)) from None
 
     def starts(self, exclude: set[str], count: int = 2, timeout: float = TIMEOUT, *,
-               restart: int | None = None) -> dict[int, re.Match]:
+               restart: int | None = None, world: int | None = None) -> dict[int, re.Match]:
         """The `starting at step` line of `count` workers whose pods are not in `exclude`, by rank; with
-        `restart`, the line of that restart round (a gang restarted in place starts again in its pods)."""
-        pattern = starting(restart)
+        `restart`, the line of that restart round (a gang restarted in place starts again in its pods); with
+        `world`, of a gang of that many workers (an elastic gang's size)."""
+        pattern = starting(restart, world=world)
 
         def found() -> dict[int, re.Match] | None:
             lines = {int(m["rank"]): m for uid, text in list(self.texts.items())

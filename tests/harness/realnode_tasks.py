@@ -34,7 +34,7 @@ QUEUE = "real"
 CLUSTER_QUEUE = "real-node"
 TIMEOUT = 180.0
 # The example's line when it starts: rank, attempt, restart, the step it loaded and from where.
-STARTING = (r"rank (?P<rank>\d+)/2 attempt (?P<attempt>\d+) restart (?P<restart>\d+): "
+STARTING = (r"rank (?P<rank>\d+)/(?P<world>\d+) attempt (?P<attempt>\d+) restart (?P<restart>\d+): "
             r"starting at step (?P<step>\d+) \((?P<source>.*)\)")
 
 
@@ -183,9 +183,10 @@ def _wait(rc: RealCluster, name: str, ok: Callable[[dict], bool], what: str, tim
         raise AssertionError(f"{e}\ncontroller:\n{incluster.logs(rc.kube)[-6000:]}") from None
 
 
-def starting(restart: int | None = None) -> str:
-    """STARTING, or its line of one restart round."""
-    return STARTING if restart is None else STARTING.replace(r"(?P<restart>\d+)", f"(?P<restart>{restart})")
+def starting(restart: int | None = None, *, world: int | None = None) -> str:
+    """STARTING, or its line of one restart round, or of a gang of `world` workers."""
+    pattern = STARTING if restart is None else STARTING.replace(r"(?P<restart>\d+)", f"(?P<restart>{restart})")
+    return pattern if world is None else pattern.replace(r"(?P<world>\d+)", f"(?P<world>{world})")
 
 
 def starts_by_rank(rc: RealCluster, pods: list[dict], *, restart: int | None = None) -> dict[int, re.Match]:

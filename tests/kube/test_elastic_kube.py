@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -32,7 +32,16 @@ from gangrun._core.eviction import Eviction, EvictionKind
 from gangrun._core.phases import Phase
 from gangrun._core.state import TaskState
 from gangrun._core.timeline import EventType
-from tests.harness.kube_builders import PREEMPTION_MESSAGE, at, jobset_obj, pod_obj, task_obj, task_spec, workload_obj
+from tests.harness.kube_builders import (
+    PREEMPTION_MESSAGE,
+    at,
+    jobset_obj,
+    pod_obj,
+    task_obj,
+    task_spec,
+    ts,
+    workload_obj,
+)
 
 CPU = {"cpu": Decimal(4), "memory": Decimal(2**30), "pods": Decimal(1)}
 ELASTIC = {"nodes": 4, "minNodes": 2, "resizeCooldown": "30s", "resources": {"cpu": "4", "memory": "1Gi"},
@@ -163,7 +172,33 @@ def test_when_an_elastic_gang_changes_size(case: str, sz: Sizing, state: TaskSta
                                            workload: dict | None, capacity: Capacity | None,
                                            want: tuple[int, bool] | None) -> None:
     r = elastic.plan(task_spec(**ELASTIC), sz, state, suspended=suspended, workload=workload, capacity=capacity, now=T)
-    assert (None if r is None else (r.to, r.grow)) == want, case
+    assert (None if r is None else (r.to, r.running)) == want, case
+
+
+STUCK = T - elastic.UNPLACEABLE_FOR  # a worker the scheduler has found no node for since then
+
+
+@pytest.mark.parametrize(("case", "sz", "placed", "workload", "want"), [
+    ("running at 4, a worker found no node for 30 s, 3 placed: onto the 3", Sizing(nodes=4),
+     elastic.Placed(scheduled=3, placeable=3, unplaceable_since=STUCK), ADMITTED, (3, True)),
+    ("... for 29 s: it waits", Sizing(nodes=4),
+     elastic.Placed(scheduled=3, placeable=3, unplaceable_since=STUCK + timedelta(seconds=1)), ADMITTED, None),
+    ("... 1 placed, fewer than minNodes 2: it waits as a rigid gang does", Sizing(nodes=4),
+     elastic.Placed(scheduled=1, placeable=1, unplaceable_since=STUCK), ADMITTED, None),
+    ("... its quota taken back by Kueue: a preemption, not a lost node", Sizing(nodes=4),
+     elastic.Placed(scheduled=3, placeable=3, unplaceable_since=STUCK), PENDING, None),
+    ("every worker placed", Sizing(nodes=4), elastic.Placed(scheduled=4, placeable=4), ADMITTED, None),
+    ("shrunk onto 3 nodes that could take it, 3 still: no grow, the cooldown over and quota free",
+     Sizing(nodes=3, shrunk_on=3), elastic.Placed(scheduled=3, placeable=3), ADMITTED, None),
+    ("... a fourth node may take a worker again: grow", Sizing(nodes=3, shrunk_on=3),
+     elastic.Placed(scheduled=3, placeable=4), ADMITTED, (4, True)),
+    ("... the nodes unknown: no grow", Sizing(nodes=3, shrunk_on=3), None, ADMITTED, None),
+])
+def test_a_running_elastic_gang_shrinks_onto_the_nodes_left_and_grows_back_once_a_node_may_take_it(
+        case: str, sz: Sizing, placed: elastic.Placed | None, workload: dict, want: tuple[int, bool] | None) -> None:
+    r = elastic.plan(task_spec(**ELASTIC), sz, RUNNING, suspended=False, workload=workload, capacity=free(16),
+                     now=T, placed=placed)
+    assert (None if r is None else (r.to, r.running)) == want, case
 
 
 def test_a_rigid_gang_never_changes_size() -> None:
@@ -183,9 +218,10 @@ class Task:
         self.spec = task_spec(**ELASTIC)
 
     def step(self, js: dict | None, wl: dict | None, pods: list | None = None, *, t: float,
-             capacity: Capacity | None) -> list:
+             capacity: Capacity | None, placeable: int | None = None) -> list:
         lookup = WorkloadLookup.found([wl]) if wl is not None else WorkloadLookup()
-        status, actions = reconcile(self.obj, js, lookup, pods or [], now=at(t), capacity=capacity)
+        status, actions = reconcile(self.obj, js, lookup, pods or [], now=at(t), capacity=capacity,
+                                    placeable=placeable)
         if status is not None:
             self.obj["status"] = status
         return actions
@@ -322,3 +358,49 @@ def test_garbage_of_an_earlier_jobset_of_the_same_attempt_is_deleted() -> None:
     status, actions = reconcile(task.obj, current.obj(), WorkloadLookup.found([workload_obj("js-2").admitted().obj()]),
                                 [], now=at(6), owned_jobsets=[old, current.obj()], capacity=free(0))
     assert [a.name for a in actions if isinstance(a, DeleteJobSet)] == ["train-1"]
+
+
+def unplaceable(pod: dict, since: datetime) -> dict:
+    """The pod as the scheduler leaves it when no node may take it, since `since`."""
+    (cond,) = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"]
+    cond.update(lastTransitionTime=ts(since), message="0/2 nodes are available: 1 node(s) didn't match pod "
+                                                      "anti-affinity rules, 1 node(s) had untolerated taint")
+    return pod
+
+
+def test_an_elastic_gang_whose_worker_finds_no_node_shrinks_onto_the_nodes_left_charged_to_nothing() -> None:
+    """A node of a running 4-node gang is lost: JobSet restarted the gang and one new worker finds no node
+    (its old node is gone, anti-affinity keeps it off the others). 30 s later the 3 placed workers get the stop
+    notice (cause Resize) and the JobSet is replaced by one of 3 in the same attempt; it does not grow back
+    while no fourth node may take a worker, however long, and grows once one may."""
+    task = Task()
+    first = created(task.step(None, None, t=0, capacity=free(16)))
+    wl = workload_obj("js-1").admitted().obj()
+    js = gang(first, "js-1").admitted().jobs(ready=1, active=1).obj()
+    task.step(js, wl, [pod_obj("train-1", i) for i in range(4)], t=1, capacity=free(0))
+    lost = pod_obj("train-1", 3, node=None, phase="Pending", ready=False)
+    pods = [pod_obj("train-1", i) for i in range(3)] + [unplaceable(lost, at(10))]
+    actions = task.step(js, wl, pods, t=20, capacity=free(0), placeable=3)
+    assert not resized(actions) and at(40) in [a.at for a in actions if isinstance(a, RequeueAt)]
+
+    actions = task.step(js, wl, pods, t=40, capacity=free(0), placeable=3)
+    assert resized(actions) == [{"from": 4, "to": 3, "of": 4}]
+    (notice,) = [a for a in actions if isinstance(a, AnnotatePods)]
+    assert json.loads(notice.notice)["cause"] == core.RESIZE and len(notice.names) == 4
+    assert [type(a).__name__ for a in actions if not isinstance(a, RecordEvent | RequeueAt)] == \
+        ["AnnotatePods", "DeleteJobSet", "CreateJobSet"]
+    second = created(actions)
+    assert size(second) == (3, "3")
+    assert task.status["reason"] == ("shrinking the gang from 4 to 3 nodes: a worker found no node for 30 s; "
+                                     "it runs on the nodes left")
+    assert task.status["elastic"]["shrunkOn"] == 3
+
+    js = gang(second, "js-2").admitted().jobs(ready=1, active=1).obj()
+    wl = workload_obj("js-2").admitted().obj()
+    pods = [pod_obj("train-1-r1", i) for i in range(3)]
+    task.step(js, wl, pods, t=45, capacity=free(4), placeable=3)
+    s = task.status
+    assert (s["attempt"], s["userRetriesUsed"], s["systemRetriesUsed"], s["runningNodes"]) == (1, 0, 0, 3), s
+    assert not resized(task.step(js, wl, pods, t=600, capacity=free(4), placeable=3))  # cooldown long over
+    assert resized(task.step(js, wl, pods, t=601, capacity=free(4), placeable=4)) == [{"from": 3, "to": 4, "of": 4}]
+    assert task.status["elastic"]["shrunkOn"] == 0

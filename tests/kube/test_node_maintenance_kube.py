@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from gangrun._backends.kube import crd
-from gangrun._backends.kube.client import JOBSETS, NODES, PODS
+from gangrun._backends.kube.client import JOBSETS, NODES, PODS, TASKS
 from gangrun._backends.kube.reconcile import SETTLE
 from gangrun._core import stop_causes
 from tests.harness.kube_builders import disrupted, pod_obj, restarting_for_disruption
@@ -152,3 +152,19 @@ def test_b9_a_cordon_lifted_before_the_cache_saw_it_moves_no_worker() -> None:
     assert notice(c, 0) is None and notice(c, 1) is None and evictions(c) == []
     kept = c.ctl.nodes.get(("", "node-1"))
     assert kept is not None and not kept["spec"]["unschedulable"], kept
+
+
+def test_news_of_any_node_looks_again_at_the_elastic_gangs_shrunk_onto_the_nodes_left_only() -> None:
+    """A lost node coming back touches no pod of the gang shrunk off it: the node's news itself wakes the gang,
+    which grows back once the node may take a worker (`elastic.plan`)."""
+    c = Cluster()
+    for name, shrunk in (("train", 2), ("other", 0)):
+        c.submit(name=name, nodes=3, minNodes=1)
+        c.settle()
+        task = c.api.obj(TASKS, "ml", name)
+        task["status"] = {**task.get("status", {}), "elastic": {"attempt": 1, "nodes": 2, "shrunkOn": shrunk}}
+        c.api.put(TASKS, task)
+    c.settle()
+    assert len(c.ctl.queue) == 0
+    c.ctl._node_changed(node("node-2"))
+    assert [c.ctl.queue.get(timeout=0), c.ctl.queue.get(timeout=0)] == [("ml", "train"), None]

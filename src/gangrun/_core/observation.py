@@ -62,6 +62,7 @@ class Gang:
     jobs_succeeded: int = 0
     jobs_failed: int = 0
     unscheduled_detail: str = ""  # why workers are not scheduled yet, shown after "K of N workers scheduled"
+    unschedulable_since: datetime | None = None  # the scheduler found no node for a worker of this round since
     first_failure: str = ""  # the earliest failed worker of this round: the root cause, not the collateral
     first_failure_at: datetime | None = None  # ... and when it ended (its container's finishedAt), if known
     pending_failure: str = ""  # a worker that can never start (bad image, bad config)

@@ -20,6 +20,8 @@ from gangrun._core import jobset, kueue
 from gangrun._core.conditions import find_condition
 from gangrun._core.observation import Disruption, Gang, Maintenance, Observation, Workload, WorkloadRead
 
+UNSCHEDULABLE = "Unschedulable"  # a pod's PodScheduled=False reason when no node fits it
+
 # Waiting reasons that no amount of waiting fixes (a bad image name, a broken pod config).
 FATAL_WAITING_REASONS = frozenset({"InvalidImageName", "CreateContainerConfigError", "ErrImageNeverPull",
                                    "CreateContainerError"})
@@ -167,11 +169,15 @@ def _fatal_waiting(pod: dict[str, Any]) -> str:
     return ""
 
 
-def _unscheduled_detail(pod: dict[str, Any]) -> str:
+def _unscheduled(pod: dict[str, Any]) -> tuple[str, datetime | None] | None:
+    """Why the pod is not scheduled (its PodScheduled=False condition), and since when the scheduler finds no
+    node for it (reason Unschedulable; None for another reason), or None when it says nothing."""
     for c in as_list(get(pod, "status", "conditions")):
         if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return f"{as_str(c.get('reason'))}: {as_str(c.get('message'))}".strip(": ")
-    return ""
+            reason = as_str(c.get("reason"))
+            since = parse_time(c.get("lastTransitionTime")) if reason == UNSCHEDULABLE else None
+            return f"{reason}: {as_str(c.get('message'))}".strip(": "), since
+    return None
 
 
 def _restart_of(pod: Any) -> int:
@@ -285,6 +291,7 @@ def to_gang(obj: Any, pods: Iterable[Any] = (), nodes: Nodes | None = None) -> G
     expected = expected_workers(obj)
     scheduled = ready = 0
     unscheduled = pending_failure = ""
+    stuck: list[datetime] = []
     failures: list[tuple[datetime | None, str]] = []
     for pod in current_round(pods, restarts):
         if get(pod, "metadata", "deletionTimestamp"):
@@ -297,8 +304,9 @@ def to_gang(obj: Any, pods: Iterable[Any] = (), nodes: Nodes | None = None) -> G
             scheduled += 1
             if pod_ready(pod):
                 ready += 1
-        elif phase == "Pending" and not unscheduled:
-            unscheduled = _unscheduled_detail(pod)
+        elif phase == "Pending" and (why := _unscheduled(pod)) is not None:
+            unscheduled = unscheduled or why[0]
+            stuck += [why[1]] if why[1] is not None else []
         if phase == "Pending" and not pending_failure:
             pending_failure = _fatal_waiting(pod)
     failures.sort(key=lambda f: (f[0] is None, f[0] or datetime.max))
@@ -314,6 +322,7 @@ def to_gang(obj: Any, pods: Iterable[Any] = (), nodes: Nodes | None = None) -> G
         jobs_succeeded=max(as_int(rs.get("succeeded")), 0),
         jobs_failed=max(as_int(rs.get("failed")), 0),
         unscheduled_detail=unscheduled,
+        unschedulable_since=min(stuck, default=None),
         first_failure=failures[0][1] if failures else "",
         first_failure_at=failures[0][0] if failures else None,
         pending_failure=pending_failure,

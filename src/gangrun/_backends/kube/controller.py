@@ -64,7 +64,7 @@ from gangrun._backends.kube.boost import Booster
 from gangrun._backends.kube.client import EVENTS, JOBSETS, NODES, PODS, TASKS, WORKLOADS, KubeApi
 from gangrun._backends.kube.informer import Informer, Key, key_of
 from gangrun._backends.kube.metrics import Metrics
-from gangrun._backends.kube.nodes import about_to_go, node_about_to_go, node_kept, node_name
+from gangrun._backends.kube.nodes import about_to_go, node_about_to_go, node_kept, node_name, placeable, tolerations
 from gangrun._backends.kube.permissions import CONTROLLER, PRIORITY_BOOST, Scoped
 from gangrun._backends.kube.queues import Queues, priority_of
 from gangrun._backends.kube.quota import Capacity
@@ -159,10 +159,14 @@ class Controller:
         self._owned_changed(obj)
 
     def _node_changed(self, obj: dict[str, Any]) -> None:
-        """A node about to go concerns the tasks of the pods on it (a heartbeat of any other node, nothing)."""
+        """A node about to go concerns the tasks of the pods on it (a heartbeat of any other node, nothing);
+        any node's news, the elastic gangs shrunk onto the nodes left (one may take a worker again)."""
         if node_about_to_go(self.nodes.get(key_of(obj)) or obj):
             for pod in self.pods.by_index(indexes.BY_NODE, key_of(obj)[1]):
                 self._owned_changed(pod)
+        for t in self.tasks.by_index(indexes.ELASTIC, True):
+            if ((t.get("status") or {}).get("elastic") or {}).get("shrunkOn"):
+                self.queue.add(key_of(t))
 
     def _task_uid(self, namespace: str, name: str) -> str:
         task = self.tasks.get((namespace, name))
@@ -208,10 +212,11 @@ class Controller:
         spec = spec_or_none(task)
         capacity = self._capacity(task, spec.queue, owned, lookup) if spec is not None and spec.elastic else None
         nodes = self._nodes_of(pods)
+        placeable_now = self._placeable(pods) if spec is not None and spec.elastic else None
         asked = in_place.targets(spec, in_place.InPlace.load(task, state.attempt), pods) if spec is not None else {}
         new_status, actions = reconcile(task, js, lookup, pods, now=now, owned_jobsets=owned, capacity=capacity,
                                         live=self.live.of(pods) if self.live is not None else None, nodes=nodes,
-                                        rounds=self._notices.ask(asked) if asked else None)
+                                        rounds=self._notices.ask(asked) if asked else None, placeable=placeable_now)
         actions = preemptor.name_in(actions, lookup.items,
                                     jobsets_by_uid=partial(self.jobsets.by_index, indexes.BY_UID),
                                     workloads_by_job_uid=partial(self.workloads.by_index, indexes.BY_JOB_UID))
@@ -261,6 +266,11 @@ class Controller:
             return None
         self.jobsets.upsert(obj)
         return obj
+
+    def _placeable(self, pods: list[dict[str, Any]]) -> int | None:
+        """How many nodes may take the gang's workers (`nodes.placeable`), by its pods' tolerations; None
+        before it has a pod."""
+        return placeable(self.nodes.items(), tolerations(pods[0])) if pods else None
 
     def _nodes_of(self, pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """The Nodes the pods are on, by name. A node the cache says is about to go for one of them is read

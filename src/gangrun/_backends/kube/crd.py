@@ -217,7 +217,8 @@ def status_schema() -> dict[str, Any]:
             "jobSet": _str("the JobSet of the current attempt (an elastic gang's latest, once resized)"),
             "runningNodes": {"type": "integer", "description": "the nodes the gang runs on now (0 when it is not up)"},
             "elastic": {**record, "description": "an elastic gang's current JobSet in the attempt: its generation, "
-                                                 "size, last resize and the restarts of the JobSets it replaced"},
+                                                 "size, last resize, the restarts of the JobSets it replaced and, "
+                                                 "once it shrank onto the nodes left, how many could take it"},
             "inPlace": {**record, "description": "the attempt's in-place restarts: how many, the round the newest "
                                                  "order named, whether every launcher has it, and why; the "
                                                  "JobSet round recreated instead; the pods lost under the gang "

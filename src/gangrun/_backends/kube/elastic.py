@@ -10,7 +10,13 @@ The rules are `gangrun._core.elastic`'s, fed with the ClusterQueue's free nomina
   or not admitted yet) whose size does not fit is replaced by the largest size that fits now;
 * **grow**: a gang running small, once `resizeCooldown` has passed since its last resize and no pending
   workload of equal or higher priority waits in its ClusterQueue, is given the stop notice (cause
-  `Resize`), and its JobSet is replaced by the largest size the free quota plus its own allows.
+  `Resize`), and its JobSet is replaced by the largest size the free quota plus its own allows;
+* **shrink onto the nodes left**: a running gang holding its quota whose worker the scheduler has found
+  no node for during `UNPLACEABLE_FOR` (its node was lost, and anti-affinity or the node's resources
+  keep it off the others) is stopped the same way and replaced by one of the workers that were placed,
+  when that is at least `minNodes` (fewer: it waits, as a rigid gang does). Quota says nothing of lost
+  nodes, so it grows back only once more nodes may take its workers than when it shrank (`placeable`,
+  from the nodes' cordons and taints: a lost node comes back Ready, or a node is added).
 
 `status.elastic` (a `Sizing`) holds the attempt's current JobSet: its generation (its name), size,
 when it was last resized, a grow still waiting for Kueue, and the whole-gang restarts its earlier
@@ -20,7 +26,7 @@ JobSets made, so that the engine sees one gang across the replacements (`observe
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gangrun._backends.kube import fields, quota
@@ -39,6 +45,10 @@ WAITING_SMALLER = "its size does not fit; it runs on what fits now"
 WAITING_LARGER = "waiting: a larger size fits now"
 PENDING_PREEMPTION = "Pending the preemption of"  # Kueue's QuotaReserved message while it makes room
 GROWN = elastic.GROWN
+# A worker the scheduler finds no node for during this long shrinks a running elastic gang onto the nodes left:
+# longer than a node's taints take to change as it comes and goes, shorter than a lost node stays lost.
+UNPLACEABLE_FOR = timedelta(seconds=30)
+NODES_LEFT = f"a worker found no node for {UNPLACEABLE_FOR.seconds} s; it runs on the nodes left"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,16 +59,19 @@ class Sizing:
     generation: int = 0  # the current JobSet's: 0 for the attempt's first (`jobset_name`)
     nodes: int = 0  # its size; 0 before the attempt's first JobSet was sized
     resized_at: datetime | None = None
-    growing: str = ""  # why it grows, while the larger JobSet waits for Kueue to admit it
+    growing: str = ""  # why a running gang is resized (grown, or shrunk onto the nodes left), while the new
+    # JobSet waits for Kueue to admit it
     created: bool = True  # False from the resize that named it until the JobSet is seen
     restarts: int = 0  # whole-gang restarts of the attempt's earlier JobSets, plus one per grow
     counted: int = 0  # ... of them counted toward maxRestarts
-    resizes: int = 0  # grows: restarts charged to nothing
+    resizes: int = 0  # resizes of a running gang: restarts charged to nothing
+    shrunk_on: int = 0  # the nodes that could take its workers when it shrank onto the nodes left (0: it did not)
 
     def for_storage(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "generation": self.generation, "nodes": self.nodes,
                 "resizedAt": time_out(self.resized_at), "growing": self.growing, "created": self.created,
-                "restarts": self.restarts, "counted": self.counted, "resizes": self.resizes}
+                "restarts": self.restarts, "counted": self.counted, "resizes": self.resizes,
+                "shrunkOn": self.shrunk_on}
 
     @classmethod
     def from_storage(cls, d: Any, attempt: int) -> Sizing:
@@ -73,14 +86,26 @@ class Sizing:
         return cls(attempt=attempt, generation=num("generation"), nodes=num("nodes"),
                    resized_at=fields.parse_time(d.get("resizedAt")), growing=str(d.get("growing") or ""),
                    created=d.get("created") is not False, restarts=num("restarts"), counted=num("counted"),
-                   resizes=num("resizes"))
+                   resizes=num("resizes"), shrunk_on=num("shrunkOn"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placed:
+    """Where the running gang's workers stand with the nodes: how many are placed on one, since when the
+    scheduler finds no node for one (None: every worker is placed, or waits for something else), and how
+    many nodes may take its workers (`nodes.placeable`)."""
+
+    scheduled: int
+    placeable: int
+    unplaceable_since: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Resize:
     to: int
     why: str
-    grow: bool  # a running gang stops at a checkpoint; otherwise it was waiting and nothing runs
+    running: bool  # a running gang stops at a checkpoint; otherwise it was waiting and nothing runs
+    shrunk_on: int = 0  # a shrink onto the nodes left: the nodes that could take its workers then
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,7 +116,7 @@ class Replacement:
     event: Event
     replaced: str
     jobset: dict[str, Any]
-    grow: bool
+    running: bool
 
 
 def load(task: dict[str, Any], attempt: int) -> Sizing:
@@ -114,11 +139,13 @@ def start_size(spec: TaskSpec, capacity: Capacity | None) -> int:
 
 
 def plan(spec: TaskSpec, sz: Sizing, state: TaskState, *, suspended: bool, workload: dict[str, Any] | None,
-         capacity: Capacity | None, now: datetime) -> Resize | None:
+         capacity: Capacity | None, now: datetime, placed: Placed | None = None) -> Resize | None:
     """Whether the current JobSet should be replaced by one of another size now, and why. Pure."""
     if not spec.elastic or capacity is None or state.phase.terminal or not sz.created or sz.growing or not sz.nodes:
         return None
     need = quota.per_node(spec)
+    if not suspended and placed is not None and (left := _nodes_left(spec, sz, placed, workload, now)):
+        return Resize(to=left, why=NODES_LEFT, running=True, shrunk_on=placed.placeable)
     reserved, pending = _reserved(workload), workload is not None and not _finished(workload)
     if suspended:  # waiting for Kueue: a new size costs nothing, no worker runs
         if reserved or not pending or _preempting(workload):
@@ -129,13 +156,23 @@ def plan(spec: TaskSpec, sz: Sizing, state: TaskState, *, suspended: bool, workl
             return None
         why = (READMITTED_SMALLER if state.eviction is not None else WAITING_SMALLER) if target < sz.nodes \
             else WAITING_LARGER
-        return Resize(to=target, why=why, grow=False)
+        return Resize(to=target, why=why, running=False)
     if (not state.started or state.eviction is not None or not reserved or sz.nodes >= spec.nodes
-            or capacity.contended or not elastic.cooldown_over(sz.resized_at, spec.resize_cooldown, now)):
+            or capacity.contended or not elastic.cooldown_over(sz.resized_at, spec.resize_cooldown, now)
+            or (sz.shrunk_on and (placed is None or placed.placeable <= sz.shrunk_on))):
         return None
     more = elastic.largest_size(least=sz.nodes + 1, most=spec.nodes,
                                 fits=lambda n: capacity.fits(need, n, held=sz.nodes))
-    return Resize(to=more, why=GROWN, grow=True) if more is not None else None
+    return Resize(to=more, why=GROWN, running=True) if more is not None else None
+
+
+def _nodes_left(spec: TaskSpec, sz: Sizing, placed: Placed, workload: dict[str, Any] | None, now: datetime) -> int:
+    """The size to shrink to onto the nodes left (0: none): the workers placed, when a worker of the running
+    gang found no node during UNPLACEABLE_FOR and they are at least minNodes."""
+    since = placed.unplaceable_since
+    if since is None or now < since + UNPLACEABLE_FOR or not _reserved(workload):
+        return 0
+    return placed.scheduled if spec.least_nodes <= placed.scheduled < sz.nodes else 0
 
 
 def resized(sz: Sizing, r: Resize, gang: Gang | None, *, now: datetime) -> Sizing:
@@ -145,16 +182,21 @@ def resized(sz: Sizing, r: Resize, gang: Gang | None, *, now: datetime) -> Sizin
     restarts = gang.restarts if gang is not None else sz.restarts
     counted = gang.restarts_count_towards_max if gang is not None else sz.counted
     return replace(sz, generation=sz.generation + 1, nodes=r.to, resized_at=now, created=False,
-                   growing=elastic.resize_message(sz.nodes, r.to, r.why) if r.grow else "",
-                   restarts=restarts + (1 if r.grow else 0), counted=counted, resizes=sz.resizes + (1 if r.grow else 0))
+                   growing=elastic.resize_message(sz.nodes, r.to, r.why) if r.running else "",
+                   restarts=restarts + int(r.running), counted=counted, resizes=sz.resizes + int(r.running),
+                   shrunk_on=r.shrunk_on)
 
 
 def resize(spec: TaskSpec, sz: Sizing, state: TaskState, gang: Gang | None, *, workload: dict[str, Any] | None,
-           capacity: Capacity | None, now: datetime, owner_uid: str | None) -> Replacement | None:
-    """The replacement of the current JobSet (`gang`, as `observed` saw it) that `plan` asks for, if any."""
+           capacity: Capacity | None, now: datetime, owner_uid: str | None,
+           placeable: int | None = None) -> Replacement | None:
+    """The replacement of the current JobSet (`gang`, as `observed` saw it) that `plan` asks for, if any.
+    `placeable`: how many nodes may take its workers now (None: unknown)."""
     if gang is None or sz.attempt != state.attempt:
         return None
-    r = plan(spec, sz, state, suspended=gang.suspended, workload=workload, capacity=capacity, now=now)
+    placed = None if placeable is None else Placed(scheduled=gang.scheduled_workers, placeable=placeable,
+                                                   unplaceable_since=gang.unschedulable_since)
+    r = plan(spec, sz, state, suspended=gang.suspended, workload=workload, capacity=capacity, now=now, placed=placed)
     if r is None:
         return None
     new = resized(sz, r, gang, now=now)
@@ -162,7 +204,7 @@ def resize(spec: TaskSpec, sz: Sizing, state: TaskState, gang: Gang | None, *, w
                   message=elastic.resize_message(sz.nodes, r.to, r.why), data={"from": sz.nodes, "to": r.to,
                                                                                "of": spec.nodes})
     return Replacement(sizing=new, event=event, replaced=jobset_name(spec.name, sz.attempt, sz.generation),
-                       jobset=render(spec, new, owner_uid=owner_uid), grow=r.grow)
+                       jobset=render(spec, new, owner_uid=owner_uid), running=r.running)
 
 
 def grow_at(spec: TaskSpec, sz: Sizing, state: TaskState, *, now: datetime) -> datetime | None:
@@ -171,6 +213,15 @@ def grow_at(spec: TaskSpec, sz: Sizing, state: TaskState, *, now: datetime) -> d
     if not spec.elastic or not sz.nodes or sz.nodes >= spec.nodes or sz.resized_at is None or state.phase.terminal:
         return None
     at = sz.resized_at + spec.resize_cooldown
+    return at if at > now else None
+
+
+def shrink_at(spec: TaskSpec, gang: Gang | None, *, now: datetime) -> datetime | None:
+    """When a worker of an elastic gang the scheduler finds no node for will have waited UNPLACEABLE_FOR:
+    the controller looks again then."""
+    if not spec.elastic or gang is None or gang.unschedulable_since is None:
+        return None
+    at = gang.unschedulable_since + UNPLACEABLE_FOR
     return at if at > now else None
 
 

@@ -4,7 +4,7 @@ pod's tolerations, and what the node informer keeps of a Node. What a taint or a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gangrun._backends.kube.fields import as_list, as_str, get
@@ -51,3 +51,15 @@ def about_to_go(pod: Any, nodes: Nodes) -> str:
         return ""
     return maintenance.about_to_go(taints(node), unschedulable=get(node, "spec", "unschedulable") is True,
                                    tolerations=tolerations(pod))
+
+
+def placeable(nodes: Iterable[Any], tolerations: Sequence[Toleration]) -> int:
+    """How many of `nodes` a pod with `tolerations` may be placed on, as far as their cordons and taints say:
+    not cordoned, every NoSchedule and NoExecute taint tolerated (a lost node is tainted unreachable or
+    not-ready, NoSchedule too, which a worker never tolerates). Their free resources and labels are not
+    read (the controller keeps neither): a count to compare with itself, not the size a gang fits."""
+    def fits(node: Any) -> bool:
+        return get(node, "spec", "unschedulable") is not True and all(
+            any(t.tolerates(taint) for t in tolerations)
+            for taint in taints(node) if taint.effect in (maintenance.NO_SCHEDULE, maintenance.NO_EXECUTE))
+    return sum(1 for node in nodes if fits(node))

@@ -111,12 +111,14 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
               capacity: Capacity | None = None,
               live: Mapping[str, str] | None = None,
               nodes: Nodes | None = None,
-              rounds: Mapping[str, str] | None = None) -> tuple[dict[str, Any] | None, list[Action]]:
+              rounds: Mapping[str, str] | None = None,
+              placeable: int | None = None) -> tuple[dict[str, Any] | None, list[Action]]:
     """Decide one step for `task`. `jobset` is the current JobSet of the current attempt if it exists
     (`elastic.current_jobset`); `capacity`: its ClusterQueue's free quota, which sizes an elastic gang;
     `live`: the reports running workers served (pod uid -> text, `live_reports.py`); `nodes`: the Nodes
     its pods run on (by name), which say whether one is about to go; `rounds`: what the launchers
-    `in_place.targets` names said on GET /round (pod name -> text).
+    `in_place.targets` names said on GET /round (pod name -> text); `placeable`: how many nodes may take
+    an elastic gang's workers (`nodes.placeable`), which it shrinks onto when one is lost.
 
     Returns the new `.status` (None when nothing changed) and the actions to take after writing it.
     """
@@ -197,7 +199,8 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
             decided.append(DeleteJobSet(jobset_name(spec.name, attempt, sz.generation if sz.attempt == attempt else 0)))
     state = s.state
     if s.decided.action.kind is ActionKind.NONE and not cancelled:
-        sz, more = _resize(spec, sz, state, obs, jobset, workloads, own, capacity, now=now, owner_uid=meta.get("uid"))
+        sz, more = _resize(spec, sz, state, obs, jobset, workloads, own, capacity, now=now, owner_uid=meta.get("uid"),
+                           placeable=placeable)
         decided += more
         if more and sz.growing:  # the gang stops to restart larger: say so now, not at the next reconcile
             state = state.with_info(state.info.advance(state.phase, sz.growing))
@@ -216,7 +219,7 @@ def reconcile(task: dict[str, Any], jobset: dict[str, Any] | None, workloads: Wo
     status = status_patch(task, state, now=now, spec=spec, ledger=ledger, extra=extra)
     if status is None:
         actions = [a for a in actions if not isinstance(a, RecordEvent)]
-    for wake in (s.wake_at, elastic.grow_at(spec, sz, state, now=now)):
+    for wake in (s.wake_at, elastic.grow_at(spec, sz, state, now=now), elastic.shrink_at(spec, obs.gang, now=now)):
         if wake is not None:
             actions.append(RequeueAt(wake))
     return status, actions
@@ -276,16 +279,16 @@ def _move(pods: Sequence[dict[str, Any]], js: dict[str, Any] | None, nodes: Node
 
 def _resize(spec: TaskSpec, sz: Sizing, state: TaskState, obs: Observation, js: dict[str, Any] | None,
             workloads: WorkloadLookup, pods: Sequence[dict[str, Any]], capacity: Capacity | None, *,
-            now: datetime, owner_uid: str | None) -> tuple[Sizing, list[Action]]:
+            now: datetime, owner_uid: str | None, placeable: int | None) -> tuple[Sizing, list[Action]]:
     """An elastic gang's change of size (`elastic.resize`): a running gang gets the stop notice (cause
     Resize) first, then its JobSet is replaced by one of the new size, in the same attempt."""
     workload = adapter.newest_workload(workloads.items) if workloads.read is WorkloadRead.FOUND else None
     r = elastic.resize(spec, sz, state, obs.gang if js is not None else None, workload=workload, capacity=capacity,
-                       now=now, owner_uid=owner_uid)
+                       now=now, owner_uid=owner_uid, placeable=placeable)
     if r is None:
         return sz, []
     notice = lifecycle.Notice(sizes.RESIZE, r.event.message, now + spec.termination_grace)
-    out: list[Action] = _notice(notice, pods) if r.grow else []
+    out: list[Action] = _notice(notice, pods) if r.running else []
     return r.sizing, [*out, RecordEvent(r.event), DeleteJobSet(r.replaced), CreateJobSet(r.jobset)]
 
 
