@@ -53,9 +53,10 @@ def cooldown_over(resized_at: datetime | None, cooldown: timedelta, now: datetim
 
 
 def resize_why(old: int, new: int, *, full: int, readmitted: bool) -> str:
-    """Why a gang went from `old` to `new` nodes. Only a running gang grows for free quota; a gang never
-    shrinks while it keeps its quota, so a shrink is always Kueue taking it back and readmitting it
-    on what fits (even when the gang was not suspended yet: preempted 1 s into a grow)."""
+    """Why a gang of the local backend went from `old` to `new` nodes. Only a running gang grows for free
+    quota; its nodes are never lost, so it never shrinks while it keeps its quota: a shrink is always its
+    queue taking it back and readmitting it on what fits (even when the gang was not suspended yet:
+    preempted 1 s into a grow). On Kubernetes a gang also shrinks onto the nodes left (kube/elastic.py)."""
     if new > old and not readmitted:
         return GROWN
     return READMITTED_FULL if new >= full else READMITTED_SMALLER

@@ -62,7 +62,7 @@ class Sizing:
     growing: str = ""  # why a running gang is resized (grown, or shrunk onto the nodes left), while the new
     # JobSet waits for Kueue to admit it
     created: bool = True  # False from the resize that named it until the JobSet is seen
-    restarts: int = 0  # whole-gang restarts of the attempt's earlier JobSets, plus one per grow
+    restarts: int = 0  # whole-gang restarts of the attempt's earlier JobSets, plus one per resize while running
     counted: int = 0  # ... of them counted toward maxRestarts
     resizes: int = 0  # resizes of a running gang: restarts charged to nothing
     shrunk_on: int = 0  # the nodes that could take its workers when it shrank onto the nodes left (0: it did not)
@@ -177,8 +177,9 @@ def _nodes_left(spec: TaskSpec, sz: Sizing, placed: Placed, workload: dict[str, 
 
 def resized(sz: Sizing, r: Resize, gang: Gang | None, *, now: datetime) -> Sizing:
     """The Sizing once the current JobSet is replaced as `r` says; `gang` is as `observed` saw it (its
-    restarts include the earlier JobSets'). A grow is a whole-gang restart of the gang (charged to
-    nothing); a shrink of a waiting gang is not (it resumes from its eviction)."""
+    restarts include the earlier JobSets'). A resize of a running gang (a grow, a shrink onto the nodes left)
+    is a whole-gang restart of the gang (charged to nothing); a shrink of a waiting gang is not (it resumes
+    from its eviction)."""
     restarts = gang.restarts if gang is not None else sz.restarts
     counted = gang.restarts_count_towards_max if gang is not None else sz.counted
     return replace(sz, generation=sz.generation + 1, nodes=r.to, resized_at=now, created=False,
