@@ -156,6 +156,23 @@ def test_b9_a_cordoned_node_moves_the_gang_and_every_rank_resumes_from_the_save_
             lines, saved)
     assert (s["attempt"], s["userRetriesUsed"], s["systemRetriesUsed"], s["restartAttempt"]) == (1, 0, 0, 1), s
     print(f"cordon of {node} -> every rank resumed from step {saved}: {TIMINGS['cordon -> every rank resumed']:.1f} s")
+def restore(rc: RealCluster, victim: realnode.RealNode, task: str, logs: HostLogs) -> None:
+    """After a test that killed `victim`, whatever happened: the node powered on and in service, the task gone."""
+    logs.stop()
+    with contextlib.suppress(Exception):
+        taint_out_of_service(rc.kube, victim.net.name, False)
+    if not victim.components or not all(c.alive() for c in victim.components):
+        with contextlib.suppress(Exception):
+            power_on(victim)
+    cleanup_task(rc, task)
+
+
+def report(what: str, figures: dict[str, float]) -> None:
+    for k, v in figures.items():
+        print(f"{what}: {k}: {v:.1f} s")
+        TIMINGS[f"{what}: {k}"] = v
+
+
 def test_a_node_killed_outright_restarts_a_rigid_gang_as_a_node_disruption_once_it_is_back(
         real_cluster: RealCluster) -> None:
     """A power loss: the second node's kubelet, containerd and containers are SIGKILLed while a 2-worker gang
@@ -226,17 +243,9 @@ def test_a_node_killed_outright_restarts_a_rigid_gang_as_a_node_disruption_once_
         assert_resumed_from(starts, {0: newest}, "own")
         assert newest_checkpoint(rc.data, name, 1) == {"step": steps, "w": uninterrupted(steps)}
         print(f"node killed: disruption {s['disruptions']}")
-        for k, v in figures.items():
-            print(f"node killed: {k}: {v:.1f} s")
-            TIMINGS[f"node killed: {k}"] = v
+        report("node killed", figures)
     finally:
-        logs.stop()
-        with contextlib.suppress(Exception):
-            taint_out_of_service(kube, victim.net.name, False)
-        if not victim.components or not all(c.alive() for c in victim.components):
-            with contextlib.suppress(Exception):
-                power_on(victim)
-        cleanup_task(rc, name)
+        restore(rc, victim, name, logs)
 
 
 def test_a_node_killed_outright_shrinks_an_elastic_gang_onto_the_node_left_until_the_node_is_back(
@@ -312,17 +321,9 @@ def test_a_node_killed_outright_shrinks_an_elastic_gang_onto_the_node_left_until
         assert (s["attempt"], len(s["attempts"]), s["userRetriesUsed"], s["systemRetriesUsed"]) == (1, 1, 0, 0), s
         assert len(s.get("disruptions") or []) == 1 and s["elastic"]["nodes"] == 2, s
         assert newest_checkpoint(rc.data, name, 1) == {"step": steps, "w": uninterrupted(steps)}
-        for k, v in figures.items():
-            print(f"elastic node killed: {k}: {v:.1f} s")
-            TIMINGS[f"elastic node killed: {k}"] = v
+        report("elastic node killed", figures)
     finally:
-        logs.stop()
-        with contextlib.suppress(Exception):
-            taint_out_of_service(kube, victim.net.name, False)
-        if not victim.components or not all(c.alive() for c in victim.components):
-            with contextlib.suppress(Exception):
-                power_on(victim)
-        cleanup_task(rc, name)
+        restore(rc, victim, name, logs)
 
 
 def test_zz_report_the_two_node_timings(real_cluster: RealCluster) -> None:
