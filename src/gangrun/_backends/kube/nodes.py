@@ -1,6 +1,7 @@
-"""Nodes about to go (B9), as the controller reads them: a worker pod's node, its taints and cordon, the
-pod's tolerations, and what the node informer keeps of a Node. What a taint or a cordon means is
-`gangrun._core.maintenance`'s."""
+"""Nodes as the controller reads them: a worker pod's node, its taints and cordon, the pod's tolerations,
+what the node informer keeps of a Node, whether a node is about to go (B9), and how many nodes may take
+a gang's workers (an elastic gang shrunk onto the nodes left grows back once more may). What a taint or
+a cordon means is `gangrun._core.maintenance`'s."""
 
 from __future__ import annotations
 
