@@ -165,7 +165,7 @@ class Controller:
             for pod in self.pods.by_index(indexes.BY_NODE, key_of(obj)[1]):
                 self._owned_changed(pod)
         for t in self.tasks.by_index(indexes.ELASTIC, True):
-            if ((t.get("status") or {}).get("elastic") or {}).get("shrunkOn"):
+            if elastic.shrunk_onto_nodes_left(t):
                 self.queue.add(key_of(t))
 
     def _task_uid(self, namespace: str, name: str) -> str:

@@ -124,6 +124,15 @@ def load(task: dict[str, Any], attempt: int) -> Sizing:
     return Sizing.from_storage(status.get("elastic") if isinstance(status, dict) else None, attempt)
 
 
+def shrunk_onto_nodes_left(task: dict[str, Any]) -> bool:
+    """Whether the task's gang, as its status says, runs on the nodes left after one was lost: any news of a
+    node may let it grow back."""
+    status = task.get("status")
+    stored = status.get("elastic") if isinstance(status, dict) else None
+    attempt = stored.get("attempt") if isinstance(stored, dict) else None
+    return isinstance(attempt, int) and Sizing.from_storage(stored, attempt).shrunk_on > 0
+
+
 def current_jobset(task: dict[str, Any], attempt: int) -> str:
     """The name of the current JobSet of `attempt` (a resized elastic gang's is not the attempt's first)."""
     name = str((task.get("metadata") or {}).get("name") or "")
@@ -144,9 +153,9 @@ def plan(spec: TaskSpec, sz: Sizing, state: TaskState, *, suspended: bool, workl
     if not spec.elastic or capacity is None or state.phase.terminal or not sz.created or sz.growing or not sz.nodes:
         return None
     need = quota.per_node(spec)
-    if not suspended and placed is not None and (left := _nodes_left(spec, sz, placed, workload, now)):
-        return Resize(to=left, why=NODES_LEFT, running=True, shrunk_on=placed.placeable)
     reserved, pending = _reserved(workload), workload is not None and not _finished(workload)
+    if not suspended and reserved and placed is not None and (left := _nodes_left(spec, sz, placed, now)):
+        return Resize(to=left, why=NODES_LEFT, running=True, shrunk_on=placed.placeable)
     if suspended:  # waiting for Kueue: a new size costs nothing, no worker runs
         if reserved or not pending or _preempting(workload):
             # Its quota is not released yet, Kueue has not seen it, or Kueue is making room for it.
@@ -166,11 +175,11 @@ def plan(spec: TaskSpec, sz: Sizing, state: TaskState, *, suspended: bool, workl
     return Resize(to=more, why=GROWN, running=True) if more is not None else None
 
 
-def _nodes_left(spec: TaskSpec, sz: Sizing, placed: Placed, workload: dict[str, Any] | None, now: datetime) -> int:
+def _nodes_left(spec: TaskSpec, sz: Sizing, placed: Placed, now: datetime) -> int:
     """The size to shrink to onto the nodes left (0: none): the workers placed, when a worker of the running
-    gang found no node during UNPLACEABLE_FOR and they are at least minNodes."""
+    gang, holding its quota, found no node during UNPLACEABLE_FOR and they are at least minNodes."""
     since = placed.unplaceable_since
-    if since is None or now < since + UNPLACEABLE_FOR or not _reserved(workload):
+    if since is None or now < since + UNPLACEABLE_FOR:
         return 0
     return placed.scheduled if spec.least_nodes <= placed.scheduled < sz.nodes else 0
 
