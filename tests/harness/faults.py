@@ -208,7 +208,6 @@ class HostLogs:
         self.texts: dict[str, str] = {}
         self._pattern = f"{rc.ns}_{jobset}-*/worker/*.log"
         self._nodes, self._kube = (rc.node, *rc.others), rc.kube
-        self._dirs = [n.workdir / "pod-logs" for n in self._nodes]
         self._stop = threading.Event()
         threading.Thread(target=self._run, daemon=True, name=f"host-logs-{jobset}").start()
 
@@ -216,7 +215,7 @@ class HostLogs:
         files: dict[Path, TextIO] = {}
         try:
             while not self._stop.wait(0.05):
-                for path in (p for d in self._dirs for p in d.glob(self._pattern)):
+                for path in (p for n in self._nodes for p in n.pod_logs(self._pattern)):
                     if path not in files:
                         with contextlib.suppress(OSError):
                             files[path] = open(path, errors="replace")  # noqa: SIM115 (held open on purpose)

@@ -389,6 +389,15 @@ class RealNode:
             end(c.proc, grace=5.0)
         self.components.clear()
 
+    @property
+    def pod_logs_dir(self) -> Path:
+        """The kubelet's podLogsDir: ``<namespace>_<pod>_<uid>/<container>/<n>.log``."""
+        return self.workdir / "pod-logs"
+
+    def pod_logs(self, pattern: str) -> list[Path]:
+        """The container log files in `pod_logs_dir` matching `pattern`."""
+        return list(self.pod_logs_dir.glob(pattern))
+
     def stops_told(self, pod: str, lines: int = 12) -> str:
         """What this node's logs say about stopping containers (containerd's StopContainer and signals) and
         the kubelet's last lines naming `pod` (its name or uid): why a worker said nothing at its stop."""
@@ -516,7 +525,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         d = self.workdir / "kubelet"
         d.mkdir(parents=True, exist_ok=True)
         ca = yaml.safe_load(Path(self.kubeconfig).read_text())["clusters"][0]["cluster"]["certificate-authority"]
-        config = kubelet_config(ca, self.workdir / "pod-logs", port=free_port(), healthz_port=free_port(),
+        config = kubelet_config(ca, self.pod_logs_dir, port=free_port(), healthz_port=free_port(),
                                 taints=[TAINT] if self.exclusive else [], net=self.net, dns=self.dns)
         (d / "config.yaml").write_text(yaml.safe_dump(config))
         c = self._spawn("kubelet", [

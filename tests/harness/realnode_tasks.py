@@ -131,7 +131,7 @@ class LogFollower:
         except TimeoutError as e:
             nodes = (self._rc.node, *self._rc.others)
             on_host = ""
-            for f in (f for n in nodes for f in (n.workdir / "pod-logs").glob(f"{self._rc.ns}_{self._pod}_*/worker/*.log")):
+            for f in (f for n in nodes for f in n.pod_logs(f"{self._rc.ns}_{self._pod}_*/worker/*.log")):
                 with contextlib.suppress(OSError):  # removed with its pod
                     on_host += f.read_text(errors="replace")
             raise AssertionError(f"{e}; its log ends:\n{self.text[-1000:]}\nits log file on the node ends:\n"
